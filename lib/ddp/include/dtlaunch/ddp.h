@@ -1,0 +1,248 @@
+// dtlaunch's thin DDP runtime: what torch.distributed, DistributedSampler and
+// DistributedDataParallel give a Python training program, for a LibTorch one.
+// This is the only header users include (docs/ddp.md). It builds against LibTorch 1.13 and 2.x.
+//
+// Errors are thrown as std::runtime_error (dtlaunch::Error inside the project) with a one-line
+// message that names the variable, rank or address at fault.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <torch/data/samplers/base.h>
+#include <torch/nn/module.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtlaunch::ddp {
+
+enum class Backend { kAuto, kGloo, kNccl };
+enum class ReduceOp { kSum, kAvg, kMin, kMax };
+
+const char* to_string(Backend backend) noexcept;
+const char* to_string(ReduceOp op) noexcept;
+
+// Whether this build has the NCCL backend compiled in and a usable CUDA device is present.
+// kAuto picks kNccl exactly when this is true.
+bool nccl_available() noexcept;
+
+struct InitOptions {
+  // kAuto: NCCL when nccl_available(), else Gloo.
+  Backend backend = Backend::kAuto;
+  // Bounds the rendezvous (all ranks reaching the store) and every collective.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Gloo worker threads per process; 2 keeps small jobs from oversubscribing the cores.
+  int gloo_threads = 2;
+};
+
+// The launch contract (dtlaunch exports it; torchrun exports all but DTLAUNCH_CUDA_DEVICE).
+struct WorkerEnv {
+  int rank = 0;                    // RANK
+  int world_size = 1;              // WORLD_SIZE
+  int local_rank = 0;              // LOCAL_RANK (default 0)
+  int local_world_size = 1;        // LOCAL_WORLD_SIZE (default 1)
+  int device_index = 0;            // DTLAUNCH_CUDA_DEVICE, else LOCAL_RANK
+  std::string master_addr;         // MASTER_ADDR
+  int master_port = 0;             // MASTER_PORT
+  std::string gloo_socket_ifname;  // GLOO_SOCKET_IFNAME (optional, as in PyTorch)
+
+  // Reads the process environment once.
+  static WorkerEnv from_environment();
+  // The pure core: the same rules applied to a given set of variables. Throws a one-line error
+  // naming every missing or malformed variable.
+  static WorkerEnv from_variables(const std::map<std::string, std::string>& vars);
+};
+
+// A collective in flight. wait() returns once the result is in the tensor (for NCCL: once the
+// current CUDA stream is ordered after it) and rethrows the collective's error, if any.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool completed() = 0;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const noexcept { return env_.rank; }
+  int size() const noexcept { return env_.world_size; }
+  Backend backend() const noexcept { return backend_; }
+  // Where this group's tensors live: CPU for Gloo, cuda:<device_index> for NCCL. NCCL also
+  // accepts CPU tensors (staged through device memory).
+  at::Device device() const noexcept { return device_; }
+  const WorkerEnv& env() const noexcept { return env_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
+  // In place. float32 and float64 on every backend; float16/bfloat16 too (Gloo reduces bfloat16
+  // in float32). kAvg is defined for floating types only.
+  void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum) {
+    all_reduce_async(tensor, op)->wait();
+  }
+  // The tensor must stay alive and untouched until wait() returns.
+  virtual std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor,
+                                                 ReduceOp op = ReduceOp::kSum) = 0;
+  // In place: every rank ends with root's values.
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  // One tensor per rank, in rank order; every rank passes a tensor of the same shape and dtype.
+  virtual std::vector<at::Tensor> all_gather(const at::Tensor& tensor) = 0;
+  virtual void barrier() = 0;
+
+ protected:
+  ProcessGroup(WorkerEnv env, Backend backend, at::Device device, std::chrono::milliseconds timeout)
+      : env_(std::move(env)), backend_(backend), device_(device), timeout_(timeout) {}
+
+ private:
+  WorkerEnv env_;
+  Backend backend_;
+  at::Device device_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Rendezvous through a TCP store at MASTER_ADDR:MASTER_PORT (hosted by rank 0) and connect the
+// backend. When ranks are missing at the deadline, throws an error saying how many arrived,
+// which ranks are missing and the address tried.
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
+                                                 const InitOptions& options = {});
+
+// torch.utils.data.distributed.DistributedSampler: the same indices as PyTorch for the same
+// (dataset size, replicas, rank, seed, epoch, shuffle, drop_last). Each next() hands out up to
+// batch_size of this rank's indices; plug it into torch::data::make_data_loader.
+class DistributedSampler : public torch::data::samplers::Sampler<std::vector<size_t>> {
+ public:
+#if TORCH_VERSION_MAJOR >= 2
+  using OptionalSize = std::optional<size_t>;
+#else
+  using OptionalSize = c10::optional<size_t>;
+#endif
+
+  DistributedSampler(size_t dataset_size, int num_replicas, int rank, bool shuffle = true,
+                     uint64_t seed = 0, bool drop_last = false);
+
+  // As in PyTorch: call before each epoch so that the shuffle differs between epochs.
+  // Also rewinds to the start of the epoch.
+  void set_epoch(uint64_t epoch);
+  uint64_t epoch() const noexcept {
+    return epoch_;
+  }
+
+  // The pure core: this rank's indices for the current epoch.
+  std::vector<size_t> indices() const;
+  // Indices per rank (len(sampler) in PyTorch) and over all ranks.
+  size_t num_samples() const noexcept {
+    return num_samples_;
+  }
+  size_t total_size() const noexcept {
+    return num_samples_ * static_cast<size_t>(replicas_);
+  }
+
+  void reset(OptionalSize new_size) override;
+#if TORCH_VERSION_MAJOR >= 2
+  std::optional<std::vector<size_t>> next(size_t batch_size) override;
+#else
+  c10::optional<std::vector<size_t>> next(size_t batch_size) override;
+#endif
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  void recompute_sizes();
+
+  size_t dataset_size_;
+  int replicas_;
+  int rank_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  uint64_t epoch_ = 0;
+  size_t num_samples_ = 0;
+  std::vector<size_t> epoch_indices_;  // filled by reset()
+  size_t cursor_ = 0;
+};
+
+struct DdpOptions {
+  // Buckets close once they reach this size (so one may exceed it by its last gradient).
+  size_t bucket_cap_bytes = 25u << 20;
+  // false: a parameter that got no gradient in a synchronised backward is an error naming it.
+  // true: its slot is reduced as zeros; a parameter unused on every rank keeps its gradient.
+  bool find_unused_parameters = false;
+  // Broadcast rank 0's buffers (e.g. BatchNorm running stats) after each synchronised backward
+  // (and at construction), so that every rank's next forward uses rank 0's buffers.
+  bool broadcast_buffers = true;
+};
+
+// Communication timing accumulated over synchronised iterations, for benchmarks.
+struct DdpStats {
+  uint64_t iterations = 0;       // synchronised backward passes
+  uint64_t buckets_reduced = 0;  // bucket all-reduces completed
+  // Wall time during which at least one bucket all-reduce was in flight.
+  double allreduce_seconds = 0;
+  // The part of allreduce_seconds that elapsed before backward finished (overlapped).
+  double hidden_seconds = 0;
+  // Time spent waiting for all-reduces after backward finished (= allreduce - hidden).
+  double exposed_seconds() const noexcept { return allreduce_seconds - hidden_seconds; }
+};
+
+class DistributedDataParallel {
+ public:
+  // Broadcasts rank 0's parameters and buffers and registers the gradient hooks.
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                          std::shared_ptr<ProcessGroup> group, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  const std::shared_ptr<torch::nn::Module>& module() const noexcept { return module_; }
+  ProcessGroup& group() const noexcept { return *group_; }
+
+  // While a NoSync is alive, backward accumulates gradients locally without communication
+  // (gradient accumulation). The first backward after it ends synchronises the sum.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // Waits for every bucket and writes the averaged gradients back. Runs automatically at the
+  // end of each backward (the autograd engine's final callback), so after loss.backward()
+  // the gradients are already averaged; calling it again is a no-op.
+  void finish_gradient_sync();
+
+  // Buckets as parameter indices (positions in module()->parameters()), in launch order.
+  const std::vector<std::vector<size_t>>& buckets() const noexcept;
+  DdpStats stats() const;
+  void reset_stats();
+
+ private:
+  struct Reducer;
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<Reducer> reducer_;
+};
+
+// The bucket plan, a pure function. slot_bytes[i] and slot_kind[i] (e.g. the dtype) describe
+// the gradients in the order they are expected to become ready. Returns buckets as positions
+// into slot_bytes, each bucket holding only one kind; a bucket closes once its size reaches
+// cap_bytes (a gradient larger than the cap gets a bucket of its own).
+std::vector<std::vector<size_t>> plan_buckets(const std::vector<size_t>& slot_bytes,
+                                              const std::vector<int>& slot_kind, size_t cap_bytes);
+
+}  // namespace dtlaunch::ddp
