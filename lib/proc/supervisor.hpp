@@ -1,0 +1,83 @@
+// Local mode's process supervision: start one group of workers, relay their output with rank
+// prefixes, forward signals, stop the group on the first failure and restart it when asked.
+// The environment of each worker is decided elsewhere (launch/worker_env.hpp); this file only
+// starts what it is given and reports how it ended.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/env_map.hpp"
+
+namespace dtlaunch {
+
+// One worker to start: exec program_path with argv (argv[0] as the user wrote it) and exactly
+// env, nothing inherited besides it. stdin is /dev/null; stdout and stderr are relayed.
+struct WorkerProcess {
+  std::uint32_t rank = 0;
+  std::uint32_t local_rank = 0;
+  std::string program_path;  // already resolved and checked executable by the caller
+  std::vector<std::string> argv;
+  EnvMap env;
+};
+
+struct SupervisorOptions {
+  // After the first failure (or a SIGINT/SIGTERM/SIGHUP to dtlaunch) the other workers get
+  // SIGTERM, and SIGKILL once this much time has passed.
+  std::chrono::milliseconds grace{30000};
+  // Also write each rank's output, unprefixed, to <log_dir>/rank-<R>.log (created if missing,
+  // truncated when run_workers starts, appended across restarts).
+  std::optional<std::string> log_dir;
+  // Restart the whole group after a failure at most this many times. A failure that follows a
+  // termination signal sent to dtlaunch is never restarted.
+  std::uint32_t max_restarts = 0;
+  // Lines of output kept per worker for the failure report.
+  std::size_t tail_lines = 20;
+};
+
+struct WorkerFailure {
+  std::uint32_t rank = 0;
+  std::uint32_t local_rank = 0;
+  int exit_code = -1;  // -1 if killed by a signal
+  int signal = 0;      // 0 if it exited
+  bool core_dumped = false;
+  std::vector<std::string> last_lines;  // oldest first, at most tail_lines, stdout and stderr
+};
+
+struct RunResult {
+  // What dtlaunch should exit with: 0 when every worker of the last attempt exited 0, else the
+  // first failure's exit code, or 128+signal when it was killed by a signal.
+  int exit_status = 0;
+  std::optional<WorkerFailure> first_failure;  // of the last attempt
+  std::uint32_t restarts = 0;                  // how many times the group was restarted
+};
+
+// Starts the workers make_workers(restart_count) returns (restart_count 0 first), supervises
+// them, restarts the whole group up to options.max_restarts times after a failure, and returns
+// once every worker and everything they started has exited and been reaped.
+//
+// While it runs it owns the process's children: it makes the process a child subreaper, reaps
+// with waitpid(-1), and kills every descendant left when a group ends, so the caller must have
+// no other children. It installs handlers for SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 (all
+// forwarded to every worker's process group), SIGCHLD and SIGPIPE, and restores the previous
+// ones before returning. The failure report ("dtlaunch: rank 3 (local 3) failed: exit 1" and
+// the last lines) goes to stderr.
+//
+// Throws dtlaunch::Error only for OS failures before or while starting (pipe, fork, the log
+// directory) and for a program that cannot be executed (ExitCode 127 / 126); in every case the
+// workers already started are killed and reaped first.
+RunResult run_workers(
+    const std::function<std::vector<WorkerProcess>(std::uint32_t restart_count)>& make_workers,
+    const SupervisorOptions& options);
+
+// A free TCP port on addr (a numeric address or a host name), found by binding port 0 and
+// reading back the port the kernel chose, for a standalone MASTER_PORT. The socket is closed
+// before returning, so another process can still take the port before rank 0 binds it.
+// Throws Error (ExitCode::kBadInput) when addr does not resolve, Error::system otherwise.
+std::uint16_t find_free_port(const std::string& addr = "127.0.0.1");
+
+}  // namespace dtlaunch
