@@ -4,7 +4,9 @@
 
 namespace dtlaunch {
 
-Error Error::usage(std::string_view what) { return Error(ExitCode::kBadInput, std::string(what)); }
+Error Error::usage(std::string_view what) {
+  return Error(ExitCode::kBadInput, std::string(what));
+}
 
 Error Error::bad_env(std::string_view name, std::string_view value, std::string_view why) {
   std::string msg;

@@ -13,10 +13,10 @@ namespace dtlaunch {
 // are chosen to match what a shell would report for the same situation.
 enum class ExitCode : int {
   kOk = 0,
-  kFailure = 1,         // the OS refused something (fork, pipe, socket): not the user's input
-  kBadInput = 2,        // command line, environment or hostlist is wrong; nothing was started
-  kNotExecutable = 126, // the program exists but cannot be executed
-  kNotFound = 127,      // the program is not on PATH / does not exist
+  kFailure = 1,          // the OS refused something (fork, pipe, socket): not the user's input
+  kBadInput = 2,         // command line, environment or hostlist is wrong; nothing was started
+  kNotExecutable = 126,  // the program exists but cannot be executed
+  kNotFound = 127,       // the program is not on PATH / does not exist
 };
 
 class Error : public std::runtime_error {

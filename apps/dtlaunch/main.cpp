@@ -1,0 +1,184 @@
+// dtlaunch's command line: parse, call lib/, turn the one error type into an exit status.
+#include <CLI/CLI.hpp>
+#include <cstring>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+
+extern char** environ;
+
+namespace {
+
+constexpr const char* kFooter = R"(Examples:
+  srun -N3 --ntasks-per-node=8 --gpus-per-node=8 dtlaunch ./train --epochs 10
+  srun -n4 dtlaunch --dry-run ./train          # print the environment each task would get
+  dtlaunch --nproc-per-node 8 ./train          # one machine, no Slurm: spawn 8 workers
+  dtlaunch --nnodes 2 --node-rank 0 --master-addr host0 --master-port 29500 \
+           --nproc-per-node 8 ./train          # run the same on host1 with --node-rank 1
+  dtlaunch hostnames 'gpu[001-003,007]'        # expand a Slurm hostlist
+  dtlaunch hostlist gpu001 gpu002 gpu003       # compress host names
+
+Exit status: 0 success; 2 bad command line, environment or hostlist (nothing started);
+126 program not executable; 127 program not found; 1 system error; in local mode the first
+failed worker's status (128+N when killed by signal N). docs/cli.md has the details.)";
+
+// CLI11 reports bad usage with its own exit codes (100+); ours is 2, with one line.
+int usage_error(const std::string& what) {
+  std::cerr << "dtlaunch: " << what << "\n";
+  return static_cast<int>(dtlaunch::ExitCode::kBadInput);
+}
+
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (c == '\n') c = ' ';
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+int run_subcommand(const std::string& name, int argc, char** argv) {
+  CLI::App app{name == "hostnames"  ? "Expand Slurm hostlist expressions, one host per line"
+               : name == "hostlist" ? "Compress host names into a Slurm hostlist expression"
+                                    : "Print the Markdown table of exported variables",
+               "dtlaunch " + name};
+  std::vector<std::string> args;
+  if (name != "env-table") app.add_option("args", args, "expressions or names")->required();
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(name + ": " + one_line(e.what()));
+  }
+  if (name == "hostnames") return dtlaunch::run_hostnames(args, std::cout);
+  if (name == "hostlist") return dtlaunch::run_hostlist(args, std::cout);
+  return dtlaunch::run_env_table(std::cout);
+}
+
+int run_launcher(int argc, char** argv) {
+  using namespace dtlaunch;
+  CLI::App app{
+      "Usage: dtlaunch [OPTIONS] [--] PROGRAM [ARGS...]\n"
+      "       dtlaunch hostnames EXPR...  |  dtlaunch hostlist NAME...\n\n"
+      "Launch distributed PyTorch/LibTorch workers under Slurm or locally.\n"
+      "Under srun every task execs PROGRAM with RANK, WORLD_SIZE, MASTER_ADDR, ... set "
+      "from Slurm's environment; with --nproc-per-node dtlaunch spawns and supervises "
+      "the workers itself.",
+      "dtlaunch"};
+  app.footer(kFooter);
+  app.prefix_command();  // everything from PROGRAM on belongs to the program, untouched
+  app.set_version_flag("--version", std::string("dtlaunch ") + DTLAUNCH_VERSION);
+
+  LaunchOptions options;
+  RunFlags flags;
+  std::string mode = "auto", gpu_bind = "share", format = "shell";
+  std::int64_t nproc = -1, nnodes = -1, node_rank = -1, max_restarts = 0, master_port = -1,
+               gpus_per_node = -1;
+  double grace_seconds = 30;
+  std::string master_addr, log_dir, port_range, run_id;
+
+  app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
+  app.add_option("--format", format, "--dry-run output: shell (export lines) or json")
+      ->check(CLI::IsMember({"shell", "json"}));
+  app.add_flag("-v,--verbose", flags.verbose,
+               "log every decision to stderr, prefixed with the rank");
+  app.add_option("--mode", mode,
+                 "auto (default): Slurm inside an srun step, local with "
+                 "--nproc-per-node; or force slurm / local")
+      ->check(CLI::IsMember({"auto", "slurm", "local"}));
+  app.add_option("--master-addr", master_addr,
+                 "address of rank 0's host (default: the node of "
+                 "rank 0; local standalone: 127.0.0.1)");
+  app.add_option("--master-port", master_port,
+                 "rendezvous port (default: hashed from job and "
+                 "step ids; local standalone: a free port)");
+  app.add_option("--port-range", port_range,
+                 "LO-HI range for the hashed port (default "
+                 "20000-32767; also DTLAUNCH_PORT_RANGE)");
+  app.add_option("--gpu-bind", gpu_bind,
+                 "share (default): keep all GPUs visible and export "
+                 "DTLAUNCH_CUDA_DEVICE; isolate: narrow CUDA_VISIBLE_DEVICES to one GPU; none")
+      ->check(CLI::IsMember({"share", "isolate", "none"}));
+  app.add_option("--gpus-per-node", gpus_per_node,
+                 "GPUs on this node (default: "
+                 "CUDA_VISIBLE_DEVICES, else /dev/nvidiaN)");
+  app.add_flag("--allow-gpu-sharing", options.allow_gpu_sharing,
+               "allow more local ranks than GPUs (ranks share GPUs round-robin)");
+  app.add_flag("--export-run-id", options.export_run_id,
+               "export TORCHELASTIC_RUN_ID (PyTorch Lightning then acts as under torchrun and "
+               "turns off its Slurm requeue)");
+  app.add_option("--run-id", run_id, "value of TORCHELASTIC_RUN_ID (default: the job id)");
+  app.add_option("--nproc-per-node", nproc, "local mode: spawn and supervise N workers");
+  app.add_option("--nnodes", nnodes, "local mode: number of machines, one dtlaunch each");
+  app.add_option("--node-rank", node_rank, "local mode: index of this machine, 0..nnodes-1");
+  app.add_option("--max-restarts", max_restarts, "local mode: restart the group up to K times");
+  app.add_option("--grace", grace_seconds,
+                 "local mode: seconds between SIGTERM and SIGKILL "
+                 "when stopping workers (default 30)");
+  app.add_option("--log-dir", log_dir,
+                 "local mode: also write each rank's output to "
+                 "DIR/rank-N.log");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(one_line(e.what()));
+  }
+
+  auto count = [](const char* flag, std::int64_t value, std::int64_t min,
+                  std::int64_t max) -> std::uint32_t {
+    if (value < min || value > max)
+      throw Error::usage(std::string(flag) + " " + std::to_string(value) + ": must be in " +
+                         std::to_string(min) + ".." + std::to_string(max));
+    return static_cast<std::uint32_t>(value);
+  };
+  options.mode = mode == "slurm" ? Mode::kSlurm : mode == "local" ? Mode::kLocal : Mode::kAuto;
+  options.gpu_bind = gpu_bind == "isolate" ? GpuBind::kIsolate
+                     : gpu_bind == "none"  ? GpuBind::kNone
+                                           : GpuBind::kShare;
+  flags.format = format == "json" ? OutputFormat::kJson : OutputFormat::kShell;
+  if (app.count("--master-addr")) options.master_addr = master_addr;
+  if (app.count("--master-port"))
+    options.master_port = static_cast<std::uint16_t>(count("--master-port", master_port, 1, 65535));
+  if (app.count("--port-range")) options.port_range = port_range;
+  if (app.count("--gpus-per-node"))
+    options.gpus_per_node = count("--gpus-per-node", gpus_per_node, 0, 1024);
+  if (app.count("--run-id")) options.run_id = run_id;
+  if (app.count("--nproc-per-node"))
+    options.nproc_per_node = count("--nproc-per-node", nproc, 1, 4096);
+  if (app.count("--nnodes")) options.nnodes = count("--nnodes", nnodes, 1, 1 << 20);
+  if (app.count("--node-rank")) options.node_rank = count("--node-rank", node_rank, 0, 1 << 20);
+  options.max_restarts = count("--max-restarts", max_restarts, 0, 1000);
+  if (!(grace_seconds >= 0 && grace_seconds <= 86400))
+    throw Error::usage("--grace " + std::to_string(grace_seconds) +
+                       ": must be in 0..86400 seconds");
+  options.grace = std::chrono::milliseconds(static_cast<std::int64_t>(grace_seconds * 1000));
+  if (app.count("--log-dir")) options.log_dir = log_dir;
+  options.argv = app.remaining();
+  if (!options.argv.empty() && options.argv.front() == "--")
+    options.argv.erase(options.argv.begin());
+
+  return run_launch(options, flags, EnvMap::from_environ(environ), std::cout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc >= 2 &&
+        (std::strcmp(argv[1], "hostnames") == 0 || std::strcmp(argv[1], "hostlist") == 0 ||
+         std::strcmp(argv[1], "env-table") == 0))
+      return run_subcommand(argv[1], argc, argv);
+    return run_launcher(argc, argv);
+  } catch (const dtlaunch::Error& e) {
+    std::cerr << "dtlaunch: " << e.what() << "\n";
+    return e.exit_status();
+  } catch (const std::exception& e) {
+    std::cerr << "dtlaunch: internal error: " << e.what() << "\n";
+    return static_cast<int>(dtlaunch::ExitCode::kFailure);
+  }
+}

@@ -1,0 +1,309 @@
+#include "launch/build_spec.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "hostlist/hostlist.hpp"
+#include "launch/gpu.hpp"
+#include "launch/port.hpp"
+
+namespace dtlaunch {
+
+namespace {
+
+std::string num(std::uint64_t v) {
+  return std::to_string(v);
+}
+
+void note(LaunchSpec& spec, Note::Level level, bool rank0_only, std::string text) {
+  spec.notes.push_back({level, rank0_only, std::move(text)});
+}
+
+std::uint16_t parse_port(std::string_view source, std::string_view text) {
+  auto port = parse_uint(text, 65535);
+  if (!port || *port == 0) throw Error::bad_env(source, text, "expected a port in 1..65535");
+  return static_cast<std::uint16_t>(*port);
+}
+
+// The node that runs global rank 0. Under block, cyclic and plane distributions Slurm places
+// rank 0 on the first node of the step; only an arbitrary distribution (SLURM_HOSTFILE) can put
+// it elsewhere, and then the hostfile's first line says where.
+std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
+  std::string_view dist = step.distribution;
+  dist = dist.substr(0, std::min(dist.find(':'), dist.find(',')));
+  if (dist != "arbitrary") return 0;
+
+  const std::string ask = "; pass --master-addr HOST (the node that runs rank 0)";
+  if (!step.hostfile)
+    throw Error::inconsistent("SLURM_DISTRIBUTION=" + step.distribution +
+                              " but SLURM_HOSTFILE is not set, so the node of rank 0 is unknown" +
+                              ask);
+  auto text = system.read_text_file(*step.hostfile);
+  if (!text)
+    throw Error::bad_env("SLURM_HOSTFILE", *step.hostfile,
+                         "cannot be read on this node, so the node of rank 0 is unknown" + ask);
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    std::size_t eol = rest.find('\n');
+    std::string_view line = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? std::string_view{} : rest.substr(eol + 1);
+    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r'))
+      line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    std::vector<std::string> first = hostlist::expand(line);
+    if (first.empty()) continue;
+    auto it = std::find(step.hosts.begin(), step.hosts.end(), first.front());
+    if (it == step.hosts.end())
+      throw Error::bad_env(
+          "SLURM_HOSTFILE", *step.hostfile,
+          "first host '" + first.front() + "' is not in the step's node list" + ask);
+    return static_cast<std::uint32_t>(it - step.hosts.begin());
+  }
+  throw Error::bad_env("SLURM_HOSTFILE", *step.hostfile, "has no host" + ask);
+}
+
+void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
+                        const std::function<std::string()>& derived, std::string_view derived_why) {
+  if (options.master_addr) {
+    if (options.master_addr->empty()) throw Error::usage("--master-addr: empty address");
+    spec.master.addr = *options.master_addr;
+    note(spec, Note::Level::kInfo, true, "MASTER_ADDR=" + spec.master.addr + " from --master-addr");
+  } else if (auto inherited = env.get("MASTER_ADDR"); inherited && !inherited->empty()) {
+    spec.master.addr = std::string(*inherited);
+    note(spec, Note::Level::kInfo, true,
+         "MASTER_ADDR=" + spec.master.addr + " kept: it was already set in the environment");
+  } else {
+    spec.master.addr = derived();
+    note(spec, Note::Level::kDebug, true,
+         "MASTER_ADDR=" + spec.master.addr + " (" + std::string(derived_why) + ")");
+  }
+}
+
+// Returns true when the port came from the user (option or environment).
+bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env) {
+  if (options.master_port) {
+    if (*options.master_port == 0) throw Error::usage("--master-port: 0 is not a port");
+    spec.master.port = *options.master_port;
+    note(spec, Note::Level::kInfo, true,
+         "MASTER_PORT=" + num(spec.master.port) + " from --master-port");
+    return true;
+  }
+  if (auto inherited = env.get("MASTER_PORT"); inherited && !inherited->empty()) {
+    spec.master.port = parse_port("MASTER_PORT", *inherited);
+    note(spec, Note::Level::kInfo, true,
+         "MASTER_PORT=" + num(spec.master.port) + " kept: it was already set in the environment");
+    return true;
+  }
+  return false;
+}
+
+PortRange port_range(const LaunchOptions& options, const EnvMap& env) {
+  if (options.port_range) return parse_port_range("--port-range", *options.port_range);
+  if (auto text = env.get("DTLAUNCH_PORT_RANGE"))
+    return parse_port_range("DTLAUNCH_PORT_RANGE", *text);
+  return kDefaultPortRange;
+}
+
+void choose_slurm_port(LaunchSpec& spec, const SlurmStep& step, const LaunchOptions& options,
+                       const EnvMap& env, const System& system) {
+  if (choose_user_port(spec, options, env)) return;
+  PortRange range = port_range(options, env);
+  spec.master.port = master_port_for(step.job_id, step.step_id, step.het_offset, range);
+  note(spec, Note::Level::kDebug, true,
+       "MASTER_PORT=" + num(spec.master.port) + " (job " + num(step.job_id) + ", step " +
+           num(step.step_id) + ", in " + num(range.lo) + "-" + num(range.hi) + ")");
+  // Said by the first task of every node, since the ephemeral range is a per-node setting.
+  if (auto eph = system.ephemeral_port_range(); eph && eph->overlaps(range) && step.localid == 0)
+    note(spec, Note::Level::kWarn, false,
+         "port range " + num(range.lo) + "-" + num(range.hi) +
+             " overlaps this node's ephemeral range " + num(eph->lo) + "-" + num(eph->hi) +
+             " (/proc/sys/net/ipv4/ip_local_port_range): set DTLAUNCH_PORT_RANGE to a range "
+             "outside it on every node");
+}
+
+GpuPlan make_gpu_plan(const LaunchOptions& options, const EnvMap& env, const System& system,
+                      std::optional<std::uint32_t> gpus_per_task) {
+  GpuPlan plan;
+  plan.bind = options.gpu_bind;
+  plan.allow_sharing = options.allow_gpu_sharing;
+  if (plan.bind == GpuBind::kNone) return plan;
+  if (auto cvd = env.get("CUDA_VISIBLE_DEVICES")) {
+    plan.visible = parse_visible_devices(*cvd);
+    plan.from_cuda_visible_devices = true;
+    if (options.gpus_per_node) {
+      if (*options.gpus_per_node > plan.visible.size())
+        throw Error::bad_env(
+            "CUDA_VISIBLE_DEVICES", *cvd,
+            "lists fewer devices than --gpus-per-node=" + num(*options.gpus_per_node));
+      plan.visible.resize(*options.gpus_per_node);
+    }
+  } else {
+    std::uint32_t count =
+        options.gpus_per_node ? *options.gpus_per_node : system.count_gpu_device_files();
+    for (std::uint32_t i = 0; i < count; ++i) plan.visible.push_back(num(i));
+  }
+  plan.isolated_by_slurm = gpus_per_task && plan.from_cuda_visible_devices &&
+                           !plan.visible.empty() && plan.visible.size() == *gpus_per_task;
+  return plan;
+}
+
+void choose_omp(LaunchSpec& spec, const EnvMap& env, std::optional<std::string> cpus_per_task) {
+  if (auto omp = env.get("OMP_NUM_THREADS")) {
+    note(spec, Note::Level::kInfo, true, "OMP_NUM_THREADS=" + std::string(*omp) + " kept");
+    return;
+  }
+  spec.omp_num_threads = cpus_per_task ? *cpus_per_task : std::string("1");
+  note(spec, Note::Level::kInfo, true,
+       "OMP_NUM_THREADS=" + *spec.omp_num_threads +
+           (cpus_per_task ? " from SLURM_CPUS_PER_TASK" : " (not set; SLURM_CPUS_PER_TASK unset)"));
+}
+
+void finish(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
+            std::optional<std::uint64_t> job_id) {
+  if (options.argv.empty())
+    throw Error::usage("no program given: dtlaunch [options] PROGRAM [ARGS...]");
+  spec.argv = options.argv;
+  spec.program_path = resolve_program(options.argv.front(), env);
+  spec.max_restarts = options.max_restarts;
+  if (options.export_run_id)
+    spec.run_id = options.run_id ? *options.run_id : job_id ? num(*job_id) : std::string("none");
+  check_gpu_plan(spec.gpu, spec.local_world_size, spec.notes);
+}
+
+}  // namespace
+
+Mode resolve_mode(const LaunchOptions& options, const EnvMap& env) {
+  const SlurmContext slurm = detect_slurm(env);
+  const bool local_options =
+      options.nnodes || options.node_rank || options.max_restarts > 0 || options.log_dir;
+  switch (options.mode) {
+    case Mode::kSlurm:
+      if (options.nproc_per_node)
+        throw Error::usage(
+            "--mode slurm and --nproc-per-node contradict each other: under Slurm "
+            "every srun task is one worker");
+      return Mode::kSlurm;
+    case Mode::kLocal:
+      if (!options.nproc_per_node) throw Error::usage("--mode local needs --nproc-per-node N");
+      return Mode::kLocal;
+    case Mode::kAuto:
+      break;
+  }
+  if (options.nproc_per_node) return Mode::kLocal;
+  if (local_options)
+    throw Error::usage(
+        "--nnodes, --node-rank, --max-restarts and --log-dir belong to the local "
+        "mode: add --nproc-per-node N");
+  if (slurm == SlurmContext::kNone)
+    throw Error::usage(
+        "not inside a Slurm step (no SLURM_STEP_ID): run under 'srun dtlaunch "
+        "PROGRAM', or spawn workers locally with 'dtlaunch --nproc-per-node N "
+        "PROGRAM'");
+  return Mode::kSlurm;  // read_slurm_step refuses a job context without a step, with the reason
+}
+
+LaunchSpec spec_from_slurm(const SlurmStep& step, const LaunchOptions& options, const EnvMap& env,
+                           const System& system) {
+  LaunchSpec spec;
+  spec.mode = Mode::kSlurm;
+  spec.notes = step.notes;
+  spec.world_size = step.ntasks;
+  spec.nnodes = step.nnodes;
+  spec.node_rank = step.nodeid;
+  spec.local_world_size = step.tasks_per_node[step.nodeid];
+
+  const std::uint32_t rank0_node = node_of_rank0(step, system);
+  if (step.procid == 0 && step.nodeid != rank0_node)
+    throw Error::inconsistent(
+        "rank 0 runs on node " + num(step.nodeid) + " (" + step.hosts[step.nodeid] +
+        ") but SLURM_DISTRIBUTION=" + (step.distribution.empty() ? "<unset>" : step.distribution) +
+        " places it on " + step.hosts[rank0_node] + "; pass --master-addr HOST");
+  choose_master_addr(
+      spec, options, env, [&] { return step.hosts[rank0_node]; },
+      "the node of rank 0 in the step's node list");
+  choose_slurm_port(spec, step, options, env, system);
+  spec.gpu = make_gpu_plan(options, env, system, step.gpus_per_task);
+  choose_omp(spec, env, step.cpus_per_task);
+  finish(spec, options, env, step.job_id);
+  return spec;
+}
+
+LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, const System& system,
+                           const std::function<std::uint16_t()>& find_free_port) {
+  if (!options.nproc_per_node) throw Error::usage("local mode needs --nproc-per-node N");
+  const std::uint32_t nproc = *options.nproc_per_node;
+  if (nproc == 0) throw Error::usage("--nproc-per-node: must be at least 1");
+  if (nproc > 4096)
+    throw Error::usage("--nproc-per-node " + num(nproc) + ": more than 4096 workers on one node");
+
+  LaunchSpec spec;
+  spec.mode = Mode::kLocal;
+  spec.local_world_size = nproc;
+
+  std::optional<std::uint64_t> job_id;
+  bool need_free_port = false;
+  if (detect_slurm(env) == SlurmContext::kStep) {
+    // One launcher per node under srun: the nodes come from Slurm.
+    SlurmStep step = read_slurm_step(env);
+    if (step.ntasks != step.nnodes)
+      throw Error::usage("--nproc-per-node " + num(nproc) + " inside an srun step of " +
+                         num(step.ntasks) + " tasks on " + num(step.nnodes) +
+                         " node(s) would start " + num(std::uint64_t{nproc} * step.ntasks) +
+                         " workers; either drop --nproc-per-node (each srun task is one worker) "
+                         "or run one task per node (srun --ntasks-per-node=1)");
+    if (options.nnodes || options.node_rank)
+      throw Error::usage("--nnodes and --node-rank come from Slurm inside an srun step");
+    spec.notes = step.notes;
+    spec.nnodes = step.nnodes;
+    spec.node_rank = step.nodeid;
+    const std::uint32_t rank0_node = node_of_rank0(step, system);
+    choose_master_addr(
+        spec, options, env, [&] { return step.hosts[rank0_node]; }, "the first node of the step");
+    choose_slurm_port(spec, step, options, env, system);
+    spec.gpu = make_gpu_plan(options, env, system, std::nullopt);
+    choose_omp(spec, env, std::nullopt);
+    job_id = step.job_id;
+  } else {
+    spec.nnodes = options.nnodes.value_or(1);
+    spec.node_rank = options.node_rank.value_or(0);
+    if (spec.nnodes == 0) throw Error::usage("--nnodes: must be at least 1");
+    if (spec.node_rank >= spec.nnodes)
+      throw Error::usage("--node-rank " + num(spec.node_rank) + " is not below --nnodes " +
+                         num(spec.nnodes));
+    const bool standalone = spec.nnodes == 1;
+    if (!standalone && !options.master_addr && !env.get("MASTER_ADDR"))
+      throw Error::usage("--nnodes " + num(spec.nnodes) +
+                         " needs --master-addr HOST (the machine of node rank 0), the same on "
+                         "every launcher");
+    choose_master_addr(
+        spec, options, env, [] { return std::string("127.0.0.1"); }, "standalone: loopback");
+    need_free_port = !choose_user_port(spec, options, env);
+    if (need_free_port && !standalone)
+      throw Error::usage("--nnodes " + num(spec.nnodes) +
+                         " needs --master-port P, the same on every launcher");
+    spec.gpu = make_gpu_plan(options, env, system, std::nullopt);
+    choose_omp(spec, env, std::nullopt);
+  }
+  if (std::uint64_t{spec.nnodes} * nproc > UINT32_MAX) throw Error::usage("world size overflows");
+  spec.world_size = spec.nnodes * nproc;
+  spec.first_rank_on_node = spec.node_rank * nproc;
+  finish(spec, options, env, job_id);
+  if (need_free_port) {  // last, once everything else is known to be valid
+    spec.master.port = find_free_port();
+    note(spec, Note::Level::kDebug, true,
+         "MASTER_PORT=" + num(spec.master.port) + " (standalone: a free port found by binding)");
+  }
+  return spec;
+}
+
+LaunchSpec build_spec(const LaunchOptions& options, const EnvMap& env, const System& system,
+                      const std::function<std::uint16_t()>& find_free_port) {
+  if (resolve_mode(options, env) == Mode::kLocal)
+    return spec_from_local(options, env, system, find_free_port);
+  return spec_from_slurm(read_slurm_step(env), options, env, system);
+}
+
+}  // namespace dtlaunch

@@ -1,0 +1,34 @@
+// Which GPU a local rank uses. Pure: the visible list comes from the environment or a count made
+// by the I/O shell (launch/system.hpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launch/spec.hpp"
+
+namespace dtlaunch {
+
+// CUDA_VISIBLE_DEVICES as a list of device ids. "" and "NoDevFiles" (what Slurm sets for a step
+// without GPUs) mean no device; CUDA itself stops at the first invalid entry, and a leading
+// "-1" hides all devices, so both are read the same way here.
+std::vector<std::string> parse_visible_devices(std::string_view text);
+
+struct DeviceChoice {
+  std::uint32_t index = 0;  // within GpuPlan::visible: what cudaSetDevice needs in share mode
+  std::string id;           // the device id itself, for --gpu-bind=isolate
+};
+
+// The device of one local rank, or nullopt when the plan binds nothing (no GPU, or kNone).
+// Throws Error (bad input) when there are fewer devices than local ranks and sharing is off.
+std::optional<DeviceChoice> choose_device(const GpuPlan& plan, std::uint32_t local_rank,
+                                          std::uint32_t local_world_size);
+
+// The checks choose_device would make for every local rank, done once while building the spec,
+// plus the notes a user should see (the NVLink warning for per-task isolation).
+void check_gpu_plan(const GpuPlan& plan, std::uint32_t local_world_size, std::vector<Note>& notes);
+
+}  // namespace dtlaunch

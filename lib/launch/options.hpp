@@ -1,0 +1,42 @@
+// What the user asked for on the command line, before anything is derived. apps/ fill it with
+// CLI11; lib/ turns it and the environment snapshot into a LaunchSpec.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtlaunch {
+
+enum class Mode { kAuto, kSlurm, kLocal };
+enum class GpuBind {
+  kShare,    // keep every GPU visible; export this rank's index within the visible list
+  kIsolate,  // narrow CUDA_VISIBLE_DEVICES to this rank's one device
+  kNone,     // bind nothing: export no device index, leave CUDA_VISIBLE_DEVICES alone
+};
+
+struct LaunchOptions {
+  Mode mode = Mode::kAuto;
+  std::optional<std::string> master_addr;
+  std::optional<std::uint16_t> master_port;
+  GpuBind gpu_bind = GpuBind::kShare;
+  std::optional<std::uint32_t> gpus_per_node;  // overrides the count of visible devices
+  bool allow_gpu_sharing = false;              // several local ranks on one GPU
+  bool export_run_id = false;                  // TORCHELASTIC_RUN_ID (Lightning reads it)
+  std::optional<std::string> run_id;
+  std::optional<std::string> port_range;  // "LO-HI"; also DTLAUNCH_PORT_RANGE
+
+  // Local mode (no Slurm step): one launcher per node spawns nproc_per_node workers.
+  std::optional<std::uint32_t> nproc_per_node;
+  std::optional<std::uint32_t> nnodes;
+  std::optional<std::uint32_t> node_rank;
+  std::uint32_t max_restarts = 0;
+  std::chrono::milliseconds grace{std::chrono::seconds(30)};
+  std::optional<std::string> log_dir;
+
+  std::vector<std::string> argv;  // the program and its arguments, untouched
+};
+
+}  // namespace dtlaunch

@@ -1,0 +1,28 @@
+// --dry-run output: the exact environment changes and argv that would be exec'd.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launch/worker_env.hpp"
+
+namespace dtlaunch {
+
+struct PlannedWorker {
+  std::uint32_t rank = 0;
+  std::uint32_t local_rank = 0;
+  EnvDelta changes;
+};
+
+// Shell: "export NAME='value'" / "unset NAME" lines, then "exec 'prog' 'arg'...". Pasting it into
+// a shell reproduces the launch. Several workers (local mode) are separated by "# rank N" lines.
+std::string render_shell(const std::vector<PlannedWorker>& workers,
+                         const std::vector<std::string>& argv);
+
+// JSON: {"argv": [...], "workers": [{"rank": R, "local_rank": L, "set": {...}, "unset": [...]}]}
+std::string render_json(const std::vector<PlannedWorker>& workers,
+                        const std::vector<std::string>& argv);
+
+std::string shell_quote(const std::string& text);
+
+}  // namespace dtlaunch

@@ -1,0 +1,63 @@
+// The validated blueprint of a launch. Everything in it was checked while it was built, so the
+// code that acts on it (exec in a Slurm step, spawn + supervise in local mode) has nothing left
+// to decide: Slurm env -> LaunchSpec -> worker environment -> exec.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launch/options.hpp"
+
+namespace dtlaunch {
+
+// A decision worth telling the user, produced by pure code and logged by the shell around it.
+struct Note {
+  enum class Level { kDebug, kInfo, kWarn };
+  Level level = Level::kDebug;
+  bool rank0_only = false;  // said once per job (by global rank 0), not once per task
+  std::string text;
+};
+
+struct Rendezvous {
+  std::string addr;
+  std::uint16_t port = 0;
+};
+
+struct GpuPlan {
+  // Device ids exactly as the environment names them (indices, UUIDs, MIG ids), in order.
+  // Empty: this node has no GPU for us, and nothing is bound.
+  std::vector<std::string> visible;
+  bool from_cuda_visible_devices = false;  // else counted (device files or --gpus-per-node)
+  GpuBind bind = GpuBind::kShare;
+  bool allow_sharing = false;
+  // Slurm gave each task its own GPU(s) (--gpus-per-task): index 0 of what this task sees.
+  bool isolated_by_slurm = false;
+};
+
+struct LaunchSpec {
+  Mode mode = Mode::kSlurm;
+  std::uint32_t world_size = 1;
+  std::uint32_t nnodes = 1;
+  std::uint32_t node_rank = 0;
+  std::uint32_t local_world_size = 1;    // tasks on this node
+  std::uint32_t first_rank_on_node = 0;  // local mode: rank = first_rank_on_node + local_rank
+  Rendezvous master;
+  GpuPlan gpu;
+  std::optional<std::string> omp_num_threads;  // set only where the user has not
+  std::uint32_t max_restarts = 0;
+  std::optional<std::string> run_id;  // exported as TORCHELASTIC_RUN_ID when present
+  std::vector<std::string> argv;      // argv[0] as the user wrote it
+  std::string program_path;           // argv[0] resolved through PATH, known executable
+  std::vector<Note> notes;
+};
+
+// One worker of the launch: a task under Slurm, a child process in local mode.
+struct WorkerInfo {
+  std::uint32_t rank = 0;
+  std::uint32_t local_rank = 0;
+  std::uint32_t restart_count = 0;
+};
+
+}  // namespace dtlaunch

@@ -1,0 +1,26 @@
+// The machine facts a test wants the launch decisions to see; the live ones are exercised by the
+// black-box and Slurm tests.
+#pragma once
+
+#include <map>
+
+#include "launch/system.hpp"
+
+namespace dtlaunch::test {
+
+class FakeSystem final : public System {
+ public:
+  std::map<std::string, std::string> files;
+  std::uint32_t gpu_files = 0;
+  std::optional<PortRange> ephemeral = PortRange{32768, 60999};
+
+  std::optional<std::string> read_text_file(const std::string& path) const override {
+    auto it = files.find(path);
+    if (it == files.end()) return std::nullopt;
+    return it->second;
+  }
+  std::uint32_t count_gpu_device_files() const override { return gpu_files; }
+  std::optional<PortRange> ephemeral_port_range() const override { return ephemeral; }
+};
+
+}  // namespace dtlaunch::test
