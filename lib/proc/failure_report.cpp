@@ -1,0 +1,48 @@
+#include "proc/failure_report.hpp"
+
+#include <cstring>
+
+namespace dtlaunch {
+
+namespace {
+
+std::string signal_name(int sig) {
+  // sigabbrev_np (glibc 2.32) gives "SEGV" for real-time and unknown signals alike: nullptr.
+  if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
+
+}  // namespace
+
+std::string describe_end(int exit_code, int signal, bool core_dumped) {
+  if (signal == 0) return "exit " + std::to_string(exit_code);
+  std::string text = "killed by " + signal_name(signal);
+  if (core_dumped) text += " (core dumped)";
+  return text;
+}
+
+int exit_status_of(const WorkerFailure& failure) {
+  return failure.signal != 0 ? 128 + failure.signal : failure.exit_code;
+}
+
+std::string rank_prefix(std::uint32_t rank) {
+  return "[rank " + std::to_string(rank) + "] ";
+}
+
+std::string format_failure_report(const WorkerFailure& failure, std::string_view host) {
+  std::string text = "dtlaunch: rank " + std::to_string(failure.rank) + " (local " +
+                     std::to_string(failure.local_rank) + ")";
+  if (!host.empty()) text.append(" on ").append(host);
+  text += " failed: " + describe_end(failure.exit_code, failure.signal, failure.core_dumped);
+  const std::size_t n = failure.last_lines.size();
+  if (n == 0) {
+    text += "; it wrote nothing\n";
+    return text;
+  }
+  text += n == 1 ? "; its last line:\n" : "; its last " + std::to_string(n) + " lines:\n";
+  const std::string prefix = "  " + rank_prefix(failure.rank);
+  for (const std::string& line : failure.last_lines) text.append(prefix).append(line) += '\n';
+  return text;
+}
+
+}  // namespace dtlaunch

@@ -1,0 +1,28 @@
+// How a worker's end is worded for people, after flux's doom plugin: who (rank, local rank,
+// host), how (exit N or the signal's name) and what it said last. Pure formatting.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "proc/supervisor.hpp"
+
+namespace dtlaunch {
+
+// "exit 3", "killed by SIGSEGV (core dumped)", "killed by signal 40" for a signal with no name.
+std::string describe_end(int exit_code, int signal, bool core_dumped);
+
+// The exit status a shell reports for the same end: the code, or 128+signal.
+int exit_status_of(const WorkerFailure& failure);
+
+// The report printed to stderr when a group ends because of `failure`; every line ends in '\n':
+//   dtlaunch: rank 3 (local 3) on node7 failed: exit 1; its last 2 lines:
+//     [rank 3] loading shard 12
+//     [rank 3] RuntimeError: shard 12 is missing
+// An empty host leaves out " on <host>".
+std::string format_failure_report(const WorkerFailure& failure, std::string_view host);
+
+// The line-prefix of a rank's relayed output, "[rank 3] ".
+std::string rank_prefix(std::uint32_t rank);
+
+}  // namespace dtlaunch

@@ -1,0 +1,369 @@
+// The supervision loop. One attempt = one group of workers, from start to the last reap:
+//   start all (fork+exec) -> poll { signal pipe, every worker's stdout/stderr } until every
+//   worker is reaped -> kill and reap what they left (subreaper sweep) -> drain the pipes.
+// The first failure sends SIGTERM to the other workers' groups and arms the grace deadline,
+// after which they get SIGKILL; a SIGINT/SIGTERM/SIGHUP to dtlaunch does the same after being
+// forwarded. run_workers repeats attempts while restarts are allowed.
+#include "proc/supervisor.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <memory>
+
+#include "core/error.hpp"
+#include "proc/failure_report.hpp"
+#include "proc/guardian.hpp"
+#include "proc/output_relay.hpp"
+#include "proc/reaper.hpp"
+#include "proc/signal_pipe.hpp"
+#include "proc/spawn.hpp"
+
+namespace dtlaunch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::vector<int> kForwarded = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+
+bool is_termination(int sig) {
+  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+}
+
+std::string signal_text(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string duration_text(std::chrono::milliseconds ms) {
+  if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + " s";
+  return std::to_string(ms.count()) + " ms";
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return {};
+  return buf;
+}
+
+// Workers get their stdio from us by dup2; a dtlaunch started with 0, 1 or 2 closed would hand
+// out those numbers to our pipes and tangle them.
+void ensure_standard_fds_open() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) ::open("/dev/null", O_RDWR);
+  }
+}
+
+struct Worker {
+  WorkerProcess spec;
+  pid_t pid = -1;  // also its process group; valid as a group id only while not reaped
+  bool running = false;
+  int wait_status = 0;
+  LineTail tail;
+  UniqueFd out_fd, err_fd;
+  std::unique_ptr<StreamRelay> out, err;
+
+  Worker(WorkerProcess s, std::size_t tail_lines) : spec(std::move(s)), tail(tail_lines) {}
+};
+
+struct AttemptResult {
+  std::optional<WorkerFailure> failure;
+  bool terminated = false;  // dtlaunch got SIGINT, SIGTERM or SIGHUP during the attempt
+};
+
+class Attempt {
+ public:
+  Attempt(std::vector<WorkerProcess> specs, const SupervisorOptions& options, SignalPipe& signals,
+          Console& console, LogFiles& logs)
+      : options_(options), signals_(signals), console_(console), guardian_(specs.size()) {
+    workers_.reserve(specs.size());
+    for (WorkerProcess& spec : specs) {
+      const int log_fd = logs.fd_for(spec.rank);
+      Worker& w = workers_.emplace_back(std::move(spec), options.tail_lines);
+      const std::string prefix = rank_prefix(w.spec.rank);
+      w.out = std::make_unique<StreamRelay>(console_, STDOUT_FILENO, prefix, log_fd, w.tail);
+      w.err = std::make_unique<StreamRelay>(console_, STDERR_FILENO, prefix, log_fd, w.tail);
+    }
+  }
+
+  // Whatever way we leave (an exception included), no worker and no descendant survives.
+  ~Attempt() {
+    if (finished_) return;
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      ::kill(-w.pid, SIGKILL);
+      int status;
+      while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    guardian_.disarm();
+    kill_all_children();
+  }
+
+  AttemptResult run() {
+    start_all();
+    while (any_running()) step();
+    finish();
+    AttemptResult result;
+    result.terminated = terminated_;
+    if (first_failure_) {
+      const Worker& w = workers_[*first_failure_];
+      WorkerFailure f;
+      f.rank = w.spec.rank;
+      f.local_rank = w.spec.local_rank;
+      if (WIFSIGNALED(w.wait_status)) {
+        f.signal = WTERMSIG(w.wait_status);
+        f.core_dumped = WCOREDUMP(w.wait_status);
+      } else {
+        f.exit_code = WEXITSTATUS(w.wait_status);
+      }
+      f.last_lines = w.tail.lines();
+      result.failure = std::move(f);
+    }
+    return result;
+  }
+
+ private:
+  void start_all() {
+    UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!devnull) throw Error::system("/dev/null", errno);
+    std::vector<StartedWorker> started;
+    started.reserve(workers_.size());
+    // Fork them all first and only then wait for their execs, so that the workers' start-up
+    // overlaps instead of running one after the other.
+    for (Worker& w : workers_) {
+      StartedWorker s = start_worker(w.spec, devnull.get());
+      w.pid = s.pid;
+      w.running = true;
+      guardian_.watch(s.pid);
+      w.out_fd = std::move(s.out);
+      w.err_fd = std::move(s.err);
+      started.push_back(std::move(s));
+    }
+    for (std::size_t i = 0; i < started.size(); ++i) {
+      const int e = wait_exec(started[i]);
+      if (e == 0) continue;
+      const ExitCode code =
+          (e == ENOENT || e == ENOTDIR) ? ExitCode::kNotFound : ExitCode::kNotExecutable;
+      throw Error(code,
+                  "cannot execute '" + workers_[i].spec.program_path + "': " + std::strerror(e));
+    }
+  }
+
+  bool any_running() const {
+    for (const Worker& w : workers_)
+      if (w.running) return true;
+    return false;
+  }
+
+  void step() {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, bool>> owners;  // (worker, is stderr) per fds[i >= 1]
+    fds.push_back({signals_.fd(), POLLIN, 0});
+    for (Worker& w : workers_) {
+      if (w.out_fd) fds.push_back({w.out_fd.get(), POLLIN, 0}), owners.emplace_back(&w, false);
+      if (w.err_fd) fds.push_back({w.err_fd.get(), POLLIN, 0}), owners.emplace_back(&w, true);
+    }
+    int timeout = -1;
+    if (deadline_) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now());
+      timeout = static_cast<int>(std::max<std::int64_t>(0, left.count()));
+    }
+    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
+      throw Error::system("poll", errno);
+
+    for (int sig : signals_.drain())
+      if (sig != SIGCHLD) forward(sig);
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [w, is_err] = owners[i - 1];
+      pump(is_err ? w->err_fd : w->out_fd, is_err ? *w->err : *w->out);
+    }
+    // Reaping on every pass, not only on SIGCHLD, makes a lost signal byte harmless.
+    reap();
+    if (deadline_ && Clock::now() >= *deadline_) {
+      deadline_.reset();
+      killed_ = true;
+      for (Worker& w : workers_)
+        if (w.running) ::kill(-w.pid, SIGKILL);
+    }
+  }
+
+  // Reads what is there once; at EOF relays the partial last line and closes the pipe.
+  static void pump(UniqueFd& fd, StreamRelay& relay) {
+    char buf[65536];
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n > 0) {
+      relay.feed({buf, static_cast<std::size_t>(n)});
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      relay.finish();
+      fd.reset();
+    }
+  }
+
+  void forward(int sig) {
+    for (Worker& w : workers_)
+      if (w.running) ::kill(-w.pid, sig);
+    if (!is_termination(sig)) return;
+    if (!terminated_) {
+      console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
+                                        ", passed it to the workers; SIGKILL in " +
+                                        duration_text(options_.grace) + " if they do not exit\n");
+    }
+    terminated_ = true;
+    arm_deadline();
+  }
+
+  void arm_deadline() {
+    if (!deadline_ && !killed_) deadline_ = Clock::now() + options_.grace;
+  }
+
+  void reap() {
+    for (;;) {
+      int status;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;  // 0: none exited; -1 ECHILD: no child at all
+      if (pid == guardian_.pid()) guardian_.mark_reaped();
+      for (std::size_t i = 0; i < workers_.size(); ++i) {
+        Worker& w = workers_[i];
+        if (w.pid != pid || !w.running) continue;
+        w.running = false;
+        w.wait_status = status;
+        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && !first_failure_) on_first_failure(i);
+      }
+      // Any other pid was an orphan re-parented to us (we are a subreaper): reaped, done.
+    }
+  }
+
+  void on_first_failure(std::size_t index) {
+    first_failure_ = index;
+    std::size_t others = 0;
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      ::kill(-w.pid, SIGTERM);
+      ++others;
+    }
+    if (others == 0) return;
+    const Worker& failed = workers_[index];
+    const int st = failed.wait_status;
+    console_.write(STDERR_FILENO,
+                   "dtlaunch: rank " + std::to_string(failed.spec.rank) + " failed (" +
+                       describe_end(WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                                    WIFSIGNALED(st) ? WTERMSIG(st) : 0, false) +
+                       "); sent SIGTERM to the " + std::to_string(others) +
+                       " other workers, SIGKILL in " + duration_text(options_.grace) + "\n");
+    arm_deadline();
+  }
+
+  // Every worker is reaped. Kill what they left (it all came back to us as orphans, or is a
+  // descendant of such an orphan), then relay what is still in the pipes.
+  void finish() {
+    guardian_.disarm();
+    kill_all_children();
+    finished_ = true;
+    // Nobody of ours can write any more; what is left in the pipes is read until EOF. A
+    // descriptor passed outside our tree could keep a pipe open forever: bounded wait.
+    for (Worker& w : workers_) {
+      for (auto [fd, relay] : {std::pair{&w.out_fd, w.out.get()}, {&w.err_fd, w.err.get()}}) {
+        while (*fd) {
+          pollfd p{fd->get(), POLLIN, 0};
+          if (::poll(&p, 1, 1000) <= 0) {
+            relay->finish();
+            fd->reset();
+            break;
+          }
+          pump(*fd, *relay);
+        }
+      }
+    }
+  }
+
+  const SupervisorOptions& options_;
+  SignalPipe& signals_;
+  Console& console_;
+  Guardian guardian_;
+  std::vector<Worker> workers_;
+  std::optional<std::size_t> first_failure_;
+  std::optional<Clock::time_point> deadline_;
+  bool killed_ = false;  // the deadline passed and SIGKILL was sent: never re-armed
+  bool finished_ = false;
+  bool terminated_ = false;
+};
+
+}  // namespace
+
+RunResult run_workers(
+    const std::function<std::vector<WorkerProcess>(std::uint32_t restart_count)>& make_workers,
+    const SupervisorOptions& options) {
+  ensure_standard_fds_open();
+  LogFiles logs(options.log_dir);
+  SignalPipe signals(kForwarded);
+  SubreaperScope subreaper;
+  Console console;
+  const std::string host = host_name();
+
+  RunResult result;
+  for (std::uint32_t restart = 0;; ++restart) {
+    std::vector<WorkerProcess> specs = make_workers(restart);
+    const std::size_t count = specs.size();
+    AttemptResult attempt;
+    {
+      Attempt a(std::move(specs), options, signals, console, logs);
+      attempt = a.run();
+    }
+    result.restarts = restart;
+    result.first_failure = attempt.failure;
+    result.exit_status = attempt.failure ? exit_status_of(*attempt.failure) : 0;
+    if (!attempt.failure) return result;
+    console.write(STDERR_FILENO, format_failure_report(*attempt.failure, host));
+    if (attempt.terminated || restart >= options.max_restarts) return result;
+    console.write(STDERR_FILENO, "dtlaunch: restarting all " + std::to_string(count) +
+                                     " workers (restart " + std::to_string(restart + 1) + " of " +
+                                     std::to_string(options.max_restarts) + ")\n");
+  }
+}
+
+std::uint16_t find_free_port(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &found); rc != 0) {
+    throw Error(ExitCode::kBadInput,
+                "address '" + addr + "' does not resolve: " + ::gai_strerror(rc));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
+  int last_errno = 0;
+  for (const addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!sock || ::bind(sock.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      last_errno = errno;
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+      last_errno = errno;
+      continue;
+    }
+    const in_port_t port = bound.ss_family == AF_INET6
+                               ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                               : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port;
+    return ntohs(port);
+  }
+  throw Error::system("cannot bind a TCP port on '" + addr + "'", last_errno);
+}
+
+}  // namespace dtlaunch
