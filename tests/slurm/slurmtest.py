@@ -1,0 +1,222 @@
+"""Shared helpers for the end-to-end tests that run dtlaunch under the real test cluster.
+
+Every driver is `/usr/bin/python3 test_x.py --dtlaunch BIN --probe BIN --repo DIR --work DIR`.
+It talks to the cluster that the ctest fixture brought up (scripts/slurm-cluster.sh, base dir in
+SLURM_NETNS_DIR), wraps every Slurm command in a timeout, and collects failures so one run
+reports all of them. Exit: 0 pass, 1 fail, 77 skip (only where the machine cannot run a cluster
+and CI is not set).
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+SKIP = 77
+
+
+class Ctx:
+    def __init__(self, description):
+        p = argparse.ArgumentParser(description=description)
+        p.add_argument("--dtlaunch", required=True)
+        p.add_argument("--probe", required=True)
+        p.add_argument("--repo", required=True)
+        p.add_argument("--work", required=True, help="scratch dir on the shared filesystem")
+        p.add_argument("--train", default="", help="dtlaunch-train, when it was built")
+        self.args = p.parse_args()
+        self.dtlaunch = os.path.abspath(self.args.dtlaunch)
+        self.probe = os.path.abspath(self.args.probe)
+        self.repo = os.path.abspath(self.args.repo)
+        self.cluster_script = os.path.join(self.repo, "scripts", "slurm-cluster.sh")
+        self.failures = []
+        self._require_cluster()
+        self.work = os.path.abspath(self.args.work)
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+
+    # ---- cluster -------------------------------------------------------------------------
+    def _require_cluster(self):
+        check = subprocess.run([self.cluster_script, "check"], capture_output=True, text=True)
+        if check.returncode != 0:
+            why = check.stdout.strip() or check.stderr.strip()
+            if os.environ.get("CI") == "true":
+                print(f"FAIL: CI=true but this machine cannot run the Slurm test cluster: {why}")
+                sys.exit(1)
+            print(f"SKIP: this machine cannot run the Slurm test cluster: {why}")
+            sys.exit(SKIP)
+        env = subprocess.run([self.cluster_script, "env"], capture_output=True, text=True)
+        if env.returncode != 0:
+            print("FAIL: the Slurm test cluster is not up (the slurm.cluster_up fixture failed?): "
+                  + env.stderr.strip())
+            sys.exit(1)
+        self.env = dict(os.environ)
+        for line in env.stdout.splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            self.env[name] = value
+        self.prefix = self.env["SLURM_NETNS_PREFIX"]
+        self.subnet = self.env["SLURM_NETNS_SUBNET"]
+        self.nodes = int(self.env["SLURM_NETNS_NODES"])
+
+    def node(self, k):
+        """Name of node k (1-based)."""
+        return f"{self.prefix}{k}"
+
+    def node_addr(self, k):
+        return f"{self.subnet}.{10 + k}"
+
+    # ---- running -------------------------------------------------------------------------
+    def run(self, argv, timeout=60, env=None, cwd=None):
+        """Runs argv under `timeout`, so a hang becomes a failure, never a stuck suite."""
+        full_env = dict(self.env)
+        full_env.update(env or {})
+        t0 = time.monotonic()
+        p = subprocess.run(["timeout", "-k", "5", str(timeout)] + list(argv), capture_output=True,
+                           text=True, env=full_env, cwd=cwd or self.work)
+        p.elapsed = time.monotonic() - t0
+        if p.returncode == 124:
+            self.fail(f"timed out after {timeout} s: {' '.join(argv)}")
+        return p
+
+    def srun(self, srun_args, program, timeout=60, env=None):
+        return self.run(["srun"] + list(srun_args) + [self.dtlaunch, "--"] + list(program), timeout,
+                        env)
+
+    def scontrol_job(self, job_id):
+        p = self.run(["scontrol", "-o", "show", "job", str(job_id)], timeout=10)
+        fields = {}
+        for token in p.stdout.split():
+            k, _, v = token.partition("=")
+            fields.setdefault(k, v)
+        return fields
+
+    def job_id_by_name(self, name, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            p = self.run(["squeue", "-h", "-n", name, "-o", "%i"], timeout=10)
+            if p.stdout.strip():
+                return p.stdout.split()[0]
+            time.sleep(0.1)
+        self.fail(f"no job named {name} appeared in squeue within {timeout} s")
+        return None
+
+    def wait_for_files(self, paths, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(os.path.exists(p) for p in paths):
+                return True
+            time.sleep(0.05)
+        missing = [p for p in paths if not os.path.exists(p)]
+        self.fail(f"{len(missing)} file(s) never appeared within {timeout} s, e.g. {missing[0]}")
+        return False
+
+    # ---- probe records -------------------------------------------------------------------
+    def outdir(self, name):
+        d = os.path.join(self.work, name)
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def probe_argv(self, out, tag="probe", *extra):
+        return [self.probe, "--out", out, "--tag", tag] + list(extra)
+
+    @staticmethod
+    def read_record(path):
+        rec = {}
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                rec[k] = v
+        return rec
+
+    def records(self, out, tag="probe", suffix=".env"):
+        """{rank: record} for every OUT/TAG.rank<R><suffix>."""
+        recs = {}
+        for name in os.listdir(out):
+            if name.startswith(tag + ".rank") and name.endswith(suffix):
+                rank = name[len(tag) + 5:-len(suffix)]
+                recs[int(rank) if rank.isdigit() else rank] = self.read_record(os.path.join(out, name))
+        return recs
+
+    # ---- checks --------------------------------------------------------------------------
+    def fail(self, msg):
+        self.failures.append(msg)
+        print(f"  FAIL {msg}", flush=True)
+
+    def check(self, cond, msg):
+        if not cond:
+            self.fail(msg)
+        return cond
+
+    def eq(self, got, want, what):
+        return self.check(got == want, f"{what}: got {got!r}, want {want!r}")
+
+    def show(self, p):
+        """The whole story of a command, printed when something about it failed."""
+        print(f"    rc={p.returncode} elapsed={p.elapsed:.2f}s\n    argv={p.args}")
+        for stream, text in (("stdout", p.stdout), ("stderr", p.stderr)):
+            for line in text.splitlines()[:40]:
+                print(f"    {stream}: {line}")
+
+    def finish(self):
+        if self.failures:
+            print(f"{len(self.failures)} failure(s)")
+            sys.exit(1)
+        print("all checks passed")
+        sys.exit(0)
+
+
+
+def node_sort_key(name):
+    digits = name.rstrip("0123456789")
+    return (digits, int(name[len(digits):] or 0))
+
+
+def check_step(ctx, recs, world, placement=None, master_host=None, what="step"):
+    """Checks the torchrun contract dtlaunch exported on every rank of one step against what the
+    ranks observed themselves (host names, addresses, pids), not against Slurm's variables.
+
+    placement: expected index (in the step's sorted node list) of the node of each rank.
+    master_host: the node rank 0 must run on when it is not the first node of the step.
+    Returns {rank: host}."""
+    if not ctx.eq(sorted(recs), list(range(world)), f"{what}: ranks that wrote a record"):
+        return {}
+    host = {r: rec["probe.hostname"] for r, rec in recs.items()}
+    hosts = sorted(set(host.values()), key=node_sort_key)
+    env = {r: {k[4:]: v for k, v in rec.items() if k.startswith("env.")} for r, rec in recs.items()}
+    for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NNODES"):
+        ctx.eq(len({e.get(name) for e in env.values()}), 1, f"{what}: distinct {name} values")
+    master = env[0].get("MASTER_ADDR")
+    port = env[0].get("MASTER_PORT", "")
+    ctx.check(port.isdigit() and 1024 <= int(port) < 65536, f"{what}: MASTER_PORT={port!r}")
+    ctx.eq(master, host[0], f"{what}: MASTER_ADDR vs the host rank 0 runs on")
+    if master_host:
+        ctx.eq(host[0], master_host, f"{what}: node of rank 0")
+    k0 = int(host[0][len(ctx.prefix):])
+    ctx.check(ctx.node_addr(k0) in recs[0]["probe.addrs"].split(","),
+              f"{what}: rank 0's addresses {recs[0]['probe.addrs']} lack {ctx.node_addr(k0)}")
+    if placement is not None:
+        ctx.eq([hosts.index(host[r]) for r in range(world)], placement, f"{what}: placement")
+    for r in range(world):
+        e = env[r]
+        same_node = sorted(q for q in range(world) if host[q] == host[r])
+        want = {
+            "RANK": str(r),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(same_node.index(r)),
+            "LOCAL_WORLD_SIZE": str(len(same_node)),
+            "NODE_RANK": str(hosts.index(host[r])),
+            "GROUP_RANK": str(hosts.index(host[r])),
+            "NNODES": str(len(hosts)),
+            "GROUP_WORLD_SIZE": str(len(hosts)),
+            "ROLE_RANK": str(r),
+            "ROLE_WORLD_SIZE": str(world),
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "SLURMD_NODENAME": host[r],  # the node name is the host name: namespaces work
+            "SLURM_TASK_PID": recs[r]["probe.pid"],  # dtlaunch exec'd: the task is the program
+        }
+        for name, value in want.items():
+            ctx.eq(e.get(name), value, f"{what}: rank {r} on {host[r]}: {name}")
+        ok = recs[r].get("probe.rendezvous", "ok").startswith("ok")
+        ctx.check(ok, f"{what}: rank {r} rendezvous: {recs[r].get('probe.rendezvous')}")
+    return host

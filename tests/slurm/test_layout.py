@@ -1,0 +1,25 @@
+#!/usr/bin/python3
+"""Scenarios 1 and 2: even, uneven and cyclic layouts under real srun. Every rank must get a
+consistent torchrun contract, and the probes must meet over TCP at MASTER_ADDR:MASTER_PORT."""
+import slurmtest
+
+# name, srun layout options, world size, node index (in the step) of each rank as Slurm places it
+CASES = [
+    ("block -N3 -n6", ["-N3", "-n6", "--ntasks-per-node=2"], 6, [0, 0, 1, 1, 2, 2]),
+    ("uneven -N2 -n3", ["-N2", "-n3"], 3, [0, 0, 1]),
+    ("cyclic -N2 -n3", ["-N2", "-n3", "--distribution=cyclic"], 3, [0, 1, 0]),
+    ("cyclic -N3 -n6", ["-N3", "-n6", "--ntasks-per-node=2", "--distribution=cyclic"], 6,
+     [0, 1, 2, 0, 1, 2]),
+    ("one task -N1 -n1", ["-N1", "-n1"], 1, [0]),
+]
+
+ctx = slurmtest.Ctx(__doc__)
+for i, (name, layout, world, placement) in enumerate(CASES):
+    print(f"case {name}")
+    out = ctx.outdir(f"case{i}")
+    p = ctx.srun(layout, ctx.probe_argv(out, "probe", "--rendezvous"), timeout=60)
+    if not ctx.check(p.returncode == 0, f"{name}: srun rc={p.returncode}"):
+        ctx.show(p)
+        continue
+    slurmtest.check_step(ctx, ctx.records(out), world, placement, what=name)
+ctx.finish()
