@@ -1,0 +1,201 @@
+// The Gloo backend: c10d::ProcessGroupGloo from LibTorch, over the rendezvous store, on CPU
+// tensors. Its errors (gloo::IoException, c10::Error) become one-line dtlaunch errors naming the
+// collective and the rank.
+#include <ATen/ops/empty_like.h>
+
+#include <functional>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "core/error.hpp"
+#include "internal.hpp"
+
+namespace dtlaunch::ddp::detail {
+namespace {
+
+using GlooPG = c10d::ProcessGroupGloo;
+
+std::string first_line(const std::exception& e) {
+  std::string what = e.what();
+  auto nl = what.find('\n');
+  return nl == std::string::npos ? what : what.substr(0, nl);
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      break;
+  }
+  return c10d::ReduceOp::SUM;  // Gloo has no AVG: the average is a sum divided afterwards.
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// The tensor Gloo works on: the caller's own when Gloo can take it as it is, else a contiguous
+// copy (Gloo in LibTorch 1.13 has no bfloat16, so that goes through float32).
+at::Tensor staging_for(const at::Tensor& t) {
+  if (t.scalar_type() == at::kBFloat16) return t.to(at::kFloat).contiguous();
+  return t.contiguous();
+}
+
+class GlooWork final : public Work {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish)
+      : work_(std::move(work)), what_(std::move(what)), finish_(std::move(finish)) {}
+
+  void wait() override {
+    if (done_) return;
+    try {
+      work_->wait();
+    } catch (const std::exception& e) {
+      done_ = true;
+      throw Error(ExitCode::kFailure, "dtlaunch ddp: " + what_ + " failed: " + first_line(e));
+    }
+    if (finish_) finish_();
+    done_ = true;
+  }
+  bool completed() override { return done_ || work_->isCompleted(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+class GlooGroup final : public ProcessGroup {
+ public:
+  GlooGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store)
+      : ProcessGroup(env, Backend::kGloo, at::Device(at::kCPU), options.timeout),
+        store_(std::move(store)) {
+    auto opts = GlooPG::Options::create(options.timeout);
+    opts->threads = std::max(1, options.gloo_threads);
+    try {
+      if (!env.gloo_socket_ifname.empty()) {
+        // A comma-separated list, as in PyTorch: one Gloo device per interface.
+        std::string list = env.gloo_socket_ifname;
+        for (size_t pos = 0; pos <= list.size();) {
+          size_t comma = list.find(',', pos);
+          if (comma == std::string::npos) comma = list.size();
+          if (comma > pos)
+            opts->devices.push_back(
+                GlooPG::createDeviceForInterface(list.substr(pos, comma - pos)));
+          pos = comma + 1;
+        }
+      } else if (is_loopback(env.master_addr)) {
+        opts->devices.push_back(GlooPG::createDeviceForHostname("127.0.0.1"));
+      } else {
+        opts->devices.push_back(GlooPG::createDefaultDevice());
+      }
+      auto pg_store = c10::make_intrusive<c10d::PrefixStore>("dtlaunch/gloo", store_);
+      pg_ = c10::make_intrusive<GlooPG>(pg_store, env.rank, env.world_size, opts);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(ExitCode::kFailure, "dtlaunch ddp: rank " + std::to_string(env.rank) +
+                                          " could not connect Gloo to its peers: " + first_line(e));
+    }
+  }
+
+  std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
+    check_cpu(tensor, "all_reduce");
+    if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type()))
+      throw Error(ExitCode::kBadInput,
+                  "dtlaunch ddp: all_reduce avg needs a floating tensor, got " +
+                      std::string(c10::toString(tensor.scalar_type())));
+    at::Tensor buf = staging_for(tensor);
+    std::vector<at::Tensor> bufs{buf};
+    c10d::AllreduceOptions o;
+    o.reduceOp = to_c10d(op);
+    auto work = call("all_reduce", [&] { return pg_->allreduce(bufs, o); });
+    const bool staged = !buf.is_same(tensor);
+    const int64_t world = size();
+    at::Tensor target = tensor;  // shares the caller's storage
+    return std::make_shared<GlooWork>(std::move(work), what("all_reduce"),
+                                      [buf, target, staged, op, world]() mutable {
+                                        if (op == ReduceOp::kAvg) buf.div_(world);
+                                        if (staged) target.copy_(buf);
+                                      });
+  }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    check_cpu(tensor, "broadcast");
+    check_root(root);
+    at::Tensor buf = staging_for(tensor);
+    std::vector<at::Tensor> bufs{buf};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    GlooWork(call("broadcast", [&] { return pg_->broadcast(bufs, o); }), what("broadcast"), {})
+        .wait();
+    if (!buf.is_same(tensor)) tensor.copy_(buf);
+  }
+
+  std::vector<at::Tensor> all_gather(const at::Tensor& tensor) override {
+    check_cpu(tensor, "all_gather");
+    at::Tensor in = staging_for(tensor);
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < size(); ++r) out[0].push_back(at::empty_like(in));
+    std::vector<at::Tensor> ins{in};
+    GlooWork(call("all_gather", [&] { return pg_->allgather(out, ins); }), what("all_gather"), {})
+        .wait();
+    if (in.scalar_type() != tensor.scalar_type())
+      for (auto& t : out[0]) t = t.to(tensor.scalar_type());
+    return out[0];
+  }
+
+  void barrier() override {
+    GlooWork(call("barrier", [&] { return pg_->barrier(); }), what("barrier"), {}).wait();
+  }
+
+ private:
+  std::string what(const char* op) const {
+    return std::string("gloo ") + op + " on rank " + std::to_string(rank()) + " of " +
+           std::to_string(size());
+  }
+
+  // Gloo reports bad arguments by throwing when the collective is issued.
+  template <class F>
+  c10::intrusive_ptr<c10d::Work> call(const char* op, F&& issue) {
+    try {
+      return issue();
+    } catch (const std::exception& e) {
+      throw Error(ExitCode::kFailure, "dtlaunch ddp: " + what(op) + " failed: " + first_line(e));
+    }
+  }
+
+  void check_cpu(const at::Tensor& t, const char* op) const {
+    if (!t.defined())
+      throw Error(ExitCode::kBadInput,
+                  std::string("dtlaunch ddp: ") + op + " of an undefined tensor");
+    if (!t.device().is_cpu())
+      throw Error(ExitCode::kBadInput, std::string("dtlaunch ddp: ") + op +
+                                           " on the gloo backend needs a CPU tensor, got " +
+                                           t.device().str());
+  }
+
+  void check_root(int root) const {
+    if (root < 0 || root >= size())
+      throw Error(ExitCode::kBadInput, "dtlaunch ddp: broadcast root " + std::to_string(root) +
+                                           " is not a rank of a group of " +
+                                           std::to_string(size()));
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<GlooPG> pg_;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
+                                              c10::intrusive_ptr<c10d::Store> store) {
+  return std::make_shared<GlooGroup>(env, options, std::move(store));
+}
+
+}  // namespace dtlaunch::ddp::detail

@@ -1,0 +1,37 @@
+// init_process_group: the environment, the rendezvous, then the backend.
+#include "core/error.hpp"
+#include "internal.hpp"
+
+namespace dtlaunch::ddp {
+
+bool nccl_available() noexcept {
+#ifdef DTLAUNCH_DDP_HAVE_NCCL
+  return detail::cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  return init_process_group(WorkerEnv::from_environment(), options);
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const InitOptions& options) {
+  if (options.timeout.count() <= 0)
+    throw Error(ExitCode::kBadInput, "dtlaunch ddp: InitOptions::timeout must be positive");
+  Backend backend = options.backend;
+  if (backend == Backend::kAuto) backend = nccl_available() ? Backend::kNccl : Backend::kGloo;
+#ifndef DTLAUNCH_DDP_HAVE_NCCL
+  if (backend == Backend::kNccl)
+    throw Error(ExitCode::kBadInput,
+                "dtlaunch ddp: the nccl backend was requested, but this build of dtlaunch::ddp has "
+                "none (CUDA toolkit or libnccl not found when it was built)");
+#endif
+  auto store = detail::rendezvous(env, options.timeout);
+#ifdef DTLAUNCH_DDP_HAVE_NCCL
+  if (backend == Backend::kNccl) return detail::make_nccl_group(env, options, std::move(store));
+#endif
+  return detail::make_gloo_group(env, options, std::move(store));
+}
+
+}  // namespace dtlaunch::ddp

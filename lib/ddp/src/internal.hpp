@@ -1,0 +1,31 @@
+// Declarations shared by the implementation files of dtlaunch::ddp; not installed.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
+
+#include "dtlaunch/ddp.h"
+
+namespace dtlaunch::ddp::detail {
+
+// Hosts (rank 0) or reaches the TCP store at MASTER_ADDR:MASTER_PORT and waits until every rank
+// has checked in, or throws naming how many arrived, the missing ranks and the address.
+c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::milliseconds timeout);
+
+// "0-3,7,9-10" for sorted ranks, cut after `limit` ranges with ", ... (N in all)".
+std::string format_ranks(const std::vector<int>& sorted_ranks, size_t limit = 16);
+
+std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
+                                              c10::intrusive_ptr<c10d::Store> store);
+
+#ifdef DTLAUNCH_DDP_HAVE_NCCL
+// Number of usable CUDA devices; 0 when the driver or the devices are missing.
+int cuda_device_count() noexcept;
+std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
+                                              c10::intrusive_ptr<c10d::Store> store);
+#endif
+
+}  // namespace dtlaunch::ddp::detail

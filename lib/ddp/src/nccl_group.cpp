@@ -1,0 +1,347 @@
+// The NCCL backend, on NCCL and the CUDA runtime directly: Debian's LibTorch is CPU-only and its
+// c10/cuda headers do not compile, so there is no ProcessGroupNCCL to reuse. The unique id goes
+// through the rendezvous store; collectives run on a stream of this group's own.
+//
+// Tensors: CUDA tensors (a CUDA build of LibTorch, DTLAUNCH_DDP_TORCH_CUDA) are reduced in place,
+// after the caller's current stream (an event orders NCCL's stream after it). CPU tensors go
+// through device memory allocated in stream order; with pageable host memory the copy back
+// makes such a call effectively synchronous.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#ifdef DTLAUNCH_DDP_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <ATen/ops/empty.h>
+
+#include <thread>
+
+#include "core/error.hpp"
+#include "internal.hpp"
+
+namespace dtlaunch::ddp::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+const std::string kUniqueIdKey = "dtlaunch/nccl/unique_id";
+
+[[noreturn]] void fail(const std::string& what) {
+  throw Error(ExitCode::kFailure, "dtlaunch ddp: " + what);
+}
+
+void cuda_check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    fail(std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+void nccl_check(ncclResult_t res, const char* what) {
+  if (res != ncclSuccess) fail(std::string(what) + ": " + ncclGetErrorString(res));
+}
+
+ncclDataType_t nccl_type(at::ScalarType t, const char* op) {
+  switch (t) {
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kChar:
+      return ncclInt8;
+    case at::kByte:
+      return ncclUint8;
+    default:
+      break;
+  }
+  throw Error(ExitCode::kBadInput,
+              std::string("dtlaunch ddp: nccl ") + op + " has no dtype " + c10::toString(t));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  return std::to_string(ms.count() / 1000) + "." + std::to_string(ms.count() % 1000 / 100) + "s";
+}
+
+// Comm and stream, shared by the group and the collectives still in flight.
+struct Comm {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  bool aborted = false;
+
+  ~Comm() {
+    cudaSetDevice(device);
+    if (comm != nullptr && !aborted) ncclCommDestroy(comm);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<Comm> comm, std::string what, std::chrono::milliseconds timeout,
+           std::vector<at::Tensor> keep_alive, std::function<void()> finish)
+      : comm_(std::move(comm)),
+        what_(std::move(what)),
+        timeout_(timeout),
+        keep_alive_(std::move(keep_alive)),
+        finish_(std::move(finish)) {
+    cuda_check(cudaSetDevice(comm_->device), "cudaSetDevice");
+    cuda_check(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventRecord(done_event_, comm_->stream), "cudaEventRecord");
+  }
+  ~NcclWork() override {
+    if (done_event_ != nullptr) cudaEventDestroy(done_event_);
+  }
+  NcclWork(const NcclWork&) = delete;
+  NcclWork& operator=(const NcclWork&) = delete;
+
+  // Polls rather than cudaEventSynchronize, so that a rank that died or hangs becomes an error
+  // after the timeout instead of a hang.
+  void wait() override {
+    if (done_) return;
+    const auto deadline = Clock::now() + timeout_;
+    for (unsigned spins = 0;; ++spins) {
+      cudaError_t q = cudaEventQuery(done_event_);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) cuda_check(q, (what_ + ": cudaEventQuery").c_str());
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_->comm, &async);
+      if (async != ncclSuccess) {
+        abort_comm();
+        fail(what_ + " failed: " + ncclGetErrorString(async));
+      }
+      if (Clock::now() > deadline) {
+        abort_comm();
+        fail(what_ + " did not finish within " + seconds_text(timeout_) +
+             " (a rank died or stopped calling collectives)");
+      }
+      if (spins < 1000)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    done_ = true;
+    if (finish_) finish_();
+    keep_alive_.clear();
+  }
+
+  bool completed() override { return done_ || cudaEventQuery(done_event_) == cudaSuccess; }
+
+ private:
+  void abort_comm() {
+    if (!comm_->aborted) ncclCommAbort(comm_->comm);
+    comm_->aborted = true;
+    done_ = true;
+  }
+
+  std::shared_ptr<Comm> comm_;
+  std::string what_;
+  std::chrono::milliseconds timeout_;
+  std::vector<at::Tensor> keep_alive_;
+  std::function<void()> finish_;
+  cudaEvent_t done_event_ = nullptr;
+  bool done_ = false;
+};
+
+class NcclGroup final : public ProcessGroup {
+ public:
+  NcclGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store)
+      : ProcessGroup(env, Backend::kNccl,
+                     at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.device_index)),
+                     options.timeout),
+        store_(std::move(store)),
+        comm_(std::make_shared<Comm>()) {
+    const int count = cuda_device_count();
+    if (env.device_index >= count)
+      fail("rank " + std::to_string(env.rank) + " wants CUDA device " +
+           std::to_string(env.device_index) + " (DTLAUNCH_CUDA_DEVICE, else LOCAL_RANK) but " +
+           std::to_string(count) + " are visible");
+    comm_->device = env.device_index;
+    cuda_check(cudaSetDevice(comm_->device), "cudaSetDevice");
+
+    ncclUniqueId id;
+    if (env.rank == 0) {
+      nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
+      store_->set(kUniqueIdKey, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
+    } else {
+      std::vector<uint8_t> bytes;
+      try {
+        bytes = store_->get(kUniqueIdKey);
+      } catch (const std::exception& e) {
+        fail("rank " + std::to_string(env.rank) + " got no NCCL id from rank 0: " + e.what());
+      }
+      if (bytes.size() != sizeof(id)) fail("the NCCL id in the store has the wrong size");
+      std::copy(bytes.begin(), bytes.end(), reinterpret_cast<uint8_t*>(&id));
+    }
+    nccl_check(ncclCommInitRank(&comm_->comm, env.world_size, id, env.rank), "ncclCommInitRank");
+    cuda_check(cudaStreamCreateWithFlags(&comm_->stream, cudaStreamNonBlocking),
+               "cudaStreamCreate");
+  }
+
+  std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
+    if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type()))
+      throw Error(ExitCode::kBadInput, "dtlaunch ddp: all_reduce avg needs a floating tensor");
+    const ncclDataType_t type = nccl_type(tensor.scalar_type(), "all_reduce");
+    const ncclRedOp_t red = nccl_op(op);
+    const size_t count = static_cast<size_t>(tensor.numel());
+    return run("all_reduce", tensor, count, count, [&](const void* in, void* out) {
+      nccl_check(ncclAllReduce(in, out, count, type, red, comm_->comm, comm_->stream),
+                 "ncclAllReduce");
+    });
+  }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    if (root < 0 || root >= size())
+      throw Error(ExitCode::kBadInput, "dtlaunch ddp: broadcast root " + std::to_string(root) +
+                                           " is not a rank of a group of " +
+                                           std::to_string(size()));
+    const ncclDataType_t type = nccl_type(tensor.scalar_type(), "broadcast");
+    const size_t count = static_cast<size_t>(tensor.numel());
+    run("broadcast", tensor, count, count, [&](const void* in, void* out) {
+      nccl_check(ncclBroadcast(in, out, count, type, root, comm_->comm, comm_->stream),
+                 "ncclBroadcast");
+    })->wait();
+  }
+
+  std::vector<at::Tensor> all_gather(const at::Tensor& tensor) override {
+    const ncclDataType_t type = nccl_type(tensor.scalar_type(), "all_gather");
+    const size_t count = static_cast<size_t>(tensor.numel());
+    at::Tensor out = at::empty({static_cast<int64_t>(size()) * tensor.numel()}, tensor.options());
+    at::Tensor in = tensor.contiguous();
+    run_into("all_gather", in, out, count, count * static_cast<size_t>(size()),
+             count * static_cast<size_t>(rank()),
+             [&](const void* src, void* dst) {
+               nccl_check(ncclAllGather(src, dst, count, type, comm_->comm, comm_->stream),
+                          "ncclAllGather");
+             })
+        ->wait();
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < size(); ++r)
+      parts.push_back(out.narrow(0, static_cast<int64_t>(r) * tensor.numel(), tensor.numel())
+                          .view(tensor.sizes()));
+    return parts;
+  }
+
+  void barrier() override {
+    at::Tensor one = at::empty({1}, at::kFloat).fill_(1);
+    all_reduce(one, ReduceOp::kSum);
+  }
+
+ private:
+  std::string what(const char* op) const {
+    return std::string("nccl ") + op + " on rank " + std::to_string(rank()) + " of " +
+           std::to_string(size());
+  }
+
+  template <class F>
+  std::shared_ptr<Work> run(const char* op, at::Tensor& tensor, size_t in_count, size_t out_count,
+                            F&& issue) {
+    at::Tensor buf = tensor.contiguous();
+    auto work = run_into(op, buf, buf, in_count, out_count, 0, std::forward<F>(issue));
+    if (buf.is_same(tensor)) return work;
+    // A non-contiguous tensor was reduced in a contiguous copy: copy back once done.
+    return std::make_shared<CopyBack>(std::move(work), buf, tensor);
+  }
+
+  struct CopyBack final : Work {
+    CopyBack(std::shared_ptr<Work> inner, at::Tensor from, at::Tensor to)
+        : inner_(std::move(inner)), from_(std::move(from)), to_(std::move(to)) {}
+    void wait() override {
+      inner_->wait();
+      if (from_.defined()) to_.copy_(from_);
+      from_ = at::Tensor();
+    }
+    bool completed() override { return inner_->completed(); }
+    std::shared_ptr<Work> inner_;
+    at::Tensor from_, to_;
+  };
+
+  // Runs issue(in_ptr, out_ptr) on the group's stream; in and out are contiguous. Staged CPU
+  // tensors use one device buffer with the input at in_offset elements, which is where NCCL
+  // wants it for an in-place all_gather.
+  template <class F>
+  std::shared_ptr<Work> run_into(const char* op, const at::Tensor& in, const at::Tensor& out,
+                                 size_t in_count, size_t out_count, size_t in_offset, F&& issue) {
+    if (comm_->aborted) fail(what(op) + ": the communicator was aborted after an earlier error");
+    cuda_check(cudaSetDevice(comm_->device), "cudaSetDevice");
+    const size_t elem = in.element_size();
+    if (in.is_cuda() || out.is_cuda()) {
+#ifdef DTLAUNCH_DDP_TORCH_CUDA
+      if (!in.is_cuda() || !out.is_cuda() || in.device() != device() || out.device() != device())
+        throw Error(ExitCode::kBadInput, "dtlaunch ddp: " + what(op) + " needs tensors on " +
+                                             device().str() + ", got " + in.device().str());
+      // NCCL's stream starts after whatever the caller queued on its current stream.
+      cudaStream_t current =
+          c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(comm_->device)).stream();
+      cudaEvent_t ready = nullptr;
+      cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+      cuda_check(cudaEventRecord(ready, current), "cudaEventRecord");
+      cuda_check(cudaStreamWaitEvent(comm_->stream, ready, 0), "cudaStreamWaitEvent");
+      cudaEventDestroy(ready);
+      issue(in.data_ptr(), out.data_ptr());
+      return std::make_shared<NcclWork>(comm_, what(op), timeout(),
+                                        std::vector<at::Tensor>{in, out}, nullptr);
+#else
+      throw Error(ExitCode::kBadInput,
+                  "dtlaunch ddp: " + what(op) + ": this LibTorch has no CUDA; pass CPU tensors");
+#endif
+    }
+    // CPU tensors: staged through device memory allocated in stream order.
+    void* dev = nullptr;
+    const size_t out_bytes = out_count * elem;
+    cudaStream_t s = comm_->stream;
+    cuda_check(cudaMallocAsync(&dev, std::max<size_t>(out_bytes, 1), s), "cudaMallocAsync");
+    void* dev_in = static_cast<char*>(dev) + in_offset * elem;
+    cuda_check(cudaMemcpyAsync(dev_in, in.data_ptr(), in_count * elem, cudaMemcpyHostToDevice, s),
+               "cudaMemcpyAsync");
+    issue(dev_in, dev);
+    cuda_check(cudaMemcpyAsync(out.data_ptr(), dev, out_bytes, cudaMemcpyDeviceToHost, s),
+               "cudaMemcpyAsync");
+    cuda_check(cudaFreeAsync(dev, s), "cudaFreeAsync");
+    return std::make_shared<NcclWork>(comm_, what(op), timeout(), std::vector<at::Tensor>{in, out},
+                                      nullptr);
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<Comm> comm_;
+};
+
+}  // namespace
+
+int cuda_device_count() noexcept {
+  int n = 0;
+  // Without a driver this is cudaErrorInsufficientDriver (not NoDevice) and n is left alone.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
+                                              c10::intrusive_ptr<c10d::Store> store) {
+  return std::make_shared<NcclGroup>(env, options, std::move(store));
+}
+
+}  // namespace dtlaunch::ddp::detail

@@ -1,0 +1,112 @@
+// Rendezvous through c10d::TCPStore with a deadline and a diagnosis. TCPStore's own
+// waitWorkers gives up silently and a later Gloo connect then fails with "Socket Timeout", at
+// about twice the timeout (see docs/ddp.md). So the store is opened without waiting and the ranks
+// check in through keys that say, at the deadline, exactly who is missing.
+#include <algorithm>
+#include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "core/error.hpp"
+#include "internal.hpp"
+
+namespace dtlaunch::ddp::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::string kCountKey = "dtlaunch/rdzv/count";
+std::string rank_key(int rank) {
+  return "dtlaunch/rdzv/rank/" + std::to_string(rank);
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  auto s = std::to_string(static_cast<double>(ms.count()) / 1000.0);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s + "s";
+}
+
+std::string address(const WorkerEnv& env) {
+  return env.master_addr + ":" + std::to_string(env.master_port);
+}
+
+// One line: the first line of a c10 error message, without its C++ stack trace.
+std::string first_line(const std::exception& e) {
+  std::string what = e.what();
+  auto nl = what.find('\n');
+  return nl == std::string::npos ? what : what.substr(0, nl);
+}
+
+}  // namespace
+
+std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
+  std::string out;
+  size_t ranges = 0;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (ranges == limit) {
+      out += ", ... (" + std::to_string(ranks.size()) + " in all)";
+      break;
+    }
+    if (ranges) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    ++ranges;
+    i = j + 1;
+  }
+  return out;
+}
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env,
+                                           std::chrono::milliseconds timeout) {
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.waitWorkers = false;
+  so.timeout = timeout;
+
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    if (env.rank == 0)
+      throw Error(ExitCode::kFailure,
+                  "dtlaunch ddp: rank 0 could not host the rendezvous store at " + address(env) +
+                      ": " + first_line(e));
+    throw Error(ExitCode::kFailure,
+                "dtlaunch ddp: rendezvous at " + address(env) + " failed: rank " +
+                    std::to_string(env.rank) +
+                    " could not reach the store that rank 0 hosts within " + seconds_text(timeout) +
+                    " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + first_line(e));
+  }
+
+  store->set(rank_key(env.rank), std::vector<uint8_t>{1});
+  store->add(kCountKey, 1);
+  // Polling an add(0) rather than a blocking wait(): a TCPStore wait that times out leaves its
+  // reply pending on the socket, and the diagnosis below needs the socket afterwards.
+  auto pause = std::chrono::milliseconds(5);
+  for (;;) {
+    int64_t arrived = store->add(kCountKey, 0);
+    if (arrived >= env.world_size) break;
+    if (Clock::now() >= deadline) {
+      std::vector<int> missing;
+      for (int r = 0; r < env.world_size; ++r)
+        if (!store->check({rank_key(r)})) missing.push_back(r);
+      throw Error(ExitCode::kFailure,
+                  "dtlaunch ddp: rendezvous at " + address(env) + " timed out after " +
+                      seconds_text(timeout) + ": " + std::to_string(arrived) + " of " +
+                      std::to_string(env.world_size) +
+                      " ranks arrived; missing ranks: " + format_ranks(missing));
+    }
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+        pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
+                   std::chrono::milliseconds(1)));
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+  return store;
+}
+
+}  // namespace dtlaunch::ddp::detail
