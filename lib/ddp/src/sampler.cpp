@@ -43,7 +43,7 @@ std::vector<size_t> DistributedSampler::indices() const {
   if (shuffle_) {
     // Same generator as Python's torch.Generator().manual_seed(seed + epoch); Python's int
     // seed wraps modulo 2^64 the same way.
-    auto gen = at::detail::createCPUGenerator(seed_ + epoch_);
+    auto gen = at::detail::createCPUGenerator(seed_ + *epoch_);
     at::Tensor perm = at::randperm(static_cast<int64_t>(dataset_size_), gen);
     const int64_t* p = perm.data_ptr<int64_t>();
     for (size_t i = 0; i < dataset_size_; ++i) all.push_back(static_cast<size_t>(p[i]));
@@ -66,7 +66,7 @@ std::vector<size_t> DistributedSampler::indices() const {
 }
 
 void DistributedSampler::set_epoch(uint64_t epoch) {
-  epoch_ = epoch;
+  *epoch_ = epoch;
   epoch_indices_ = indices();
   cursor_ = 0;
 }
@@ -95,7 +95,7 @@ c10::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
 
 void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
   archive.write("dataset_size", c10::IValue(static_cast<int64_t>(dataset_size_)));
-  archive.write("epoch", c10::IValue(static_cast<int64_t>(epoch_)));
+  archive.write("epoch", c10::IValue(static_cast<int64_t>(*epoch_)));
   archive.write("cursor", c10::IValue(static_cast<int64_t>(cursor_)));
 }
 

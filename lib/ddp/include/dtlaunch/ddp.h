@@ -119,6 +119,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
 // torch.utils.data.distributed.DistributedSampler: the same indices as PyTorch for the same
 // (dataset size, replicas, rank, seed, epoch, shuffle, drop_last). Each next() hands out up to
 // batch_size of this rank's indices; plug it into torch::data::make_data_loader.
+//
+// make_data_loader takes the sampler by value and gives no access to it afterwards, so copies
+// of a DistributedSampler share their epoch: keep a copy and call set_epoch(e) on it before
+// each epoch; the loader's copy picks the epoch up when the loader begins the next pass.
 class DistributedSampler : public torch::data::samplers::Sampler<std::vector<size_t>> {
  public:
 #if TORCH_VERSION_MAJOR >= 2
@@ -165,7 +169,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
   bool shuffle_;
   uint64_t seed_;
   bool drop_last_;
-  uint64_t epoch_ = 0;
+  std::shared_ptr<uint64_t> epoch_ = std::make_shared<uint64_t>(0);  // shared by copies
   size_t num_samples_ = 0;
   std::vector<size_t> epoch_indices_;  // filled by reset()
   size_t cursor_ = 0;
@@ -226,7 +230,8 @@ class DistributedDataParallel {
   // the gradients are already averaged; calling it again is a no-op.
   void finish_gradient_sync();
 
-  // Buckets as parameter indices (positions in module()->parameters()), in launch order.
+  // Buckets in launch order, as positions among the parameters that require grad, counted in
+  // module()->parameters() order (with every parameter requiring grad: indices into it).
   const std::vector<std::vector<size_t>>& buckets() const noexcept;
   DdpStats stats() const;
   void reset_stats();
