@@ -1,0 +1,20 @@
+// Preemption notice. Slurm (and dtlaunch) tell a job to go away with SIGTERM, or with SIGUSR1
+// a while before the time limit when the job asks for it (sbatch --signal=USR1@120). The
+// handler only records the signal; the training loop polls it at step boundaries, where all
+// ranks agree on stopping through a collective, so no rank is left waiting in an all-reduce.
+#pragma once
+
+namespace dtlaunch::train {
+
+// The exit status of every rank after a signal-triggered checkpoint: EX_TEMPFAIL from
+// <sysexits.h>, "try again later". The preemptible sbatch template requeues on it.
+inline constexpr int kExitCheckpointed = 75;
+
+// Installs the flag-setting handler for SIGUSR1 and SIGTERM (SA_RESTART, so that blocking
+// system calls in the communication library are not interrupted).
+void install_stop_handlers();
+
+// The number of the first stop signal received since install_stop_handlers(), or 0.
+int stop_signal_received() noexcept;
+
+}  // namespace dtlaunch::train
