@@ -7,7 +7,7 @@ set -uo pipefail
 action=${1:?up|down}
 repo=${2:?repo root}
 cluster=$repo/scripts/slurm-cluster.sh
-: "${SLURM_NETNS_DIR:?SLURM_NETNS_DIR must name this build's cluster dir}"
+: "${SLURM_NETNS_DIR:?SLURM_NETNS_DIR must name the cluster dir of this build}"
 
 if ! why=$("$cluster" check); then
   if [[ ${CI:-} == true ]]; then
@@ -31,7 +31,7 @@ down)
   mapfile -t links < <(awk '$1=="link"{print $2}' "$SLURM_NETNS_DIR/created" 2>/dev/null)
   start=$EPOCHREALTIME
   "$cluster" down || exit 1
-  echo "down took $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $start}") s"
+  awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "down took %.1f s\n", b - a }'
   leaks=0
   for n in "${netns[@]}"; do [[ ! -e /run/netns/$n ]] || { echo "LEAK: netns $n"; leaks=1; }; done
   for l in "${links[@]}"; do ! ip link show "$l" >/dev/null 2>&1 || { echo "LEAK: link $l"; leaks=1; }; done

@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
       if (!args.checkpoint.empty())
         write_file(args.checkpoint, "rank " + rank + " " + now_text() + "\n");
       write_file(record_path(args, rank, ".signal"),
-                 std::string("signal=") + sigabbrev_np(sig) +
+                 std::string("signal=SIG") + sigabbrev_np(sig) +
                      "\nsender_pid=" + std::to_string(info.si_pid) + "\ntime=" + now_text() + "\n");
       return args.exit_on_signal ? static_cast<int>(*args.exit_on_signal) : 128 + sig;
     }

@@ -10,7 +10,7 @@ import slurmtest
 ctx = slurmtest.Ctx(__doc__)
 n1, n2, n3 = ctx.node(1), ctx.node(2), ctx.node(3)
 
-hostfile = os.path.join(ctx.work, "hostfile")
+hostfile = os.path.join(ctx.work, "hosts.arbitrary")
 with open(hostfile, "w") as f:
     f.write(f"{n2}\n{n1}\n{n1}\n{n2}\n")
 
