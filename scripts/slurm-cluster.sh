@@ -13,7 +13,9 @@
 #
 # Settings (environment):
 #   SLURM_NETNS_DIR        base directory, deleted by down              [/tmp/slurm-netns]
-#   SLURM_NETNS_PREFIX     node names and netns names: PREFIX1..N       [node]
+#   SLURM_NETNS_PREFIX     node names: PREFIX1..N                       [node]
+#   SLURM_NETNS_NS_PREFIX  prepended to the node names for the netns and veth names, which are
+#                          machine-wide: lets two clusters with the same node names coexist  []
 #   SLURM_NETNS_BRIDGE     bridge name                                  [slnbr0]
 #   SLURM_NETNS_SUBNET     first three octets of the private /24        [10.77.0]
 #   SLURM_NETNS_CTLD_PORT  slurmctld TCP port                           [16817]
@@ -26,6 +28,7 @@ set -euo pipefail
 
 BASE=${SLURM_NETNS_DIR:-/tmp/slurm-netns}
 PREFIX=${SLURM_NETNS_PREFIX:-node}
+NS_PREFIX=${SLURM_NETNS_NS_PREFIX:-}
 BRIDGE=${SLURM_NETNS_BRIDGE:-slnbr0}
 SUBNET=${SLURM_NETNS_SUBNET:-10.77.0}
 CTLD_PORT=${SLURM_NETNS_CTLD_PORT:-16817}
@@ -49,6 +52,7 @@ check_settings() {
   [[ $BASE == /* && $BASE != / && $BASE != *..* ]] || die "SLURM_NETNS_DIR must be an absolute path other than /: '$BASE'"
   [[ $PREFIX =~ ^[a-z][a-z0-9-]{0,8}$ ]] || die "SLURM_NETNS_PREFIX must be 1-9 lower-case letters/digits: '$PREFIX'"
   [[ $SUBNET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "SLURM_NETNS_SUBNET must be three octets like 10.77.0: '$SUBNET'"
+  [[ $NS_PREFIX =~ ^[a-z0-9-]{0,6}$ ]] || die "SLURM_NETNS_NS_PREFIX must be 0-6 lower-case letters/digits/dashes: '$NS_PREFIX'"
   [[ ${#BRIDGE} -le 15 ]] || die "SLURM_NETNS_BRIDGE is longer than 15 characters: '$BRIDGE'"
   local v
   for v in CTLD_PORT CPUS GPUS GRACE CRED_EXPIRE; do
@@ -82,6 +86,7 @@ unsupported_reason() {
 }
 
 node_name() { echo "$PREFIX$1"; }
+netns_name() { echo "$NS_PREFIX$PREFIX$1"; }
 node_addr() { echo "$SUBNET.$((10 + $1))"; }
 record() { echo "$*" >>"$STATE"; }
 
@@ -173,18 +178,20 @@ EOF
 }
 
 start_network() {
-  local n=$1 k name
+  local n=$1 k name veth
   ip link add "$BRIDGE" type bridge
   record "link $BRIDGE"
   ip addr add "$SUBNET.1/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   for ((k = 1; k <= n; k++)); do
-    name=$(node_name "$k")
+    name=$(netns_name "$k")
+    veth="vh-$name"
+    [[ ${#veth} -le 15 ]] || die "interface name $veth is longer than 15 characters"
     ip netns add "$name"
     record "netns $name"
-    ip link add "vh-$name" type veth peer name eth0 netns "$name"
-    record "link vh-$name"
-    ip link set "vh-$name" master "$BRIDGE" up
+    ip link add "$veth" type veth peer name eth0 netns "$name"
+    record "link $veth"
+    ip link set "$veth" master "$BRIDGE" up
     ip -n "$name" addr add "$(node_addr "$k")/24" dev eth0
     ip -n "$name" link set eth0 up
     ip -n "$name" link set lo up
@@ -211,8 +218,9 @@ start_slurmctld() {
 }
 
 start_slurmd() {
-  local k=$1 name cg=""
+  local k=$1 name ns cg=""
   name=$(node_name "$k")
+  ns=$(netns_name "$k")
   mkdir -p "$BASE/nodes/$name/spool"
   record "pid slurmd $BASE/nodes/$name/slurmd.pid"
   if [[ $CGROUP == fake ]]; then
@@ -222,7 +230,7 @@ start_slurmd() {
     cg+=" mount -t cgroup -o none,name=slurmnetns slurmnetns /sys/fs/cgroup/systemd &&"
   fi
   # nsenter, not `ip netns exec`: the latter remounts /sys and hides /sys/fs/cgroup from slurmd.
-  nsenter --net="/run/netns/$name" -- unshare --uts --mount --propagation slave -- sh -c \
+  nsenter --net="/run/netns/$ns" -- unshare --uts --mount --propagation slave -- sh -c \
     "mount --bind '$BASE/etc/hosts' /etc/hosts && $cg hostname $name && exec slurmd -f '$CONF' -N $name"
 }
 
@@ -241,7 +249,7 @@ cmd_up() {
   ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE already exists"
   local k
   for ((k = 1; k <= n; k++)); do
-    [[ ! -e /run/netns/$(node_name "$k") ]] || die "network namespace $(node_name "$k") already exists"
+    [[ ! -e /run/netns/$(netns_name "$k") ]] || die "network namespace $(netns_name "$k") already exists"
   done
   [[ -z $(ip -4 route show "$SUBNET.0/24") ]] || die "$SUBNET.0/24 is already routed on this machine"
   [[ ! -e $BASE ]] || die "$BASE exists but holds no cluster state; remove it or pick SLURM_NETNS_DIR"
@@ -251,6 +259,8 @@ cmd_up() {
   record "base $BASE"
   record "nodes $n"
   record "gpus $GPUS"
+  record "prefix $PREFIX"
+  record "subnet $SUBNET"
   trap 'log "up failed; logs follow"; tail -n 20 "$BASE"/log/*.log >&2 2>/dev/null || true; cmd_down' EXIT
   write_config "$n"
   start_network "$n"
@@ -351,8 +361,8 @@ cmd_env() {
   [[ -f $STATE ]] || die "no cluster in $BASE (run up N first)"
   echo "export SLURM_CONF=$CONF"
   echo "export SLURM_NETNS_DIR=$BASE"
-  echo "export SLURM_NETNS_PREFIX=$PREFIX"
-  echo "export SLURM_NETNS_SUBNET=$SUBNET"
+  echo "export SLURM_NETNS_PREFIX=$(awk '$1=="prefix"{print $2}' "$STATE")"
+  echo "export SLURM_NETNS_SUBNET=$(awk '$1=="subnet"{print $2}' "$STATE")"
   echo "export SLURM_NETNS_NODES=$(awk '$1=="nodes"{print $2}' "$STATE")"
   echo "export SLURM_NETNS_GPUS=$(awk '$1=="gpus"{print $2}' "$STATE")"
 }

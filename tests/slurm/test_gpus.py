@@ -3,25 +3,30 @@
 for --gres, --gpus-per-node and --gpus-per-task, and which device dtlaunch gives each rank."""
 import slurmtest
 
-# name, srun options, dtlaunch options, world, expectation for each rank's view:
+# name, allocation options (given to salloc, or to srun itself when None), srun options,
+# dtlaunch options, world, expectation for each rank's view:
 #   "node-wide": CVD is the step's whole list, DTLAUNCH_CUDA_DEVICE = LOCAL_RANK
 #   "isolated":  CVD is one device, this rank's own, and DTLAUNCH_CUDA_DEVICE = 0
 CASES = [
-    ("--gres=gpu:2", ["-N2", "--ntasks-per-node=2", "--gres=gpu:2"], [], 4, "node-wide"),
-    ("--gpus-per-node=2", ["-N2", "--ntasks-per-node=2", "--gpus-per-node=2"], [], 4,
+    ("--gres=gpu:2", None, ["-N2", "--ntasks-per-node=2", "--gres=gpu:2"], [], 4, "node-wide"),
+    ("--gpus-per-node=2", None, ["-N2", "--ntasks-per-node=2", "--gpus-per-node=2"], [], 4,
      "node-wide"),
-    ("--gres=gpu:2 + dtlaunch --gpu-bind=isolate", ["-N2", "--ntasks-per-node=2", "--gres=gpu:2"],
-     ["--gpu-bind=isolate"], 4, "isolated"),
-    # Slurm narrows CVD per task itself; in a plain srun it sets SLURMD_TRES_BIND=gpu:per_task:1
-    # but not SLURM_GPUS_PER_TASK (that one only comes from an sbatch/salloc allocation).
-    ("--gpus-per-task=1", ["-N1", "--ntasks-per-node=2", "--gpus-per-task=1"], [], 2, "isolated"),
+    ("--gres=gpu:2 + dtlaunch --gpu-bind=isolate", None,
+     ["-N2", "--ntasks-per-node=2", "--gres=gpu:2"], ["--gpu-bind=isolate"], 4, "isolated"),
+    # Slurm narrows CVD to one device per task itself. In an allocation made with it, tasks also
+    # inherit SLURM_GPUS_PER_TASK=1; a plain srun sets only SLURMD_TRES_BIND=gpu:per_task:1.
+    ("salloc --gpus-per-task=1, srun", ["-N1", "--ntasks-per-node=2", "--gpus-per-task=1"], [],
+     [], 2, "isolated"),
+    ("srun --gpus-per-task=1", None, ["-N1", "--ntasks-per-node=2", "--gpus-per-task=1"], [], 2,
+     "isolated"),
 ]
 
 ctx = slurmtest.Ctx(__doc__)
-for i, (name, srun_opts, dt_opts, world, view) in enumerate(CASES):
+for i, (name, alloc, srun_opts, dt_opts, world, view) in enumerate(CASES):
     print(f"case {name}")
     out = ctx.outdir(f"case{i}")
-    p = ctx.run(["srun"] + srun_opts + [ctx.dtlaunch] + dt_opts + ["--"] +
+    prefix = ["salloc"] + alloc if alloc else []
+    p = ctx.run(prefix + ["srun"] + srun_opts + [ctx.dtlaunch] + dt_opts + ["--"] +
                 ctx.probe_argv(out, "probe"), timeout=60)
     if not ctx.check(p.returncode == 0, f"{name}: srun rc={p.returncode}"):
         ctx.show(p)
