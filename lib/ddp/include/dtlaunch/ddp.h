@@ -135,10 +135,10 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
                      uint64_t seed = 0, bool drop_last = false);
 
   // As in PyTorch: call before each epoch so that the shuffle differs between epochs.
-  // Also rewinds to the start of the epoch.
+  // Also rewinds this copy to the start of the epoch.
   void set_epoch(uint64_t epoch);
   uint64_t epoch() const noexcept {
-    return epoch_;
+    return *epoch_;
   }
 
   // The pure core: this rank's indices for the current epoch.
