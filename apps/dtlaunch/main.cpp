@@ -159,8 +159,14 @@ int run_launcher(int argc, char** argv) {
   options.grace = std::chrono::milliseconds(static_cast<std::int64_t>(grace_seconds * 1000));
   if (app.count("--log-dir")) options.log_dir = log_dir;
   options.argv = app.remaining();
-  if (!options.argv.empty() && options.argv.front() == "--")
+  if (!options.argv.empty() && options.argv.front() == "--") {
     options.argv.erase(options.argv.begin());
+  } else if (!options.argv.empty() && options.argv.front().size() > 1 &&
+             options.argv.front().front() == '-') {
+    // prefix_command() hands an unknown option over as the program name; a typo in an option
+    // must not become "command not found" (a program named "-x" goes after "--").
+    throw Error::usage("unknown option " + options.argv.front() + " (see dtlaunch --help)");
+  }
 
   return run_launch(options, flags, EnvMap::from_environ(environ), std::cout);
 }

@@ -1,6 +1,10 @@
 #include "launch/build_spec.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <functional>
 #include <set>
 
@@ -25,6 +29,15 @@ std::uint16_t no_port() {
 }
 LaunchSpec slurm_spec(const EnvMap& env, const LaunchOptions& o, const System& sys) {
   return spec_from_slurm(read_slurm_step(env), o, env, sys);
+}
+// A regular file without execute permission (as root, access(X_OK) still needs an x bit).
+std::string make_plain_file() {
+  char path[] = "/tmp/dtlaunch-test-plain-XXXXXX";
+  int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::fchmod(fd, 0644);
+  ::close(fd);
+  return path;
 }
 int status_of(const std::function<void()>& f, std::string* message = nullptr) {
   try {
@@ -198,8 +211,11 @@ TEST_CASE("slurm spec: program not found is 127, not executable is 126") {
   CHECK(status_of([&] { slurm_spec(slurm_step_env(), with_program({"no-such-program-xyz"}), sys); },
                   &msg) == 127);
   CHECK(msg == "no-such-program-xyz: command not found in PATH");
-  CHECK(status_of([&] { slurm_spec(slurm_step_env(), with_program({"/etc/hostname"}), sys); },
-                  &msg) == 126);
+  const std::string plain_file = make_plain_file();
+  CHECK(status_of([&] { slurm_spec(slurm_step_env(), with_program({plain_file}), sys); }, &msg) ==
+        126);
+  CHECK(msg == plain_file + ": cannot execute: Permission denied");
+  ::unlink(plain_file.c_str());
   CHECK(status_of([&] { slurm_spec(slurm_step_env(), with_program({"/nonexistent/x"}), sys); }) ==
         127);
   CHECK(status_of([&] { slurm_spec(slurm_step_env(), with_program({"/tmp"}), sys); }) == 126);

@@ -1,0 +1,218 @@
+// The built dtlaunch binary as a user runs it: crafted Slurm environments in, a child that
+// prints its environment out (tests/bin/printenv_child).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "../unit/slurm_env.hpp"
+#include "run_process.hpp"
+
+using dtlaunch::EnvMap;
+using dtlaunch::test::ProcessResult;
+using dtlaunch::test::run_process;
+using dtlaunch::test::slurm_step_env;
+
+namespace {
+
+const std::string kDtlaunch = DTLAUNCH_BIN;
+const std::string kChild = PRINTENV_CHILD;
+
+ProcessResult launch(const EnvMap& env, std::vector<std::string> args) {
+  args.insert(args.begin(), kDtlaunch);
+  return run_process(args, env);
+}
+
+std::map<std::string, std::string> parse_lines(const std::string& out) {
+  std::map<std::string, std::string> vars;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return vars;
+}
+
+// Bad input: exactly one line on stderr naming the problem, the expected status, and the
+// child never ran (it would have printed PID=).
+void check_refused(const ProcessResult& r, int status, const std::string& needle) {
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_status == status);
+  CHECK(r.out.find("PID=") == std::string::npos);
+  CHECK(r.err.rfind("dtlaunch: ", 0) == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(needle) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("blackbox: under an srun step dtlaunch execs the program with the contract") {
+  for (int rank = 0; rank < 6; ++rank) {
+    ProcessResult r = launch(slurm_step_env(rank, rank % 2, rank / 2), {kChild, "a b", "--flag"});
+    INFO("stderr: " << r.err);
+    REQUIRE(r.exit_status == 0);
+    CHECK(r.err.empty());
+    auto vars = parse_lines(r.out);
+    // exec, not fork: the program has dtlaunch's own pid.
+    CHECK(vars["PID"] == std::to_string(r.pid));
+    CHECK(vars["ARGV[0]"] == kChild);
+    CHECK(vars["ARGV[1]"] == "a b");
+    CHECK(vars["ARGV[2]"] == "--flag");
+    CHECK(vars["RANK"] == std::to_string(rank));
+    CHECK(vars["LOCAL_RANK"] == std::to_string(rank % 2));
+    CHECK(vars["WORLD_SIZE"] == "6");
+    CHECK(vars["LOCAL_WORLD_SIZE"] == "2");
+    CHECK(vars["NODE_RANK"] == std::to_string(rank / 2));
+    CHECK(vars["GROUP_RANK"] == std::to_string(rank / 2));
+    CHECK(vars["NNODES"] == "3");
+    CHECK(vars["MASTER_ADDR"] == "node1");
+    CHECK(vars["MASTER_PORT"].size() == 5);
+    CHECK(vars["ROLE_NAME"] == "default");
+    CHECK(vars["TORCHELASTIC_RESTART_COUNT"] == "0");
+    CHECK(vars["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(vars["OMP_NUM_THREADS"] == "1");
+    CHECK(vars["SLURM_JOB_ID"] == "4242");  // the rest of the environment passes through
+    CHECK(vars.count("TORCHELASTIC_RUN_ID") == 0);
+    CHECK(vars.count("TORCHELASTIC_USE_AGENT_STORE") == 0);
+  }
+}
+
+TEST_CASE("blackbox: --dry-run prints the exact changes and argv and runs nothing") {
+  EnvMap env = slurm_step_env(5, 1, 2);
+  env.set("MASTER_PORT", "29555");
+  env.set("CUDA_VISIBLE_DEVICES", "2,3");
+  ProcessResult r = launch(env, {"--dry-run", kChild, "x'y"});
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out ==
+        "export RANK='5'\nexport LOCAL_RANK='1'\nexport WORLD_SIZE='6'\n"
+        "export LOCAL_WORLD_SIZE='2'\nexport GROUP_RANK='2'\nexport GROUP_WORLD_SIZE='3'\n"
+        "export ROLE_RANK='5'\nexport ROLE_WORLD_SIZE='6'\nexport ROLE_NAME='default'\n"
+        "export NODE_RANK='2'\nexport NNODES='3'\nexport MASTER_ADDR='node1'\n"
+        "export MASTER_PORT='29555'\nexport TORCHELASTIC_RESTART_COUNT='0'\n"
+        "export TORCHELASTIC_MAX_RESTARTS='0'\nexport TORCH_NCCL_ASYNC_ERROR_HANDLING='1'\n"
+        "export OMP_NUM_THREADS='1'\nexport DTLAUNCH_CUDA_DEVICE='1'\n"
+        "exec '" +
+            kChild + "' 'x'\\''y'\n");
+
+  r = launch(env, {"--dry-run", "--format", "json", "--gpu-bind", "isolate", kChild});
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out.find("\"CUDA_VISIBLE_DEVICES\": \"3\"") != std::string::npos);
+  CHECK(r.out.find("\"DTLAUNCH_CUDA_DEVICE\": \"0\"") != std::string::npos);
+  CHECK(r.out.rfind("{\"argv\": [\"" + kChild + "\"]", 0) == 0);
+}
+
+TEST_CASE("blackbox: -v logs each decision on stderr, prefixed with the rank") {
+  ProcessResult r = launch(slurm_step_env(0, 0, 0), {"-v", "--dry-run", kChild});
+  REQUIRE(r.exit_status == 0);
+  std::istringstream lines(r.err);
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    ++count;
+    CHECK(line.rfind("dtlaunch[rank 0] ", 0) == 0);
+  }
+  CHECK(count >= 3);
+  CHECK(r.err.find("MASTER_ADDR=node1") != std::string::npos);
+  CHECK(r.err.find("OMP_NUM_THREADS=1") != std::string::npos);
+  // Rank 1 does not repeat the job-wide decisions.
+  r = launch(slurm_step_env(1, 1, 0), {"-v", "--dry-run", kChild});
+  CHECK(r.err.find("MASTER_ADDR") == std::string::npos);
+}
+
+TEST_CASE("blackbox: each bad input is one line, a distinct status, and nothing runs") {
+  struct Case {
+    const char* what;
+    std::vector<std::pair<std::string, std::string>> set;
+    std::vector<std::string> unset;
+    std::vector<std::string> args;
+    int status;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"rank past world", {{"SLURM_PROCID", "6"}}, {}, {}, 2, "SLURM_PROCID=6 is not below"},
+      {"local id past node", {{"SLURM_LOCALID", "5"}}, {}, {}, 2, "SLURM_LOCALID=5"},
+      {"hosts vs nodes", {{"SLURM_STEP_NODELIST", "node[1-4]"}}, {}, {}, 2, "has 4 host(s)"},
+      {"sum vs world", {{"SLURM_STEP_TASKS_PER_NODE", "2,2,1"}}, {}, {}, 2, "adds up to 5"},
+      {"bad hostlist", {{"SLURM_STEP_NODELIST", "node[1-3"}}, {}, {}, 2, "SLURM_STEP_NODELIST: "},
+      {"bad tasks per node",
+       {{"SLURM_STEP_TASKS_PER_NODE", "2(x)"}},
+       {},
+       {},
+       2,
+       "SLURM_STEP_TASKS_PER_NODE='2(x)'"},
+      {"missing rank", {}, {"SLURM_PROCID"}, {}, 2, "SLURM_PROCID is not set"},
+      {"bad user port", {{"MASTER_PORT", "0"}}, {}, {}, 2, "MASTER_PORT='0'"},
+      {"too few GPUs", {{"CUDA_VISIBLE_DEVICES", "0"}}, {}, {}, 2, "lists 1 GPU(s) for 2 tasks"},
+      {"batch script without srun",
+       {},
+       {"SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS"},
+       {},
+       2,
+       "outside an srun step"},
+      {"unknown option", {}, {}, {"--bogus"}, 2, "--bogus"},
+      {"bad gpu-bind", {}, {}, {"--gpu-bind", "all"}, 2, "--gpu-bind"},
+      {"negative nproc", {}, {}, {"--nproc-per-node", "-1"}, 2, "--nproc-per-node -1"},
+      {"nproc inside a multi-task step", {}, {}, {"--nproc-per-node", "4"}, 2, "would start 24"},
+      {"mode slurm with nproc",
+       {},
+       {},
+       {"--mode", "slurm", "--nproc-per-node", "2"},
+       2,
+       "contradict"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    EnvMap env = slurm_step_env(1, 1, 0);
+    for (const auto& [k, v] : c.set) env.set(k, v);
+    for (const auto& k : c.unset) env.erase(k);
+    std::vector<std::string> args = c.args;
+    args.push_back(kChild);
+    check_refused(launch(env, args), c.status, c.needle);
+  }
+}
+
+TEST_CASE("blackbox: a program that is missing or not executable gets 127 / 126") {
+  check_refused(launch(slurm_step_env(), {"no-such-program-xyz"}), 127,
+                "no-such-program-xyz: command not found in PATH");
+  char plain[] = "/tmp/dtlaunch-test-plain-XXXXXX";
+  int fd = ::mkstemp(plain);
+  REQUIRE(fd >= 0);
+  ::fchmod(fd, 0644);
+  ::close(fd);
+  check_refused(launch(slurm_step_env(), {plain}), 126,
+                std::string(plain) + ": cannot execute: Permission denied");
+  ::unlink(plain);
+  check_refused(launch(slurm_step_env(), {}), 2, "no program given");
+}
+
+TEST_CASE("blackbox: outside Slurm without --nproc-per-node the error says what to do") {
+  check_refused(launch(EnvMap{{"PATH", "/usr/bin:/bin"}}, {kChild}), 2, "not inside a Slurm step");
+}
+
+TEST_CASE("blackbox: --help and --version exit 0") {
+  ProcessResult r = launch(EnvMap{}, {"--help"});
+  CHECK(r.exit_status == 0);
+  CHECK(r.out.find("--nproc-per-node") != std::string::npos);
+  CHECK(r.out.find("Examples:") != std::string::npos);
+  r = launch(EnvMap{}, {"--version"});
+  CHECK(r.exit_status == 0);
+  CHECK(r.out.rfind("dtlaunch ", 0) == 0);
+}
+
+TEST_CASE("blackbox: docs/environment.md holds the table the binary prints") {
+  ProcessResult r = launch(EnvMap{}, {"env-table"});
+  REQUIRE(r.exit_status == 0);
+  std::ifstream page(DOCS_ENVIRONMENT_PAGE);
+  REQUIRE(page);
+  std::stringstream text;
+  text << page.rdbuf();
+  INFO(
+      "regenerate with: build/apps/dtlaunch/dtlaunch env-table, and paste "
+      "into " DOCS_ENVIRONMENT_PAGE);
+  CHECK(text.str().find(r.out) != std::string::npos);
+}
