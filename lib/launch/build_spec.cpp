@@ -141,8 +141,18 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const EnvMap& env, const Sys
       plan.visible.resize(*options.gpus_per_node);
     }
   } else {
-    std::uint32_t count =
-        options.gpus_per_node ? *options.gpus_per_node : system.count_gpu_device_files();
+    // Without CUDA_VISIBLE_DEVICES, CUDA numbers the devices the process may open from 0. Under
+    // Slurm those are the GPUs it allocated (SLURM_STEP_GPUS lists them; with device cgroups the
+    // others' files exist but cannot be opened), else every device file on the node.
+    std::uint32_t count = 0;
+    if (options.gpus_per_node) {
+      count = *options.gpus_per_node;
+    } else if (auto slurm_gpus = env.get("SLURM_STEP_GPUS") ? env.get("SLURM_STEP_GPUS")
+                                                            : env.get("SLURM_JOB_GPUS")) {
+      count = static_cast<std::uint32_t>(parse_visible_devices(*slurm_gpus).size());
+    } else {
+      count = system.count_gpu_device_files();
+    }
     for (std::uint32_t i = 0; i < count; ++i) plan.visible.push_back(num(i));
   }
   plan.isolated_by_slurm = gpus_per_task && plan.from_cuda_visible_devices &&

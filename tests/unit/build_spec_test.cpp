@@ -181,6 +181,8 @@ TEST_CASE("slurm spec: GPUs from CUDA_VISIBLE_DEVICES, device files or --gpus-pe
   sys.gpu_files = 4;
   CHECK(slurm_spec(env, with_program(), sys).gpu.visible ==
         std::vector<std::string>{"0", "1", "2", "3"});
+  env.set("SLURM_STEP_GPUS", "5,7");  // allocated GPUs, no CUDA_VISIBLE_DEVICES: CUDA sees 0,1
+  CHECK(slurm_spec(env, with_program(), sys).gpu.visible == std::vector<std::string>{"0", "1"});
   env.set("CUDA_VISIBLE_DEVICES", "6,7");
   auto s = slurm_spec(env, with_program(), sys);
   CHECK(s.gpu.visible == std::vector<std::string>{"6", "7"});
