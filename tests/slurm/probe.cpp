@@ -333,9 +333,14 @@ int main(int argc, char** argv) {
     if (sig > 0) {
       if (!args.checkpoint.empty())
         write_file(args.checkpoint, "rank " + rank + " " + now_text() + "\n");
+      // Who sent it: slurmstepd itself when nothing stands between Slurm and the program.
+      std::string sender;
+      std::ifstream comm("/proc/" + std::to_string(info.si_pid) + "/comm");
+      std::getline(comm, sender);
       write_file(record_path(args, rank, ".signal"),
                  std::string("signal=SIG") + sigabbrev_np(sig) +
-                     "\nsender_pid=" + std::to_string(info.si_pid) + "\ntime=" + now_text() + "\n");
+                     "\nsender_pid=" + std::to_string(info.si_pid) + "\nsender_comm=" + sender +
+                     "\ntime=" + now_text() + "\n");
       return args.exit_on_signal ? static_cast<int>(*args.exit_on_signal) : 128 + sig;
     }
   }

@@ -65,6 +65,8 @@ for sig in ("USR1", "TERM"):
     recs = ctx.records(out)
     sigs = {r: rec.get("signal") for r, rec in ctx.records(out, suffix=".signal").items()}
     ctx.eq(sigs, {r: "SIG" + sig for r in range(6)}, f"{name}: signal recorded by each rank")
+    senders = {rec.get("sender_comm") for rec in ctx.records(out, suffix=".signal").values()}
+    ctx.eq(senders, {"slurmstepd"}, f"{name}: sender of the signal (nothing in between)")
     for r, rec in recs.items():  # the signalled process is the task Slurm started
         ctx.eq(rec["probe.pid"], rec.get("env.SLURM_TASK_PID"), f"{name}: rank {r} pid")
     if srun.returncode != 128 + signo:

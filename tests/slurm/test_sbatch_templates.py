@@ -106,6 +106,8 @@ ctx.eq(info.get("Requeue"), "1", "preemptible: --requeue from the template")
 sigs = ctx.records(out, "run0", ".signal")
 ctx.eq({r: s.get("signal") for r, s in sigs.items()}, {0: "SIGUSR1", 1: "SIGUSR1"},
        "preemptible: USR1 reached every rank of the first run")
+ctx.eq({s.get("sender_comm") for s in sigs.values()}, {"slurmstepd"},
+       "preemptible: the USR1 came from slurmstepd, straight to the program")
 first = ctx.records(out, "run0")
 second = ctx.records(out, "run1")
 ctx.eq(sorted(second), [0, 1], "preemptible: ranks of the second run")
@@ -118,4 +120,51 @@ if 0 in sigs and 0 in first:
 for line in ("run 1 on", "run 1: srun exit status 75", "requeueing", "run 2 on",
              "run 2: srun exit status 0"):
     ctx.check(line in text, f"preemptible: no {line!r} in the appended output:\n{text}")
+
+
+def wait_for_text(path_of, needle, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        path = path_of()
+        if path and os.path.exists(path) and needle in open(path).read():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+# ---- preemptible with the real trainer: USR1 mid-training, checkpoint, requeue, resume ---------
+# The signal is sent by the test (scancel --signal=USR1 signals every task of the job's steps,
+# as the --signal timer does) once training runs, so the run is long enough by construction.
+if ctx.args.train:
+    print("template preemptible.sbatch with dtlaunch-train")
+    ckpt = os.path.join(ctx.outdir("preempt-train"), "train.ckpt")
+    steps = 3000
+    env = {"DTLAUNCH": ctx.dtlaunch, "TRAIN": os.path.abspath(ctx.args.train),
+           "TRAIN_ARGS": f"--synthetic 20000 --batch-size 8 --max-steps {steps} --log-every 10 "
+                         f"--checkpoint {ckpt} --resume"}
+    path = os.path.join(templates, "preemptible.sbatch")
+    p = ctx.run(["sbatch", "--parsable", f"--chdir={ctx.work}", "--nodes=1",
+                 "--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1", path],
+                env=env, timeout=20)
+    job = p.stdout.strip()
+    stdout_of = lambda: ctx.scontrol_job(job).get("StdOut")
+    if ctx.check(wait_for_text(stdout_of, "loss", 60), "trainer: no progress line within 60 s"):
+        s = ctx.run(["scancel", "--signal=USR1", job], timeout=20)
+        ctx.eq(s.returncode, 0, f"trainer: scancel rc ({s.stderr.strip()})")
+    deadline = time.monotonic() + 90
+    info = {}
+    while time.monotonic() < deadline:
+        info = ctx.scontrol_job(job)
+        if info.get("JobState") in FINAL:
+            break
+        time.sleep(0.25)
+    out_text = open(info["StdOut"]).read() if os.path.exists(info.get("StdOut", "")) else ""
+    err_text = open(info["StdErr"]).read() if os.path.exists(info.get("StdErr", "")) else ""
+    print(f"  job {job}: {info.get('JobState')} ExitCode={info.get('ExitCode')} "
+          f"Restarts={info.get('Restarts')}")
+    check_done("preemptible train", info, out_text, err_text, "dtlaunch-preempt", "04:00:00")
+    ctx.eq(info.get("Restarts"), "1", "trainer: requeued once")
+    for needle in ("checkpoint " + ckpt + " saved", "run 1: srun exit status 75", "requeueing",
+                   "resumed from " + ckpt, f"done: {steps} steps", "run 2: srun exit status 0"):
+        ctx.check(needle in out_text, f"trainer: no {needle!r} in the output:\n{out_text}")
 ctx.finish()
