@@ -1,0 +1,111 @@
+// A test harness for lib/proc before (and besides) the launcher: starts --nproc copies of a
+// program through run_workers with the torchrun variables set here, and exits with the
+// RunResult's status. It decides nothing the launcher decides; it only feeds the supervisor.
+//   proc_driver --nproc N [--nnodes M --node-rank R --master-port P] [--grace MS]
+//               [--max-restarts K] [--log-dir DIR] -- PROGRAM ARGS...
+// Prints "proc_driver: exit_status=S restarts=K" on stderr at the end.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/env_map.hpp"
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "proc/supervisor.hpp"
+
+extern char** environ;
+
+namespace {
+
+using dtlaunch::Error;
+
+std::string resolve(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  for (std::size_t start = 0; start <= dirs.size();) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string candidate = dirs.substr(start, end - start) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return program;
+}
+
+int run(int argc, char** argv) {
+  std::uint32_t nproc = 1, nnodes = 1, node_rank = 0;
+  std::optional<std::uint16_t> port;
+  dtlaunch::SupervisorOptions options;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (i + 1 >= argc) throw Error::usage(arg + " needs a value");
+    const std::string value = argv[++i];
+    if (arg == "--nproc") {
+      nproc = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+    } else if (arg == "--nnodes") {
+      nnodes = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+    } else if (arg == "--node-rank") {
+      node_rank = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+    } else if (arg == "--master-port") {
+      port = static_cast<std::uint16_t>(dtlaunch::parse_uint_var(arg, value, 65535));
+    } else if (arg == "--grace") {
+      options.grace = std::chrono::milliseconds(dtlaunch::parse_uint_var(arg, value));
+    } else if (arg == "--max-restarts") {
+      options.max_restarts = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value));
+    } else if (arg == "--log-dir") {
+      options.log_dir = value;
+    } else {
+      throw Error::usage("unknown option " + arg);
+    }
+  }
+  if (i >= argc) throw Error::usage("no program given after --");
+  const std::vector<std::string> args(argv + i, argv + argc);
+  const std::string program_path = resolve(args[0]);
+  const dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
+  if (!port) port = dtlaunch::find_free_port();
+
+  auto make_workers = [&](std::uint32_t restart_count) {
+    std::vector<dtlaunch::WorkerProcess> workers;
+    for (std::uint32_t local = 0; local < nproc; ++local) {
+      dtlaunch::WorkerProcess w;
+      w.rank = node_rank * nproc + local;
+      w.local_rank = local;
+      w.program_path = program_path;
+      w.argv = args;
+      w.env = inherited;
+      w.env.set("RANK", std::to_string(w.rank));
+      w.env.set("LOCAL_RANK", std::to_string(local));
+      w.env.set("WORLD_SIZE", std::to_string(nnodes * nproc));
+      w.env.set("LOCAL_WORLD_SIZE", std::to_string(nproc));
+      w.env.set("GROUP_RANK", std::to_string(node_rank));
+      w.env.set("MASTER_ADDR", "127.0.0.1");
+      w.env.set("MASTER_PORT", std::to_string(*port));
+      w.env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
+      workers.push_back(std::move(w));
+    }
+    return workers;
+  };
+  const dtlaunch::RunResult result = dtlaunch::run_workers(make_workers, options);
+  std::fprintf(stderr, "proc_driver: exit_status=%d restarts=%u\n", result.exit_status,
+               result.restarts);
+  return result.exit_status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "proc_driver: %s\n", e.what());
+    return e.exit_status();
+  }
+}

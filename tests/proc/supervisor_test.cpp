@@ -1,0 +1,337 @@
+// run_workers with real processes and real signals, through proc_driver. Every run checks that
+// nothing of the driver's tree is left (run_driver: the test is a child subreaper).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <thread>
+
+#include "harness.hpp"
+
+using namespace proctest;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kHelper = PROC_HELPER;
+
+// sh -c SCRIPT, with $H the helper program.
+std::vector<std::string> sh(const std::string& script) {
+  return {"/bin/sh", "-c", "H=" + kHelper + "; " + script};
+}
+
+// Every rank but `failing` ignores SIGTERM; `failing` exits with `code` once all the others
+// have said they ignore it (in a file named after the run's MASTER_PORT, a free port the
+// driver found: one per run, shared by its workers; one line per ready rank).
+std::string wait_then_fail(int failing, int code) {
+  return "READY=${TMPDIR:-/tmp}/dtlaunch-proc-ready.$MASTER_PORT; "
+         "[ $RANK = " +
+         std::to_string(failing) +
+         " ] || exec $H ignore-term 30 $READY; "
+         "while [ \"$(cat $READY 2>/dev/null | wc -l)\" -lt $((WORLD_SIZE - 1)) ]; do sleep 0.02; "
+         "done; rm -f $READY; exit " +
+         std::to_string(code);
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("exit status and failure report of a group", "[proc]") {
+  struct Case {
+    const char* name;
+    std::vector<std::string> args;
+    int status;
+    const char* report;  // regex over the driver's stderr; "" = no failure report
+    double max_seconds;
+  };
+  const std::vector<Case> cases = {
+      {"all succeed", concat({"--nproc", "3", "--"}, sh("exit 0")), 0, "", 10},
+      {"one exits 3, the others are stopped",
+       concat({"--nproc", "3", "--grace", "20000", "--"},
+              sh("if [ $RANK = 1 ]; then echo loading; echo about to fail >&2; exit 3; fi; "
+                 "sleep 30")),
+       3,
+       "dtlaunch: rank 1 failed \\(exit 3\\); sent SIGTERM to the 2 other workers, SIGKILL in 20 "
+       "s\n(.|\n)*dtlaunch: rank 1 \\(local 1\\) on \\S+ failed: exit 3; its last 2 lines:\n"
+       "  \\[rank 1\\] loading\n  \\[rank 1\\] about to fail\n",
+       10},
+      {"killed by SIGSEGV",
+       concat({"--nproc", "2", "--"},
+              sh("if [ $RANK = 0 ]; then exec $H raise SEGV; fi; sleep 30")),
+       128 + SIGSEGV,
+       "rank 0 \\(local 0\\) on \\S+ failed: killed by SIGSEGV; its last line:\n"
+       "  \\[rank 0\\] R0 raising SEGV\n",
+       10},
+      {"killed by SIGKILL, wrote nothing",
+       concat({"--nproc", "2", "--"}, sh("if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 30")),
+       128 + SIGKILL, "rank 1 \\(local 1\\) on \\S+ failed: killed by SIGKILL; it wrote nothing\n",
+       10},
+      {"workers ignoring SIGTERM get SIGKILL after the grace period",
+       concat({"--nproc", "3", "--grace", "400", "--"}, sh(wait_then_fail(2, 1))), 1,
+       "rank 2 \\(local 2\\) on \\S+ failed: exit 1; it wrote nothing\n", 10},
+      {"exit 0 leaving grandchildren, one in a session of its own: killed, not waited for",
+       concat({"--nproc", "2", "--"}, sh("sleep 300 & setsid sleep 300 & exit 0")), 0, "", 10},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      TempDir dir;
+      const Ran ran = run_driver(c.args, dir);
+      INFO("stderr:\n" << ran.err);
+      CHECK(ran.status == c.status);
+      CHECK(ran.seconds < c.max_seconds);
+      if (*c.report == '\0') {
+        CHECK(ran.err.find("failed") == std::string::npos);
+      } else {
+        CHECK(std::regex_search(ran.err, std::regex(c.report)));
+      }
+      CHECK(ran.err.find("proc_driver: exit_status=" + std::to_string(c.status)) !=
+            std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("the grace period is waited before SIGKILL", "[proc]") {
+  TempDir dir;
+  const Ran ran =
+      run_driver(concat({"--nproc", "2", "--grace", "700", "--"}, sh(wait_then_fail(1, 4))), dir);
+  CHECK(ran.status == 4);
+  CHECK(ran.seconds >= 0.7);
+  CHECK(ran.seconds < 5);
+}
+
+TEST_CASE("a program that cannot be executed: 127 / 126, nothing left", "[proc]") {
+  TempDir dir;
+  const std::string not_executable = dir / "script";
+  std::ofstream(not_executable) << "#!/bin/sh\nexit 0\n";
+  ::chmod(not_executable.c_str(), 0644);
+  struct Case {
+    std::string program;
+    int status;
+    std::string message;
+  };
+  for (const Case& c : {Case{dir / "missing", 127, "No such file or directory"},
+                        Case{not_executable, 126, "Permission denied"}}) {
+    const Ran ran = run_driver({"--nproc", "3", "--", c.program}, dir);
+    CHECK(ran.status == c.status);
+    CHECK(ran.err.find("cannot execute '" + c.program + "': " + c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("descendants of the workers are killed and reaped when the group ends", "[proc]") {
+  TempDir dir;
+  const std::string pids = dir / "pids";
+  for (const char* session : {"group", "setsid"}) {
+    SECTION(session) {
+      const Ran ran =
+          run_driver({"--nproc", "2", "--", kHelper, "tree", pids, session, "exit"}, dir);
+      CHECK(ran.status == 0);
+      CHECK(ran.seconds < 10);
+      const std::vector<pid_t> grandchildren = read_pids(pids);
+      REQUIRE(grandchildren.size() == 2);
+      for (pid_t pid : grandchildren) CHECK_FALSE(exists(pid));
+    }
+  }
+}
+
+TEST_CASE("SIGKILL of the supervisor kills the workers and their children", "[proc]") {
+  TempDir dir;
+  const std::string pids = dir / "pids";
+  become_subreaper();
+  Child driver({PROC_DRIVER, "--nproc", "3", "--", kHelper, "tree", pids, "group", "sleep"},
+               dir / "out", dir / "err");
+  REQUIRE(eventually([&] { return read_pids(pids).size() == 3; }));
+  std::vector<pid_t> tree = read_pids(pids);
+  for (pid_t pid : children_of(driver.pid()))
+    if (process_name(pid) != "dtlaunch-guard") tree.push_back(pid);
+  REQUIRE(tree.size() == 6);  // 3 workers, 3 grandchildren
+
+  driver.signal(SIGKILL);
+  CHECK(driver.wait_for(5s) == 128 + SIGKILL);
+  // Workers die by PR_SET_PDEATHSIG, grandchildren by the guardian's kill of their groups;
+  // all of them come back to this subreaper test process, which reaps them.
+  const std::vector<pid_t> alive = settle(5s);
+  for (pid_t pid : alive) UNSCOPED_INFO("still alive: " << pid << " " << process_name(pid));
+  CHECK(alive.empty());
+  for (pid_t pid : tree) CHECK_FALSE(exists(pid));
+}
+
+TEST_CASE("signals to the supervisor reach every worker and its children, once", "[proc]") {
+  TempDir dir;
+  become_subreaper();
+  Child driver({PROC_DRIVER, "--nproc", "2", "--grace", "10000", "--", kHelper, "record",
+                dir.path(), "child"},
+               dir / "out", dir / "err");
+  const std::vector<std::string> files = {dir / "rank0.txt", dir / "rank0.child.txt",
+                                          dir / "rank1.txt", dir / "rank1.child.txt"};
+  auto all_end_with = [&](const std::string& word) {
+    return [&files, word] {
+      for (const std::string& f : files) {
+        const std::vector<std::string> lines = split_lines(read_file(f));
+        if (lines.empty() || lines.back() != word) return false;
+      }
+      return true;
+    };
+  };
+  REQUIRE(eventually(all_end_with("ready")));
+  const std::vector<std::pair<int, std::string>> sent = {
+      {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}, {SIGHUP, "HUP"}, {SIGINT, "INT"}};
+  for (const auto& [sig, name] : sent) {
+    driver.signal(sig);
+    REQUIRE(eventually(all_end_with(name)));
+  }
+  driver.signal(SIGTERM);  // the recorders exit 0 on SIGTERM
+  CHECK(driver.wait_for(10s) == 0);
+  for (const std::string& f : files) CHECK(read_file(f) == "ready\nUSR1\nUSR2\nHUP\nINT\nTERM\n");
+  const std::string err = read_file(dir / "err");
+  CHECK(err.find("dtlaunch: got SIGHUP, passed it to the workers; SIGKILL in 10 s") !=
+        std::string::npos);
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE("SIGTERM to the supervisor: workers that ignore it are killed after the grace",
+          "[proc]") {
+  TempDir dir;
+  become_subreaper();
+  Child driver({PROC_DRIVER, "--nproc", "2", "--grace", "300", "--", kHelper, "ignore-term", "30"},
+               dir / "out", dir / "err");
+  REQUIRE(eventually([&] {
+    return read_file(dir / "out") == "[rank 0] ready\n[rank 1] ready\n" ||
+           read_file(dir / "out") == "[rank 1] ready\n[rank 0] ready\n";
+  }));
+  driver.signal(SIGTERM);
+  CHECK(driver.wait_for(10s) == 128 + SIGKILL);
+  CHECK(std::regex_search(
+      read_file(dir / "err"),
+      std::regex("rank [01] \\(local [01]\\) on \\S+ failed: killed by SIGKILL")));
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE("heavy output: every line whole, prefixed, in order per rank and stream", "[proc]") {
+  TempDir dir;
+  constexpr int kRanks = 4, kLines = 20000, kLen = 80;
+  const Ran ran = run_driver({"--nproc", std::to_string(kRanks), "--", kHelper, "lines",
+                              std::to_string(kLines), std::to_string(kLen)},
+                             dir);
+  REQUIRE(ran.status == 0);
+  const std::regex line_re("\\[rank (\\d)\\] R(\\d) (\\d+) ([a-z]+)|\\[rank (\\d)\\] R(\\d) end");
+  for (const auto& [text, first] : {std::pair{ran.out, 0}, std::pair{ran.err, 1}}) {
+    std::map<int, int> next;  // rank -> next expected index in this stream
+    std::map<int, bool> ended;
+    for (const std::string& line : split_lines(text)) {
+      if (line.rfind("proc_driver:", 0) == 0) continue;
+      std::smatch m;
+      INFO(line.substr(0, 120));
+      REQUIRE(std::regex_match(line, m, line_re));
+      if (m[1].matched) {
+        const int rank = std::stoi(m[1]);
+        CHECK(m[2] == m[1]);
+        if (!next.count(rank)) next[rank] = first;
+        REQUIRE(std::stoi(m[3]) == next[rank]);
+        next[rank] += 2;
+        CHECK(m[4].length() == kLen);
+        CHECK(m[4].str() == std::string(kLen, static_cast<char>('a' + rank)));
+      } else {
+        CHECK(m[5] == m[6]);
+        ended[std::stoi(m[5])] = true;  // the partial last line, flushed at exit
+      }
+    }
+    REQUIRE(next.size() == kRanks);
+    for (const auto& [rank, n] : next) CHECK(n == kLines + first);
+    if (first == 0) CHECK(ended.size() == kRanks);
+  }
+}
+
+TEST_CASE("a line longer than the relay's limit is split into prefixed pieces", "[proc]") {
+  TempDir dir;
+  const Ran ran = run_driver({"--nproc", "1", "--", kHelper, "long", "10000"}, dir);
+  REQUIRE(ran.status == 0);
+  const std::string piece = "[rank 0] " + std::string(4000, 'x') + "\n";
+  CHECK(ran.out == piece + piece + "[rank 0] " + std::string(2000, 'x') + "\n");
+}
+
+TEST_CASE("log directory: one file per rank, unprefixed, appended across restarts", "[proc]") {
+  TempDir dir;
+  const std::string logs = dir / "logs/nested";
+  const Ran ran = run_driver(
+      concat({"--nproc", "2", "--max-restarts", "1", "--log-dir", logs, "--"},
+             sh("echo out $RANK $TORCHELASTIC_RESTART_COUNT; echo err $RANK >&2; "
+                "[ $TORCHELASTIC_RESTART_COUNT = 1 ] && exit 0; "
+                // Attempt 0 fails, by rank 1 once rank 0 has written (then rank 0 is stopped).
+                "if [ $RANK = 0 ]; then touch " +
+                (dir / "written") +
+                "; exec sleep 30; fi; "
+                "while [ ! -e " +
+                (dir / "written") + " ]; do sleep 0.02; done; exit 7")),
+      dir);
+  CHECK(ran.status == 0);
+  for (int rank : {0, 1}) {
+    const std::string r = std::to_string(rank);
+    const std::vector<std::string> lines = split_lines(read_file(logs + "/rank-" + r + ".log"));
+    REQUIRE(lines.size() == 4);
+    // Within one attempt stdout and stderr are two pipes: their relative order is not fixed.
+    std::vector<std::string> first(lines.begin(), lines.begin() + 2);
+    std::vector<std::string> second(lines.begin() + 2, lines.end());
+    std::sort(first.begin(), first.end());
+    std::sort(second.begin(), second.end());
+    CHECK(first == std::vector<std::string>{"err " + r, "out " + r + " 0"});
+    CHECK(second == std::vector<std::string>{"err " + r, "out " + r + " 1"});
+  }
+}
+
+TEST_CASE("a log directory that cannot be created: status 2, nothing started", "[proc]") {
+  TempDir dir;
+  std::ofstream(dir / "file") << "x";
+  const std::string marker = dir / "started";
+  const Ran ran = run_driver(
+      concat({"--nproc", "2", "--log-dir", dir / "file/logs", "--"}, sh("touch " + marker)), dir);
+  CHECK(ran.status == 2);
+  CHECK(ran.err.find("log directory '" + (dir / "file/logs") + "'") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(marker));
+}
+
+TEST_CASE("restarts: the whole group again, with the restart count exported", "[proc]") {
+  struct Case {
+    int max_restarts;
+    int succeed_from;  // the first restart count at which every worker exits 0
+    int status;
+    int restarts;
+  };
+  for (const Case& c : {Case{0, 0, 0, 0}, Case{0, 1, 5, 0}, Case{1, 2, 5, 1}, Case{3, 2, 0, 2}}) {
+    DYNAMIC_SECTION("max " << c.max_restarts << ", succeeds from " << c.succeed_from) {
+      TempDir dir;
+      const Ran ran = run_driver(
+          concat({"--nproc", "2", "--max-restarts", std::to_string(c.max_restarts), "--"},
+                 // A failing attempt: rank 1 exits 5 once rank 0 has written its line.
+                 sh("echo attempt $TORCHELASTIC_RESTART_COUNT; "
+                    "[ $TORCHELASTIC_RESTART_COUNT -ge " +
+                    std::to_string(c.succeed_from) + " ] && exit 0; M=" + dir.path() +
+                    "/written.$TORCHELASTIC_RESTART_COUNT; "
+                    "if [ $RANK = 0 ]; then touch $M; exec sleep 30; fi; "
+                    "while [ ! -e $M ]; do sleep 0.02; done; exit 5")),
+          dir);
+      CHECK(ran.status == c.status);
+      CHECK(ran.err.find("restarts=" + std::to_string(c.restarts)) != std::string::npos);
+      for (int k = 0; k <= c.restarts; ++k) {
+        for (int rank : {0, 1}) {
+          CHECK(ran.out.find("[rank " + std::to_string(rank) + "] attempt " + std::to_string(k)) !=
+                std::string::npos);
+        }
+        if (k > 0) {
+          CHECK(ran.err.find("dtlaunch: restarting all 2 workers (restart " + std::to_string(k) +
+                             " of " + std::to_string(c.max_restarts) + ")") != std::string::npos);
+        }
+      }
+      CHECK(ran.out.find("attempt " + std::to_string(c.restarts + 1)) == std::string::npos);
+    }
+  }
+}
