@@ -22,4 +22,15 @@ for i, (name, layout, world, placement) in enumerate(CASES):
         ctx.show(p)
         continue
     slurmtest.check_step(ctx, ctx.records(out), world, placement, what=name)
+
+# A heterogeneous step (srun A : B): Slurm 22.05 numbers its tasks 0..2 across both components
+# and reports the whole step in SLURM_STEP_* (SLURM_HET_SIZE=2, no SLURM_HET_JOB_OFFSET in tasks).
+print("case het step -N1 -n2 : -N1 -n1")
+out = ctx.outdir("het")
+program = [ctx.dtlaunch, "--"] + ctx.probe_argv(out, "probe", "--rendezvous")
+p = ctx.run(["srun", "-N1", "-n2"] + program + [":", "-N1", "-n1"] + program, timeout=60)
+if ctx.check(p.returncode == 0, f"het: srun rc={p.returncode}"):
+    slurmtest.check_step(ctx, ctx.records(out), 3, [0, 0, 1], what="het")
+else:
+    ctx.show(p)
 ctx.finish()
