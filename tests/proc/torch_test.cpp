@@ -1,0 +1,68 @@
+// The real PyTorch as a client of local mode: python3-torch's init_process_group("gloo",
+// init_method="env://") on the environment the supervisor's workers get, with an all-reduce.
+#include <catch2/catch.hpp>
+#include <regex>
+#include <set>
+
+#include "harness.hpp"
+#include "proc/supervisor.hpp"
+
+using namespace proctest;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kScript = TORCH_ALLREDUCE_PY;
+
+// The ranks that printed "rank R of W local L: sum S ok" with the right sum, from each line.
+std::set<int> ranks_ok(const std::string& out, int world) {
+  std::set<int> ok;
+  const std::regex re("\\[rank (\\d+)\\] rank (\\d+) of (\\d+) local (\\d+): sum (\\d+) ok");
+  for (const std::string& line : split_lines(out)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, re)) continue;
+    CHECK(m[1] == m[2]);
+    CHECK(std::stoi(m[3]) == world);
+    CHECK(std::stoi(m[5]) == world * (world + 1) / 2);
+    ok.insert(std::stoi(m[1]));
+  }
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("python3-torch gloo all-reduce with 4 local workers", "[torch]") {
+  TempDir dir;
+  const Ran ran = run_driver({"--nproc", "4", "--", "/usr/bin/python3", kScript}, dir, 120s);
+  INFO(ran.out << ran.err);
+  CHECK(ran.status == 0);
+  CHECK(ranks_ok(ran.out, 4) == std::set<int>{0, 1, 2, 3});
+}
+
+TEST_CASE("python3-torch across two supervisors (--nnodes 2 on loopback)", "[torch]") {
+  TempDir dir;
+  become_subreaper();
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  std::vector<Child> nodes;
+  for (int node : {0, 1}) {
+    const std::string n = std::to_string(node);
+    nodes.emplace_back(
+        std::vector<std::string>{PROC_DRIVER, "--nproc", "2", "--nnodes", "2", "--node-rank", n,
+                                 "--master-port", port, "--", "/usr/bin/python3", kScript},
+        dir / ("node" + n + ".out"), dir / ("node" + n + ".err"));
+  }
+  std::set<int> ok;
+  for (int node : {0, 1}) {
+    const std::string n = std::to_string(node);
+    const std::optional<int> status = nodes[static_cast<std::size_t>(node)].wait_for(120s);
+    const std::string out = read_file(dir / ("node" + n + ".out"));
+    INFO("node " << n << ":\n" << out << read_file(dir / ("node" + n + ".err")));
+    CHECK(status == 0);
+    for (int rank : ranks_ok(out, 4)) {
+      CHECK(rank / 2 == node);  // node_rank * nproc + local_rank
+      ok.insert(rank);
+    }
+  }
+  CHECK(ok == std::set<int>{0, 1, 2, 3});
+  CHECK(settle(5s).empty());
+}
