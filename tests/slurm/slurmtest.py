@@ -220,3 +220,52 @@ def check_step(ctx, recs, world, placement=None, master_host=None, what="step"):
         ok = recs[r].get("probe.rendezvous", "ok").startswith("ok")
         ctx.check(ok, f"{what}: rank {r} rendezvous: {recs[r].get('probe.rendezvous')}")
     return host
+
+
+# ---- batch jobs ------------------------------------------------------------------------------
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+         "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+
+def submit(ctx, template, extra, env, timeout, before_wait=None):
+    """sbatch --parsable of scripts/sbatch/TEMPLATE in the work dir, then poll scontrol until the
+    job is final; before_wait(job) runs in between. Returns (job id, scontrol fields, stdout
+    text, stderr text)."""
+    path = os.path.join(ctx.repo, "scripts", "sbatch", template)
+    p = ctx.run(["sbatch", "--parsable", f"--chdir={ctx.work}"] + extra + [path], env=env,
+                timeout=20)
+    if not ctx.eq(p.returncode, 0, f"{template}: sbatch rc ({p.stderr.strip()})"):
+        return None, {}, "", ""
+    job = p.stdout.strip().split(";")[0]
+    if before_wait:
+        before_wait(job)
+    deadline = time.monotonic() + timeout
+    info = {}
+    while time.monotonic() < deadline:
+        info = ctx.scontrol_job(job)
+        if info.get("JobState") in FINAL:
+            break
+        time.sleep(0.25)
+    else:
+        ctx.fail(f"{template}: job {job} not done within {timeout} s: {info.get('JobState')}")
+        ctx.run(["scancel", job], timeout=10)
+    texts = []
+    for key in ("StdOut", "StdErr"):
+        f = info.get(key, "")
+        texts.append(open(f).read() if f and os.path.exists(f) else "")
+    print(f"  job {job}: {info.get('JobState')} ExitCode={info.get('ExitCode')} "
+          f"Restarts={info.get('Restarts')} {info.get('StdOut')}")
+    return job, info, texts[0], texts[1]
+
+
+def check_done(ctx, name, info, out, err, want_name, want_limit):
+    ctx.eq(info.get("JobState"), "COMPLETED", f"{name}: final state")
+    ctx.eq(info.get("ExitCode"), "0:0", f"{name}: exit code")
+    ctx.eq(info.get("JobName"), want_name, f"{name}: job name from the template")
+    ctx.eq(info.get("TimeLimit"), want_limit, f"{name}: time limit from the template")
+    ctx.check(os.path.basename(info.get("StdOut", "")).startswith(want_name + "-"),
+              f"{name}: output file {info.get('StdOut')} named by the template's --output")
+    ctx.check(not [l for l in err.splitlines() if l.startswith("dtlaunch: ")],
+              f"{name}: dtlaunch errors in the job's stderr: {err!r}")
+    if info.get("JobState") != "COMPLETED":
+        print(out, err)
