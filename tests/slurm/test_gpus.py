@@ -19,6 +19,11 @@ CASES = [
      [], 2, "isolated"),
     ("srun --gpus-per-task=1", None, ["-N1", "--ntasks-per-node=2", "--gpus-per-task=1"], [], 2,
      "isolated"),
+    # Slurm's own binding: one GPU per task (SLURMD_TRES_BIND=gpu:single:1), fewer than
+    # SLURM_GPUS_ON_NODE=2, and no per-task count anywhere.
+    ("srun --gpus-per-node=2 --gpu-bind=single:1", None,
+     ["-N1", "--ntasks-per-node=2", "--gpus-per-node=2", "--gpu-bind=single:1"], [], 2,
+     "isolated"),
 ]
 
 ctx = slurmtest.Ctx(__doc__)
