@@ -249,6 +249,9 @@ class Attempt {
 
   void on_first_failure(std::size_t index) {
     first_failure_ = index;
+    // After a SIGINT/SIGTERM/SIGHUP the others already have it and may be saving state: the
+    // armed grace period alone bounds their exit.
+    if (terminated_) return;
     std::size_t others = 0;
     for (Worker& w : workers_) {
       if (!w.running) continue;

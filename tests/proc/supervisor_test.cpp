@@ -335,3 +335,27 @@ TEST_CASE("restarts: the whole group again, with the restart count exported", "[
     }
   }
 }
+
+TEST_CASE("after SIGINT to the supervisor, a worker's death adds no SIGTERM for the others",
+          "[proc]") {
+  TempDir dir;
+  become_subreaper();
+  // Rank 0 dies of the forwarded SIGINT; rank 1 records what it gets and would leave on SIGTERM.
+  Child driver({PROC_DRIVER, "--nproc", "2", "--grace", "500", "--", "/bin/sh", "-c",
+                "[ $RANK = 0 ] && exec sleep 30; exec " + kHelper + " record " + dir.path()},
+               dir / "out", dir / "err");
+  REQUIRE(eventually([&] { return read_file(dir / "rank1.txt") == "ready\n"; }));
+  REQUIRE(eventually([&] {
+    for (pid_t pid : children_of(driver.pid()))
+      if (process_name(pid) == "sleep") return true;
+    return false;
+  }));
+  driver.signal(SIGINT);
+  CHECK(driver.wait_for(10s) == 128 + SIGINT);
+  CHECK(read_file(dir / "rank1.txt") == "ready\nINT\n");  // then SIGKILL after the grace
+  const std::string err = read_file(dir / "err");
+  CHECK(err.find("rank 0 (local 0) on ") != std::string::npos);
+  CHECK(err.find("failed: killed by SIGINT") != std::string::npos);
+  CHECK(err.find("sent SIGTERM") == std::string::npos);
+  CHECK(settle(5s).empty());
+}
