@@ -151,7 +151,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
     return num_samples_ * static_cast<size_t>(replicas_);
   }
 
-  void reset(OptionalSize new_size) override;
+  void reset(OptionalSize new_size = OptionalSize{}) override;
 #if TORCH_VERSION_MAJOR >= 2
   std::optional<std::vector<size_t>> next(size_t batch_size) override;
 #else
