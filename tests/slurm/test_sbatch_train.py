@@ -40,9 +40,9 @@ def signal_when_training(job):
 
 print("template preemptible.sbatch with dtlaunch-train")
 ckpt = os.path.join(ctx.outdir("preempt-train"), "train.ckpt")
-steps = 2000
+steps = 500  # one epoch: 4000 samples per rank in batches of 8
 env = {"DTLAUNCH": ctx.dtlaunch, "TRAIN": train,
-       "TRAIN_ARGS": f"--synthetic 4000 --batch-size 8 --max-steps {steps} --log-every 10 "
+       "TRAIN_ARGS": f"--synthetic 4000 --batch-size 8 --epochs 1 --log-every 10 "
                      f"--checkpoint {ckpt} --resume"}
 job, info, text, err = slurmtest.submit(ctx, "preemptible.sbatch", ["--nodes=1"] + one_cpu, env,
                                         150, before_wait=signal_when_training)
