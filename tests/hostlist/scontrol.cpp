@@ -1,0 +1,190 @@
+#include "scontrol.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace dtlaunch::hostlist::test {
+namespace {
+
+void check(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    lines.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return lines;
+}
+
+}  // namespace
+
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& extra_env) {
+  int out_pipe[2];
+  int err_pipe[2];
+  check(pipe2(out_pipe, O_CLOEXEC) == 0, "pipe");
+  check(pipe2(err_pipe, O_CLOEXEC) == 0, "pipe");
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+
+  // The child sees our environment minus the variables that change what scontrol reads.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.rfind("SLURM_", 0) == 0) continue;
+    env_strings.emplace_back(entry);
+  }
+  for (const std::string& e : extra_env) env_strings.push_back(e);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = argv;
+  std::vector<char*> argp;
+  for (std::string& a : args) argp.push_back(a.data());
+  argp.push_back(nullptr);
+
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argp[0], &actions, nullptr, argp.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (rc != 0) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    errno = rc;
+    check(false, "posix_spawnp");
+  }
+
+  ProcessResult result;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_count = 2;
+  char buf[65536];
+  // 22.05 loops forever on some inputs (a prefix group ending at 2^64-1): give up after 20 s.
+  int waited_ms = 0;
+  while (open_count > 0) {
+    if (waited_ms >= 20000) {
+      kill(pid, SIGKILL);
+      result.timed_out = true;
+      for (pollfd& p : fds)
+        if (p.fd >= 0) close(p.fd);
+      break;
+    }
+    const int ready = poll(fds, 2, 100);
+    if (ready == 0) waited_ms += 100;
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      check(false, "poll");
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_count;
+      }
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) check(errno == EINTR, "waitpid");
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  return result;
+}
+
+Scontrol::Scontrol() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/dtlaunch-hostlist-XXXXXX";
+  check(mkdtemp(pattern.data()) != nullptr, "mkdtemp");
+  dir_ = pattern;
+  std::ofstream(dir_ + "/slurm.conf") << "ClusterName=test\nSlurmctldHost=localhost\n";
+  conf_env_ = "SLURM_CONF=" + dir_ + "/slurm.conf";
+}
+
+Scontrol::~Scontrol() {
+  std::remove((dir_ + "/slurm.conf").c_str());
+  rmdir(dir_.c_str());
+}
+
+SlurmAnswer Scontrol::hostnames(std::string_view expr) const {
+  const ProcessResult r =
+      run_process({"scontrol", "--", "show", "hostnames", std::string(expr)}, {conf_env_});
+  SlurmAnswer a;
+  a.err = r.err;
+  a.crashed = r.signal != 0 || r.timed_out;
+  // `show hostnames` exits 0 even on an invalid expression; only stderr tells.
+  a.valid = !a.crashed && r.exit_code == 0 && r.err.find("Invalid hostlist:") == std::string::npos;
+  if (a.valid) {
+    a.hosts = split_lines(r.out);
+    a.out = r.out;
+  }
+  return a;
+}
+
+SlurmAnswer Scontrol::hostlist(std::string_view expr) const {
+  const ProcessResult r =
+      run_process({"scontrol", "--", "show", "hostlist", std::string(expr)}, {conf_env_});
+  SlurmAnswer a;
+  a.err = r.err;
+  a.crashed = r.signal != 0 || r.timed_out;
+  a.valid = !a.crashed && r.exit_code == 0 && r.err.find("Invalid hostlist:") == std::string::npos;
+  if (a.valid) {
+    a.ranged = r.out;
+    if (!a.ranged.empty() && a.ranged.back() == '\n') a.ranged.pop_back();
+  }
+  return a;
+}
+
+bool Scontrol::available() const {
+  try {
+    return run_process({"scontrol", "--version"}, {conf_env_}).exit_code == 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20 || u == 0x7f) {
+      out += "\\x";
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xf]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace dtlaunch::hostlist::test
