@@ -65,7 +65,12 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-steps", cfg.warmup_steps, "steps left out of the timing line");
   app.add_option("--bucket-cap-mb", cfg.bucket_cap_mb, "DDP gradient bucket size in MiB")
       ->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 has a status per kind of error (105, 106, ...); ours is 2 for every bad input.
+    return app.exit(e) == 0 ? 0 : static_cast<int>(dtlaunch::ExitCode::kBadInput);
+  }
 
   try {
     dtlaunch::train::install_stop_handlers();

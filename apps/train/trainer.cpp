@@ -226,6 +226,7 @@ int run_training(const TrainConfig& cfg) {
 
   Progress now = start;
   double last_accuracy = -1;
+  std::int64_t last_correct = 0, last_total = 0;
   // Progress-line accumulators.
   double loss_sum = 0;
   std::uint64_t loss_count = 0;
@@ -308,12 +309,11 @@ int run_training(const TrainConfig& cfg) {
 
     const bool epoch_done = now.step_in_epoch == steps_per_epoch;
     if (!synthetic && (epoch_done || cap_reached())) {
-      std::int64_t correct = 0, total = 0;
-      last_accuracy = evaluate(net, data.test, *pg, &correct, &total);
+      last_accuracy = evaluate(net, data.test, *pg, &last_correct, &last_total);
       log("epoch %llu/%llu%s test accuracy %.4f (%lld/%lld)",
           static_cast<unsigned long long>(now.epoch + 1),
           static_cast<unsigned long long>(cfg.epochs), epoch_done ? "" : " (step cap)",
-          last_accuracy, static_cast<long long>(correct), static_cast<long long>(total));
+          last_accuracy, static_cast<long long>(last_correct), static_cast<long long>(last_total));
     }
     if (!cfg.checkpoint.empty()) {
       Progress next = now;
@@ -338,15 +338,14 @@ int run_training(const TrainConfig& cfg) {
         ddp_model.buckets().size());
   }
   if (stopped) return stop_status;
-  if (!synthetic && last_accuracy < 0) {  // resumed from a finished run: report its accuracy
-    std::int64_t correct = 0, total = 0;
-    last_accuracy = evaluate(net, data.test, *pg, &correct, &total);
-  }
+  if (!synthetic && last_accuracy < 0)  // resumed from a finished run: report its accuracy
+    last_accuracy = evaluate(net, data.test, *pg, &last_correct, &last_total);
 
   double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
   if (last_accuracy >= 0)
-    log("done: %llu steps, test accuracy %.4f, %.1f s",
-        static_cast<unsigned long long>(now.global_step), last_accuracy, wall);
+    log("done: %llu steps, test accuracy %.4f (%lld/%lld), %.1f s",
+        static_cast<unsigned long long>(now.global_step), last_accuracy,
+        static_cast<long long>(last_correct), static_cast<long long>(last_total), wall);
   else
     log("done: %llu steps, %.1f s", static_cast<unsigned long long>(now.global_step), wall);
   return 0;

@@ -1,0 +1,132 @@
+#include "ranks.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "proc/supervisor.hpp"
+
+extern char** environ;
+
+namespace dtlaunch::train_test {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dtlaunch-train-test.XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp " + tmpl + " failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Ranks::Ranks(const std::string& program, const std::vector<std::string>& args, int world,
+             const fs::path& log_dir, const std::string& tag) {
+  const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
+  for (int r = 0; r < world; ++r) {
+    // The environment of this test, minus any launch variables it inherited, plus the rank's.
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string kv(*e);
+      std::string name = kv.substr(0, kv.find('='));
+      if (name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" ||
+          name == "LOCAL_WORLD_SIZE" || name == "MASTER_ADDR" || name == "MASTER_PORT")
+        continue;
+      env.push_back(kv);
+    }
+    env.push_back("RANK=" + std::to_string(r));
+    env.push_back("WORLD_SIZE=" + std::to_string(world));
+    env.push_back("LOCAL_RANK=" + std::to_string(r));
+    env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world));
+    env.push_back("MASTER_ADDR=127.0.0.1");
+    env.push_back("MASTER_PORT=" + port);
+
+    std::vector<std::string> argv_s{program};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv, envp;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+
+    fs::path log = log_dir / (tag + "-rank" + std::to_string(r) + ".log");
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw std::runtime_error("cannot create " + log.string());
+    pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::execve(program.c_str(), argv.data(), envp.data());
+      ::_exit(127);
+    }
+    ::close(fd);
+    pids_.push_back(pid);
+    status_.push_back(-1);
+    logs_.push_back(log);
+  }
+}
+
+Ranks::~Ranks() {
+  for (pid_t& pid : pids_) {
+    if (pid <= 0) continue;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+}
+
+std::string Ranks::log(int rank) const {
+  return read_file(logs_.at(static_cast<size_t>(rank)));
+}
+
+size_t Ranks::reap() {
+  size_t running = 0;
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    if (pids_[i] <= 0) continue;
+    int ws = 0;
+    if (::waitpid(pids_[i], &ws, WNOHANG) == pids_[i]) {
+      status_[i] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+      pids_[i] = -1;
+    } else {
+      ++running;
+    }
+  }
+  return running;
+}
+
+bool Ranks::wait_for_output(int rank, const std::string& text, std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (log(rank).find(text) != std::string::npos) return true;
+    if (reap() == 0) return log(rank).find(text) != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::vector<int> Ranks::wait_all(std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (reap() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return status_;  // -1 for ranks still running; the destructor kills them
+}
+
+}  // namespace dtlaunch::train_test
