@@ -28,6 +28,15 @@ void check_writable(std::size_t index, std::string_view name) {
       unwritable(index, name, Reason::kNotWritable,
                  "character " + std::to_string(i + 1) + " is " + detail::quote(name.substr(i, 1)));
   }
+  std::size_t d = name.size();
+  while (d > 0 && detail::is_digit(name[d - 1])) --d;
+  std::uint64_t value = 0;
+  for (std::size_t k = d; k < name.size(); ++k) {
+    const auto digit = static_cast<std::uint64_t>(name[k] - '0');
+    if (value > (detail::kMaxNumber - digit) / 10)
+      unwritable(index, name, Reason::kNotWritable, "its number is above 18446744073709551615");
+    value = value * 10 + digit;
+  }
 }
 
 class ListBuilder {
@@ -48,10 +57,12 @@ class ListBuilder {
 }  // namespace
 
 std::string compress(const std::vector<std::string>& hosts) {
+  // Every name is checked before any is joined, so that an unwritable name is always reported
+  // as such, whatever comes before it.
+  for (std::size_t i = 0; i < hosts.size(); ++i) check_writable(i, hosts[i]);
   detail::RangeList list;
   for (std::size_t i = 0; i < hosts.size(); ++i) {
     const std::string_view name = hosts[i];
-    check_writable(i, name);
     std::size_t d = name.size();
     while (d > 0 && detail::is_digit(name[d - 1])) --d;
     if (d == name.size()) {
@@ -59,12 +70,8 @@ std::string compress(const std::vector<std::string>& hosts) {
       continue;
     }
     std::uint64_t value = 0;
-    for (std::size_t k = d; k < name.size(); ++k) {
-      const auto digit = static_cast<std::uint64_t>(name[k] - '0');
-      if (value > (detail::kMaxNumber - digit) / 10)
-        unwritable(i, name, Reason::kNotWritable, "its number is above 18446744073709551615");
-      value = value * 10 + digit;
-    }
+    for (std::size_t k = d; k < name.size(); ++k)
+      value = value * 10 + static_cast<std::uint64_t>(name[k] - '0');
     switch (list.push(name.substr(0, d), value, value, name.size() - d)) {
       case detail::Push::kWraps:
         unwritable(i, name, Reason::kNumberWraps,

@@ -8,6 +8,8 @@
 namespace dtlaunch::hostlist::test {
 namespace {
 
+constexpr std::uint64_t kLargeExpansion = 256;
+
 bool writable(std::string_view name) {
   if (name.empty()) return false;
   for (char c : name)
@@ -93,6 +95,9 @@ std::string check_properties(std::string_view input) {
   for (Syntax syntax : {Syntax::kCurrent, Syntax::kSlurm2205}) {
     std::string problem;
     try {
+      // Large expansions are checked by the unit and differential tests; here they would slow
+      // the search down a hundredfold. Their count must still be computable.
+      if (count(input, syntax) > kLargeExpansion) continue;
       std::vector<std::string> hosts = expand(input, syntax);
       problem = check_hosts(input, syntax, hosts);
       // Without a newline, the current syntax only adds suffixes: what 22.05 accepts is unchanged.
