@@ -122,9 +122,14 @@ std::optional<int> Child::wait_for(std::chrono::milliseconds timeout) {
 
 Ran run_driver(const std::vector<std::string>& args, const TempDir& dir,
                std::chrono::milliseconds timeout) {
-  become_subreaper();
   std::vector<std::string> argv{PROC_DRIVER};
   argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, dir, timeout);
+}
+
+Ran run_program(const std::vector<std::string>& argv, const TempDir& dir,
+                std::chrono::milliseconds timeout) {
+  become_subreaper();
   const auto start = std::chrono::steady_clock::now();
   Child child(argv, dir / "driver.out", dir / "driver.err");
   const std::optional<int> status = child.wait_for(timeout);
@@ -132,7 +137,7 @@ Ran run_driver(const std::vector<std::string>& args, const TempDir& dir,
   ran.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ran.out = read_file(dir / "driver.out");
   ran.err = read_file(dir / "driver.err");
-  INFO("driver stderr:\n" << ran.err);
+  INFO("stderr:\n" << ran.err);
   REQUIRE(status.has_value());
   ran.status = *status;
   // The driver is reaped: anything of its tree still around (alive or zombie) was re-parented

@@ -57,7 +57,12 @@ struct Ran {
   double seconds = 0;
 };
 
-// Runs proc_driver with args, its output in dir; fails the test on a timeout.
+// Runs argv (a program path and its arguments), its output in dir; fails the test on a timeout
+// and checks that nothing of the program's process tree is left once it is reaped.
+Ran run_program(const std::vector<std::string>& argv, const TempDir& dir,
+                std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// run_program of proc_driver with args.
 Ran run_driver(const std::vector<std::string>& args, const TempDir& dir,
                std::chrono::milliseconds timeout = std::chrono::seconds(30));
 

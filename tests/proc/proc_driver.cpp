@@ -1,8 +1,10 @@
 // A test harness for lib/proc before (and besides) the launcher: starts --nproc copies of a
 // program through run_workers with the torchrun variables set here, and exits with the
 // RunResult's status. It decides nothing the launcher decides; it only feeds the supervisor.
-//   proc_driver --nproc N [--nnodes M --node-rank R --master-port P] [--grace MS]
+//   proc_driver --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
+//               [--grace SECONDS]
 //               [--max-restarts K] [--log-dir DIR] -- PROGRAM ARGS...
+// The options are spelled as dtlaunch's, so that one test can run either binary.
 // Prints "proc_driver: exit_status=S restarts=K" on stderr at the end.
 #include <unistd.h>
 
@@ -38,6 +40,7 @@ std::string resolve(const std::string& program) {
 int run(int argc, char** argv) {
   std::uint32_t nproc = 1, nnodes = 1, node_rank = 0;
   std::optional<std::uint16_t> port;
+  std::string addr = "127.0.0.1";
   dtlaunch::SupervisorOptions options;
   int i = 1;
   for (; i < argc; ++i) {
@@ -48,16 +51,21 @@ int run(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw Error::usage(arg + " needs a value");
     const std::string value = argv[++i];
-    if (arg == "--nproc") {
+    if (arg == "--nproc-per-node") {
       nproc = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
     } else if (arg == "--nnodes") {
       nnodes = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
     } else if (arg == "--node-rank") {
       node_rank = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+    } else if (arg == "--master-addr") {
+      addr = value;
     } else if (arg == "--master-port") {
       port = static_cast<std::uint16_t>(dtlaunch::parse_uint_var(arg, value, 65535));
     } else if (arg == "--grace") {
-      options.grace = std::chrono::milliseconds(dtlaunch::parse_uint_var(arg, value));
+      std::size_t used = 0;
+      const double seconds = std::stod(value, &used);
+      if (used != value.size() || !(seconds >= 0)) throw Error::usage("bad --grace " + value);
+      options.grace = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
     } else if (arg == "--max-restarts") {
       options.max_restarts = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value));
     } else if (arg == "--log-dir") {
@@ -86,7 +94,7 @@ int run(int argc, char** argv) {
       w.env.set("WORLD_SIZE", std::to_string(nnodes * nproc));
       w.env.set("LOCAL_WORLD_SIZE", std::to_string(nproc));
       w.env.set("GROUP_RANK", std::to_string(node_rank));
-      w.env.set("MASTER_ADDR", "127.0.0.1");
+      w.env.set("MASTER_ADDR", addr);
       w.env.set("MASTER_PORT", std::to_string(*port));
       w.env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
       workers.push_back(std::move(w));

@@ -39,6 +39,23 @@ std::string wait_then_fail(int failing, int code) {
          std::to_string(code);
 }
 
+// Every test runs the library's own harness and, when it is built, the real launcher: both
+// take the same options.
+std::vector<std::string> launchers() {
+#ifdef DTLAUNCH
+  return {PROC_DRIVER, DTLAUNCH};
+#else
+  return {PROC_DRIVER};
+#endif
+}
+
+Ran run_launcher(const std::string& launcher, const std::vector<std::string>& args,
+                 const TempDir& dir) {
+  std::vector<std::string> argv{launcher};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, dir);
+}
+
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -47,6 +64,8 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 }  // namespace
 
 TEST_CASE("exit status and failure report of a group", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   struct Case {
     const char* name;
     std::vector<std::string> args;
@@ -55,9 +74,9 @@ TEST_CASE("exit status and failure report of a group", "[proc]") {
     double max_seconds;
   };
   const std::vector<Case> cases = {
-      {"all succeed", concat({"--nproc", "3", "--"}, sh("exit 0")), 0, "", 10},
+      {"all succeed", concat({"--nproc-per-node", "3", "--"}, sh("exit 0")), 0, "", 10},
       {"one exits 3, the others are stopped",
-       concat({"--nproc", "3", "--grace", "20000", "--"},
+       concat({"--nproc-per-node", "3", "--grace", "20", "--"},
               sh("if [ $RANK = 1 ]; then echo loading; echo about to fail >&2; exit 3; fi; "
                  "sleep 30")),
        3,
@@ -66,26 +85,28 @@ TEST_CASE("exit status and failure report of a group", "[proc]") {
        "  \\[rank 1\\] loading\n  \\[rank 1\\] about to fail\n",
        10},
       {"killed by SIGSEGV",
-       concat({"--nproc", "2", "--"},
+       concat({"--nproc-per-node", "2", "--"},
               sh("if [ $RANK = 0 ]; then exec $H raise SEGV; fi; sleep 30")),
        128 + SIGSEGV,
        "rank 0 \\(local 0\\) on \\S+ failed: killed by SIGSEGV; its last line:\n"
        "  \\[rank 0\\] R0 raising SEGV\n",
        10},
       {"killed by SIGKILL, wrote nothing",
-       concat({"--nproc", "2", "--"}, sh("if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 30")),
+       concat({"--nproc-per-node", "2", "--"},
+              sh("if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 30")),
        128 + SIGKILL, "rank 1 \\(local 1\\) on \\S+ failed: killed by SIGKILL; it wrote nothing\n",
        10},
       {"workers ignoring SIGTERM get SIGKILL after the grace period",
-       concat({"--nproc", "3", "--grace", "400", "--"}, sh(wait_then_fail(2, 1))), 1,
+       concat({"--nproc-per-node", "3", "--grace", "0.4", "--"}, sh(wait_then_fail(2, 1))), 1,
        "rank 2 \\(local 2\\) on \\S+ failed: exit 1; it wrote nothing\n", 10},
       {"exit 0 leaving grandchildren, one in a session of its own: killed, not waited for",
-       concat({"--nproc", "2", "--"}, sh("sleep 300 & setsid sleep 300 & exit 0")), 0, "", 10},
+       concat({"--nproc-per-node", "2", "--"}, sh("sleep 300 & setsid sleep 300 & exit 0")), 0, "",
+       10},
   };
   for (const Case& c : cases) {
     SECTION(c.name) {
       TempDir dir;
-      const Ran ran = run_driver(c.args, dir);
+      const Ran ran = run_launcher(launcher, c.args, dir);
       INFO("stderr:\n" << ran.err);
       CHECK(ran.status == c.status);
       CHECK(ran.seconds < c.max_seconds);
@@ -94,22 +115,25 @@ TEST_CASE("exit status and failure report of a group", "[proc]") {
       } else {
         CHECK(std::regex_search(ran.err, std::regex(c.report)));
       }
-      CHECK(ran.err.find("proc_driver: exit_status=" + std::to_string(c.status)) !=
-            std::string::npos);
     }
   }
 }
 
 TEST_CASE("the grace period is waited before SIGKILL", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
-  const Ran ran =
-      run_driver(concat({"--nproc", "2", "--grace", "700", "--"}, sh(wait_then_fail(1, 4))), dir);
+  const Ran ran = run_launcher(
+      launcher, concat({"--nproc-per-node", "2", "--grace", "0.7", "--"}, sh(wait_then_fail(1, 4))),
+      dir);
   CHECK(ran.status == 4);
   CHECK(ran.seconds >= 0.7);
   CHECK(ran.seconds < 5);
 }
 
 TEST_CASE("a program that cannot be executed: 127 / 126, nothing left", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   const std::string not_executable = dir / "script";
   std::ofstream(not_executable) << "#!/bin/sh\nexit 0\n";
@@ -121,19 +145,26 @@ TEST_CASE("a program that cannot be executed: 127 / 126, nothing left", "[proc]"
   };
   for (const Case& c : {Case{dir / "missing", 127, "No such file or directory"},
                         Case{not_executable, 126, "Permission denied"}}) {
-    const Ran ran = run_driver({"--nproc", "3", "--", c.program}, dir);
+    const Ran ran = run_launcher(launcher, {"--nproc-per-node", "3", "--", c.program}, dir);
     CHECK(ran.status == c.status);
-    CHECK(ran.err.find("cannot execute '" + c.program + "': " + c.message) != std::string::npos);
+    if (launcher == PROC_DRIVER) {  // the library's own exec failure path
+      CHECK(ran.err.find("cannot execute '" + c.program + "': " + c.message) != std::string::npos);
+    } else {  // the launcher checks the program before anything starts: one line naming it
+      CHECK(ran.err.find(c.program) != std::string::npos);
+      CHECK(std::count(ran.err.begin(), ran.err.end(), '\n') == 1);
+    }
   }
 }
 
 TEST_CASE("descendants of the workers are killed and reaped when the group ends", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   const std::string pids = dir / "pids";
   for (const char* session : {"group", "setsid"}) {
     SECTION(session) {
-      const Ran ran =
-          run_driver({"--nproc", "2", "--", kHelper, "tree", pids, session, "exit"}, dir);
+      const Ran ran = run_launcher(
+          launcher, {"--nproc-per-node", "2", "--", kHelper, "tree", pids, session, "exit"}, dir);
       CHECK(ran.status == 0);
       CHECK(ran.seconds < 10);
       const std::vector<pid_t> grandchildren = read_pids(pids);
@@ -144,16 +175,21 @@ TEST_CASE("descendants of the workers are killed and reaped when the group ends"
 }
 
 TEST_CASE("SIGKILL of the supervisor kills the workers and their children", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   const std::string pids = dir / "pids";
   become_subreaper();
-  Child driver({PROC_DRIVER, "--nproc", "3", "--", kHelper, "tree", pids, "group", "sleep"},
-               dir / "out", dir / "err");
-  REQUIRE(eventually([&] { return read_pids(pids).size() == 3; }));
+  // Each worker: a shell's background command, and a forked child of the worker itself.
+  Child driver(
+      {launcher, "--nproc-per-node", "3", "--", "/bin/sh", "-c",
+       "sleep 300 & echo $! >> " + pids + "; exec " + kHelper + " tree " + pids + " group sleep"},
+      dir / "out", dir / "err");
+  REQUIRE(eventually([&] { return read_pids(pids).size() == 6; }));
   std::vector<pid_t> tree = read_pids(pids);
   for (pid_t pid : children_of(driver.pid()))
     if (process_name(pid) != "dtlaunch-guard") tree.push_back(pid);
-  REQUIRE(tree.size() == 6);  // 3 workers, 3 grandchildren
+  REQUIRE(tree.size() == 9);  // 3 workers, 6 descendants
 
   driver.signal(SIGKILL);
   CHECK(driver.wait_for(5s) == 128 + SIGKILL);
@@ -166,9 +202,11 @@ TEST_CASE("SIGKILL of the supervisor kills the workers and their children", "[pr
 }
 
 TEST_CASE("signals to the supervisor reach every worker and its children, once", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   become_subreaper();
-  Child driver({PROC_DRIVER, "--nproc", "2", "--grace", "10000", "--", kHelper, "record",
+  Child driver({launcher, "--nproc-per-node", "2", "--grace", "10", "--", kHelper, "record",
                 dir.path(), "child"},
                dir / "out", dir / "err");
   const std::vector<std::string> files = {dir / "rank0.txt", dir / "rank0.child.txt",
@@ -200,10 +238,13 @@ TEST_CASE("signals to the supervisor reach every worker and its children, once",
 
 TEST_CASE("SIGTERM to the supervisor: workers that ignore it are killed after the grace",
           "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   become_subreaper();
-  Child driver({PROC_DRIVER, "--nproc", "2", "--grace", "300", "--", kHelper, "ignore-term", "30"},
-               dir / "out", dir / "err");
+  Child driver(
+      {launcher, "--nproc-per-node", "2", "--grace", "0.3", "--", kHelper, "ignore-term", "30"},
+      dir / "out", dir / "err");
   REQUIRE(eventually([&] {
     return read_file(dir / "out") == "[rank 0] ready\n[rank 1] ready\n" ||
            read_file(dir / "out") == "[rank 1] ready\n[rank 0] ready\n";
@@ -217,11 +258,14 @@ TEST_CASE("SIGTERM to the supervisor: workers that ignore it are killed after th
 }
 
 TEST_CASE("heavy output: every line whole, prefixed, in order per rank and stream", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   constexpr int kRanks = 4, kLines = 20000, kLen = 80;
-  const Ran ran = run_driver({"--nproc", std::to_string(kRanks), "--", kHelper, "lines",
-                              std::to_string(kLines), std::to_string(kLen)},
-                             dir);
+  const Ran ran = run_launcher(launcher,
+                               {"--nproc-per-node", std::to_string(kRanks), "--", kHelper, "lines",
+                                std::to_string(kLines), std::to_string(kLen)},
+                               dir);
   REQUIRE(ran.status == 0);
   const std::regex line_re("\\[rank (\\d)\\] R(\\d) (\\d+) ([a-z]+)|\\[rank (\\d)\\] R(\\d) end");
   for (const auto& [text, first] : {std::pair{ran.out, 0}, std::pair{ran.err, 1}}) {
@@ -252,18 +296,24 @@ TEST_CASE("heavy output: every line whole, prefixed, in order per rank and strea
 }
 
 TEST_CASE("a line longer than the relay's limit is split into prefixed pieces", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
-  const Ran ran = run_driver({"--nproc", "1", "--", kHelper, "long", "10000"}, dir);
+  const Ran ran =
+      run_launcher(launcher, {"--nproc-per-node", "1", "--", kHelper, "long", "10000"}, dir);
   REQUIRE(ran.status == 0);
   const std::string piece = "[rank 0] " + std::string(4000, 'x') + "\n";
   CHECK(ran.out == piece + piece + "[rank 0] " + std::string(2000, 'x') + "\n");
 }
 
 TEST_CASE("log directory: one file per rank, unprefixed, appended across restarts", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   const std::string logs = dir / "logs/nested";
-  const Ran ran = run_driver(
-      concat({"--nproc", "2", "--max-restarts", "1", "--log-dir", logs, "--"},
+  const Ran ran = run_launcher(
+      launcher,
+      concat({"--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", logs, "--"},
              sh("echo out $RANK $TORCHELASTIC_RESTART_COUNT; echo err $RANK >&2; "
                 "[ $TORCHELASTIC_RESTART_COUNT = 1 ] && exit 0; "
                 // Attempt 0 fails, by rank 1 once rank 0 has written (then rank 0 is stopped).
@@ -289,17 +339,24 @@ TEST_CASE("log directory: one file per rank, unprefixed, appended across restart
 }
 
 TEST_CASE("a log directory that cannot be created: status 2, nothing started", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   std::ofstream(dir / "file") << "x";
   const std::string marker = dir / "started";
-  const Ran ran = run_driver(
-      concat({"--nproc", "2", "--log-dir", dir / "file/logs", "--"}, sh("touch " + marker)), dir);
+  const Ran ran =
+      run_launcher(launcher,
+                   concat({"--nproc-per-node", "2", "--log-dir", dir / "file/logs", "--"},
+                          sh("touch " + marker)),
+                   dir);
   CHECK(ran.status == 2);
   CHECK(ran.err.find("log directory '" + (dir / "file/logs") + "'") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(marker));
 }
 
 TEST_CASE("restarts: the whole group again, with the restart count exported", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   struct Case {
     int max_restarts;
     int succeed_from;  // the first restart count at which every worker exits 0
@@ -309,8 +366,9 @@ TEST_CASE("restarts: the whole group again, with the restart count exported", "[
   for (const Case& c : {Case{0, 0, 0, 0}, Case{0, 1, 5, 0}, Case{1, 2, 5, 1}, Case{3, 2, 0, 2}}) {
     DYNAMIC_SECTION("max " << c.max_restarts << ", succeeds from " << c.succeed_from) {
       TempDir dir;
-      const Ran ran = run_driver(
-          concat({"--nproc", "2", "--max-restarts", std::to_string(c.max_restarts), "--"},
+      const Ran ran = run_launcher(
+          launcher,
+          concat({"--nproc-per-node", "2", "--max-restarts", std::to_string(c.max_restarts), "--"},
                  // A failing attempt: rank 1 exits 5 once rank 0 has written its line.
                  sh("echo attempt $TORCHELASTIC_RESTART_COUNT; "
                     "[ $TORCHELASTIC_RESTART_COUNT -ge " +
@@ -320,7 +378,8 @@ TEST_CASE("restarts: the whole group again, with the restart count exported", "[
                     "while [ ! -e $M ]; do sleep 0.02; done; exit 5")),
           dir);
       CHECK(ran.status == c.status);
-      CHECK(ran.err.find("restarts=" + std::to_string(c.restarts)) != std::string::npos);
+      if (launcher == PROC_DRIVER)  // RunResult::restarts, which only the driver prints
+        CHECK(ran.err.find("restarts=" + std::to_string(c.restarts)) != std::string::npos);
       for (int k = 0; k <= c.restarts; ++k) {
         for (int rank : {0, 1}) {
           CHECK(ran.out.find("[rank " + std::to_string(rank) + "] attempt " + std::to_string(k)) !=
@@ -338,10 +397,12 @@ TEST_CASE("restarts: the whole group again, with the restart count exported", "[
 
 TEST_CASE("after SIGINT to the supervisor, a worker's death adds no SIGTERM for the others",
           "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
   TempDir dir;
   become_subreaper();
   // Rank 0 dies of the forwarded SIGINT; rank 1 records what it gets and would leave on SIGTERM.
-  Child driver({PROC_DRIVER, "--nproc", "2", "--grace", "500", "--", "/bin/sh", "-c",
+  Child driver({launcher, "--nproc-per-node", "2", "--grace", "0.5", "--", "/bin/sh", "-c",
                 "[ $RANK = 0 ] && exec sleep 30; exec " + kHelper + " record " + dir.path()},
                dir / "out", dir / "err");
   REQUIRE(eventually([&] { return read_file(dir / "rank1.txt") == "ready\n"; }));
@@ -359,3 +420,35 @@ TEST_CASE("after SIGINT to the supervisor, a worker's death adds no SIGTERM for 
   CHECK(err.find("sent SIGTERM") == std::string::npos);
   CHECK(settle(5s).empty());
 }
+
+#ifdef DTLAUNCH
+TEST_CASE("dtlaunch: bad input starts nothing", "[proc]") {
+  TempDir dir;
+  const std::string marker = dir / "started";
+  const std::vector<std::string> program = {"--", "/bin/sh", "-c", "touch " + marker};
+  struct Case {
+    std::vector<std::string> args;
+    int status;
+    const char* names;  // what the one-line error must name
+  };
+  const std::vector<Case> cases = {
+      {{"--nproc-per-node", "0"}, 2, "--nproc-per-node"},
+      {{"--nproc-per-node", "-3"}, 2, "--nproc-per-node"},
+      {{"--nproc-per-node", "2", "--nnodes", "0"}, 2, "--nnodes"},
+      {{"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1",
+        "--master-port", "29500"},
+       2,
+       "--node-rank"},
+      {{"--nproc-per-node", "2", "--master-port", "65536"}, 2, "--master-port"},
+      {{"--nproc-per-node", "2", "--max-restarts", "-1"}, 2, "--max-restarts"},
+  };
+  for (const Case& c : cases) {
+    const Ran ran = run_program(concat(concat({DTLAUNCH}, c.args), program), dir);
+    INFO(ran.err);
+    CHECK(ran.status == c.status);
+    CHECK(ran.err.find(c.names) != std::string::npos);
+    CHECK(std::count(ran.err.begin(), ran.err.end(), '\n') == 1);
+    CHECK_FALSE(std::filesystem::exists(marker));
+  }
+}
+#endif
