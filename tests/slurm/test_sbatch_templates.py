@@ -37,17 +37,18 @@ ctx.eq(info.get("NumNodes"), "2", "multi-node: nodes from the template")
 slurmtest.check_step(ctx, ctx.records(out), 4, [0, 0, 1, 1], what="multi-node")
 
 # ---- preemptible: the real --signal timer, checkpoint, exit 75, requeue, resume ---------------
-# Each run may last two minutes and asks for USR1 115 s before the end, i.e. 5 s in. slurmctld
-# checks time limits and signals on a 30 s timer, and was seen to deliver from 3 s to 59 s into
-# the run, always well before the limit. The probe models the trainer: on USR1 it writes the
-# checkpoint and exits 75; a run that finds the checkpoint finishes at once.
+# slurmctld checks signals on a 30 s timer and sends at the last check before the due time, so up
+# to 30 s early. Each run here may last two minutes and asks for USR1 85 s before the end, i.e.
+# 35 s in: it comes 5-35 s into the run, after srun has started the step (a step signal sent
+# before any step exists would reach nobody) and long before the limit. The probe models the
+# trainer: on USR1 it writes the checkpoint and exits 75; a run that finds it finishes at once.
 print("template preemptible.sbatch")
 out = ctx.outdir("preempt")
 ckpt = os.path.join(out, "ckpt")
 env = probe_env(out, "--tag", "run{restart}", "--hold", "115", "--exit-on-signal", "75",
                 "--checkpoint", ckpt)
 job, info, text, err = slurmtest.submit(ctx, "preemptible.sbatch",
-                                        ["--nodes=1", "--time=2", "--signal=USR1@115"] + SIZES,
+                                        ["--nodes=1", "--time=2", "--signal=USR1@85"] + SIZES,
                                         env, 150)
 slurmtest.check_done(ctx, "preemptible", info, text, err, "dtlaunch-preempt", "00:02:00")
 ctx.eq(info.get("Restarts"), "1", "preemptible: requeued once")
