@@ -103,7 +103,7 @@ TEST_CASE("expansion follows Slurm's rules", "[hostlist]") {
   }
 }
 
-TEST_CASE("Slurm 22.05's syntax: newline inside a name, no suffix", "[hostlist]") {
+TEST_CASE("Slurm 22.05's syntax: newline inside a name and no suffix", "[hostlist]") {
   CHECK(expand("a[1-2]\nb[3-4]", Syntax::kSlurm2205) ==
         Hosts{"a1\nb3", "a1\nb4", "a2\nb3", "a2\nb4"});
   CHECK(refusal("n[1-3].ib", Syntax::kSlurm2205) == Reason::kSuffix);
@@ -144,7 +144,7 @@ TEST_CASE("invalid expressions are refused as a whole", "[hostlist]") {
 }
 
 // Each deliberate difference from Slurm 22.05 (docs/hostlist.md), with the exact input.
-TEST_CASE("difference: an unclosed '[' is an error, no invented host", "[hostlist][differs]") {
+TEST_CASE("difference: an unclosed bracket is an error and invents no host", "[hostlist][differs]") {
   for (std::string_view expr : {"n[1-3", "n[", "bad[", "[1-3", "[", "n[1-2][", "a]b[1,2"}) {
     INFO(expr);
     CHECK(refusal(expr) == Reason::kUnclosedBracket);
@@ -152,7 +152,7 @@ TEST_CASE("difference: an unclosed '[' is an error, no invented host", "[hostlis
   }
 }
 
-TEST_CASE("difference: numbers above 2^64-1 are errors, not clamped", "[hostlist][differs]") {
+TEST_CASE("difference: numbers above 2^64-1 are errors and are not clamped", "[hostlist][differs]") {
   for (std::string_view expr :
        {"n[99999999999999999999]", "n[18446744073709551616]", "n99999999999999999999",
         "n[1-18446744073709551616]", "n[1]99999999999999999999"}) {
@@ -162,7 +162,7 @@ TEST_CASE("difference: numbers above 2^64-1 are errors, not clamped", "[hostlist
   CHECK(expand("n[18446744073709551615]") == Hosts{"n18446744073709551615"});
 }
 
-TEST_CASE("difference: a run of hosts ending at 2^64-1 is an error, not a crash",
+TEST_CASE("difference: a run of hosts ending at 2^64-1 is an error and not a crash",
           "[hostlist][differs]") {
   CHECK(refusal("n[18446744073709551614-18446744073709551615]") == Reason::kMaxNumberRange);
   CHECK(refusal("n18446744073709551614,n18446744073709551615") == Reason::kMaxNumberRange);
@@ -195,7 +195,7 @@ TEST_CASE("bounds: too many hosts or bytes is an error before anything is built"
   CHECK(count("a[1-64]b[1-65536]") == 64 * 65536);
 }
 
-TEST_CASE("error messages are one line, quote the expression and name the character",
+TEST_CASE("error messages are one line that quotes the expression and names the character",
           "[hostlist]") {
   try {
     expand("gpu[1-4],n[1-x]");
