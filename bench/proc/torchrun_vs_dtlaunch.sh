@@ -13,7 +13,7 @@
 set -eu
 BUILD=${1:-build}
 N=${NPROC:-8}
-RUNS=${RUNS:-5}
+RUNS=${RUNS:-5}  # torchrun runs; dtlaunch runs for at least 3 s (hyperfine --min-runs)
 PROGRAM=${PROGRAM:-/bin/true}
 
 LAUNCHER="$BUILD/apps/dtlaunch/dtlaunch"
@@ -31,7 +31,7 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
 echo "== $N workers of $PROGRAM: dtlaunch vs torchrun ($(nproc) CPUs)"
-hyperfine -N --style basic --runs "$RUNS" --warmup 1 --export-json "$OUT/vs.json" \
+hyperfine -N --style basic --min-runs "$RUNS" --warmup 1 --export-json "$OUT/vs.json" \
   -n dtlaunch "$DT $N -- $PROGRAM" \
   -n torchrun "torchrun --standalone --nproc_per_node $N --redirects 9:3 --tee 9:3 --no_python $PROGRAM" \
   -n "torchrun --monitor_interval 0.1" \
