@@ -122,7 +122,7 @@ write_config() {
     for ((k = 1; k <= n; k++)); do echo "$(node_addr "$k") $(node_name "$k")"; done
   } >"$BASE/etc/hosts"
 
-  local gres="" nodes="$PREFIX[1-$n]"
+  local gres="" nodes="${PREFIX}[1-$n]"
   ((n > 1)) || nodes="${PREFIX}1"
   ((GPUS == 0)) || gres="Gres=gpu:$GPUS"
   cat >"$CONF" <<EOF
@@ -244,7 +244,8 @@ cmd_up() {
   local n=${1:-}
   [[ $n =~ ^[1-9][0-9]*$ && $n -le 200 ]] || die "usage: slurm-cluster.sh up N (1 <= N <= 200), got '${n}'"
   local why
-  why=$(unsupported_reason) && [[ -z $why ]] || die "this machine cannot run the cluster: $why"
+  why=$(unsupported_reason)
+  [[ -z $why ]] || die "this machine cannot run the cluster: $why"
   [[ ! -e $STATE ]] || die "a cluster is already up in $BASE (run down first)"
   ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE already exists"
   local k
@@ -302,6 +303,7 @@ cmd_down() {
     local jobs
     jobs=$(SLURM_CONF=$CONF timeout 5 squeue -h -o %i 2>/dev/null)
     if [[ -n $jobs ]]; then
+      # shellcheck disable=SC2086 # one argument per job id
       SLURM_CONF=$CONF timeout 5 scancel $jobs 2>/dev/null
       wait_for "$GRACE" eval "[[ -z \$(SLURM_CONF=$CONF timeout 5 squeue -h -o %i 2>/dev/null) ]]"
     fi
@@ -347,10 +349,10 @@ cmd_status() {
       echo "$a NOT RUNNING ($b)"
       ok=1
     fi ;;
-    netns) [[ -e /run/netns/$a ]] && echo "netns $a" || {
+    netns) if [[ -e /run/netns/$a ]]; then echo "netns $a"; else
       echo "netns $a MISSING"
       ok=1
-    } ;;
+    fi ;;
     esac
   done <"$STATE"
   SLURM_CONF=$CONF timeout 5 sinfo -N -o '%N %T %c %G' || ok=1
