@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The DDP runtime's GPU check: one prepared run on the GPU machine (one GPU, LibTorch 2.x from
+# the torch wheel, CUDA and NCCL under /usr/local/cuda). Nothing in the build or the tests
+# needs it. It:
+#   1. configures and builds the runtime, the test worker and (when its dependencies are there)
+#      the example dtlaunch-train against the wheel's LibTorch, with CUDA and NCCL;
+#   2. runs the Gloo tests of the worker as 2 ranks on the 2.x build (the hook and c10d APIs);
+#   3. runs the NCCL backend at world size 1: collectives on CUDA and CPU tensors, DDP training
+#      on the GPU against a one-process reference;
+#   4. runs the example on the GPU;
+# and prints a table of the steps. Bounded by 8 minutes in all (each step has its own limit).
+#
+# Usage: scripts/gpu-check.sh [BUILD_DIR]     (default: build-gpu; logs in BUILD_DIR/gpu-check)
+# Environment: PYTHON (default python3, must import torch), CUDA_HOME (default /usr/local/cuda),
+# JOBS (default: all cores).
+set -uo pipefail
+
+start=$(date +%s)
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-gpu}
+logs=$build/gpu-check
+mkdir -p "$logs"
+python=${PYTHON:-python3}
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+jobs=${JOBS:-$(nproc)}
+budget=480  # seconds, all steps together
+
+rows=()
+failed=0
+# step NAME LIMIT_SECONDS COMMAND...: runs with a limit clipped to what is left of the budget,
+# logs to $logs/NAME.log, and adds a row to the table.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((budget - ($(date +%s) - start)))
+  ((limit > left)) && limit=$left
+  if ((limit < 5)); then
+    rows+=("$(printf '%-22s %-6s %6s  %s' "$name" SKIP - "out of time")")
+    failed=1
+    return 1
+  fi
+  local t0=$(date +%s) rc
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  local secs=$(($(date +%s) - t0)) result=ok note
+  note=$(grep -E 'PASS|checks,|max\|diff\||dtlaunch: |accuracy|loss|ERROR|FAIL|error' "$logs/$name.log" | tail -n 1 | cut -c1-70)
+  if ((rc != 0)); then
+    result=FAIL
+    ((rc == 124 || rc == 137)) && note="timed out after ${limit}s"
+    failed=1
+  fi
+  rows+=("$(printf '%-22s %-6s %5ss  %s' "$name" "$result" "$secs" "$note")")
+  return $rc
+}
+
+# Runs the worker scenario as N local ranks on a free port; fails if any rank fails.
+ranks() {
+  local n=$1 scenario=$2 port pids=() r rc=0
+  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  for ((r = 0; r < n; r++)); do
+    env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port DTLAUNCH_CUDA_DEVICE=0 OMP_NUM_THREADS=1 \
+      "$build/tests/ddp/ddp_worker" "$scenario" >"$logs/$scenario-rank$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  for ((r = 0; r < n; r++)); do sed "s/^/[rank $r] /" "$logs/$scenario-rank$r.out"; done
+  return $rc
+}
+
+info() {
+  echo "host: $(hostname)"
+  nvidia-smi -L 2>&1 | head -n 4
+  "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+"available", torch.cuda.is_available(), "prefix", torch.utils.cmake_prefix_path)'
+  cmake --version | head -n 1
+  ls "$cuda_home/include/nccl.h" "$cuda_home"/lib64/libnccl.so* 2>&1
+}
+
+configure() {
+  local prefix
+  prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
+  local gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  # The whole project when its other dependencies (CLI11, spdlog, Catch2) are installed; else
+  # only what this check needs, through a small wrapper project.
+  if cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda_home" \
+      -DDTLAUNCH_BUILD_BENCHMARKS=OFF; then
+    echo "configured: whole project"
+  else
+    echo "whole-project configure failed (see above); using the wrapper project"
+    rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+    local wrap=$build/wrapper-src
+    mkdir -p "$wrap"
+    cat >"$wrap/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.18)
+project(dtlaunch VERSION 0.1.0 LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 20)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+include(GNUInstallDirs)
+include($root/cmake/Warnings.cmake)
+add_subdirectory($root/lib/core lib/core)
+target_include_directories(dtlaunch_core PUBLIC $root/lib)
+set(DTLAUNCH_BUILD_DDP ON)
+add_subdirectory($root/lib/ddp lib/ddp)
+find_package(Torch REQUIRED)
+add_executable(ddp_worker $root/tests/ddp/ddp_worker.cpp)
+target_link_libraries(ddp_worker PRIVATE dtlaunch::ddp)
+set_target_properties(ddp_worker PROPERTIES RUNTIME_OUTPUT_DIRECTORY \${CMAKE_BINARY_DIR}/tests/ddp)
+EOF
+    cmake -S "$wrap" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda_home" || return 1
+  fi
+  grep -q 'DTLAUNCH_DDP_HAVE_NCCL:INTERNAL=ON' "$build/CMakeCache.txt" ||
+    { echo "FAIL: NCCL backend not enabled"; return 1; }
+  echo "dtlaunch: NCCL backend enabled"
+}
+
+build_targets() {
+  local targets=(ddp_worker)
+  cmake --build "$build" --target help 2>/dev/null | grep -q 'dtlaunch-train' && targets+=(dtlaunch-train)
+  cmake --build "$build" -j "$jobs" --target "${targets[@]}" && echo "PASS: built ${targets[*]}"
+}
+
+example() {
+  local exe=$build/apps/train/dtlaunch-train
+  [[ -x $exe ]] || { echo "dtlaunch: the example was not built (its dependencies are missing)"; return 1; }
+  local port data=()
+  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  if [[ -d /usr/share/datasets/fashion-mnist ]]; then
+    data=(--data-dir /usr/share/datasets/fashion-mnist --cache-dir "$build/fmnist" --epochs 1)
+  else
+    data=(--synthetic 8192 --epochs 1)  # no dataset on this machine
+  fi
+  env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT=$port DTLAUNCH_CUDA_DEVICE=0 "$exe" --backend nccl "${data[@]}"
+}
+
+step info 30 info
+step configure 150 configure &&
+  step build 300 build_targets &&
+  {
+    step gloo-collectives-x2 60 ranks 2 collectives
+    step gloo-train-x2 60 ranks 2 train
+    step gloo-unused-x2 60 ranks 2 unused
+    step nccl-x1 120 ranks 1 nccl
+    step example-gpu 150 example
+  }
+
+echo
+echo "dtlaunch DDP runtime, GPU check ($(($(date +%s) - start)) s; logs in $logs)"
+printf '%-22s %-6s %6s  %s\n' step result time note
+for row in "${rows[@]}"; do echo "$row"; done
+exit $failed

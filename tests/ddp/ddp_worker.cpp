@@ -1,0 +1,425 @@
+// One rank of a multi-process DDP test. ddp_proc_test starts N copies with RANK, WORLD_SIZE,
+// MASTER_ADDR and MASTER_PORT set, and checks their exit status and output. Each scenario checks
+// its results against definitions computed locally and prints what it compared; an error prints
+// "ERROR: <message>" and exits 3.
+//
+//   ddp_worker collectives   all_reduce/broadcast/all_gather/barrier against their definitions
+//   ddp_worker train         N-rank DDP vs one process on the whole batch
+//   ddp_worker unused        unused parameters: the default error, and find_unused_parameters
+//   ddp_worker rendezvous    init only (DDP_TEST_TIMEOUT_MS bounds it), then a barrier
+//   ddp_worker nccl          the NCCL backend (GPU machine only, scripts/gpu-check.sh): the
+//                            collectives on CUDA and CPU tensors, then training on the GPU
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <string>
+
+#include "dtlaunch/ddp.h"
+
+namespace ddp = dtlaunch::ddp;
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    ++failures;
+    std::cout << "FAIL: " << what << std::endl;
+  }
+}
+
+std::chrono::milliseconds timeout_from_env() {
+  const char* ms = std::getenv("DDP_TEST_TIMEOUT_MS");
+  return std::chrono::milliseconds(ms ? std::atol(ms) : 60000);
+}
+
+std::shared_ptr<ddp::ProcessGroup> init(ddp::Backend backend) {
+  ddp::InitOptions o;
+  o.backend = backend;
+  o.timeout = timeout_from_env();
+  o.gloo_threads = 1;
+  return ddp::init_process_group(o);
+}
+
+// ---------------------------------------------------------------------------------------------
+// collectives
+
+// Small integers and halves: exact in every dtype tested, and so are their sums and averages
+// over 2 or 4 ranks, so results are compared for equality.
+torch::Tensor input(int rank, int64_t n, torch::ScalarType type) {
+  auto i = torch::arange(n, torch::kDouble);
+  return ((rank + 1) * (torch::fmod(i, 7) - 3) + 0.5 * rank).to(type);
+}
+
+void collectives(ddp::ProcessGroup& pg, torch::Device dev) {
+  const int ws = pg.size(), me = pg.rank();
+  // Inputs are made on dev; expectations are computed on the CPU.
+  auto input_on = [&](int rank, int64_t n, torch::ScalarType type) {
+    return input(rank, n, type).to(dev);
+  };
+  const int64_t n = 37;
+  int checks = 0;
+  std::vector<torch::ScalarType> types = {torch::kFloat, torch::kDouble, torch::kHalf,
+                                          torch::kBFloat16};
+  for (auto type : types) {
+    const std::string tname = c10::toString(type);
+    std::vector<torch::Tensor> all;
+    for (int r = 0; r < ws; ++r) all.push_back(input(r, n, torch::kDouble));
+    auto stacked = torch::stack(all);
+    const std::vector<std::pair<ddp::ReduceOp, torch::Tensor>> cases = {
+        {ddp::ReduceOp::kSum, stacked.sum(0)},
+        {ddp::ReduceOp::kAvg, stacked.mean(0)},
+        {ddp::ReduceOp::kMin, std::get<0>(stacked.min(0))},
+        {ddp::ReduceOp::kMax, std::get<0>(stacked.max(0))}};
+    for (const auto& [op, expected] : cases) {
+      auto t = input_on(me, n, type);
+      pg.all_reduce(t, op);
+      check(t.scalar_type() == type, "dtype kept");
+      check(torch::equal(t.cpu().to(torch::kDouble), expected),
+            "all_reduce " + std::string(ddp::to_string(op)) + " " + tname);
+      ++checks;
+    }
+    for (int root = 0; root < ws; ++root) {
+      auto t = input_on(me, n, type);
+      pg.broadcast(t, root);
+      check(torch::equal(t.cpu(), input(root, n, type)),
+            "broadcast root " + std::to_string(root) + " " + tname);
+      ++checks;
+    }
+    auto mine = input_on(me, n, type).view({37, 1});
+    auto gathered = pg.all_gather(mine);
+    check(static_cast<int>(gathered.size()) == ws, "all_gather count");
+    for (int r = 0; r < ws && r < static_cast<int>(gathered.size()); ++r) {
+      check(gathered[static_cast<size_t>(r)].sizes() == mine.sizes(), "all_gather shape");
+      check(torch::equal(gathered[static_cast<size_t>(r)].cpu(), input(r, n, type).view({37, 1})),
+            "all_gather rank " + std::to_string(r) + " " + tname);
+      ++checks;
+    }
+  }
+  // Integers: sum/min/max (avg is only for floating types and must be refused).
+  {
+    auto t = torch::full({5}, me + 1, torch::kLong).to(dev);
+    pg.all_reduce(t, ddp::ReduceOp::kSum);
+    check(torch::equal(t.cpu(), torch::full({5}, ws * (ws + 1) / 2, torch::kLong)), "int64 sum");
+    auto m = torch::full({5}, me + 1, torch::kLong).to(dev);
+    pg.all_reduce(m, ddp::ReduceOp::kMax);
+    check(torch::equal(m.cpu(), torch::full({5}, ws, torch::kLong)), "int64 max");
+    bool refused = false;
+    try {
+      auto a = torch::ones({2}, torch::kLong).to(dev);
+      pg.all_reduce(a, ddp::ReduceOp::kAvg);
+    } catch (const std::exception& e) {
+      refused = std::string(e.what()).find("avg needs a floating tensor") != std::string::npos;
+    }
+    check(refused, "int64 avg refused");
+    checks += 3;
+  }
+  // A non-contiguous tensor is reduced in place, through its view.
+  {
+    auto base = input_on(me, 12, torch::kFloat).view({3, 4});
+    auto view = base.t();
+    pg.all_reduce(view, ddp::ReduceOp::kSum);
+    auto expected = torch::zeros({12}, torch::kDouble);
+    for (int r = 0; r < ws; ++r) expected += input(r, 12, torch::kDouble);
+    check(torch::equal(base.cpu().to(torch::kDouble), expected.view({3, 4})), "non-contiguous sum");
+    ++checks;
+  }
+  // Several in flight at once, waited in the reverse order.
+  {
+    std::vector<torch::Tensor> ts;
+    std::vector<std::shared_ptr<ddp::Work>> works;
+    // On a GPU, the inputs come out of kernels still queued on the current stream: the
+    // collective must start after them.
+    for (int k = 0; k < 3; ++k)
+      ts.push_back(torch::full({1 << 20}, 1.0, torch::TensorOptions(dev)).mul((me + 1) * (k + 1)));
+    for (auto& t : ts) works.push_back(pg.all_reduce_async(t, ddp::ReduceOp::kSum));
+    for (int k = 2; k >= 0; --k) works[static_cast<size_t>(k)]->wait();
+    for (int k = 0; k < 3; ++k)
+      check(torch::equal(ts[static_cast<size_t>(k)].cpu(),
+                         torch::full({1 << 20}, (k + 1) * ws * (ws + 1) / 2, torch::kFloat)),
+            "async " + std::to_string(k));
+    checks += 3;
+  }
+  {
+    bool refused = false;
+    try {
+      auto t = torch::ones({2}).to(dev);
+      pg.broadcast(t, ws);
+    } catch (const std::exception& e) {
+      refused = std::string(e.what()).find("is not a rank") != std::string::npos;
+    }
+    check(refused, "broadcast root out of range refused");
+    ++checks;
+  }
+  pg.barrier();
+  std::cout << "collectives on " << dev << " rank " << me << " of " << ws << ": " << checks
+            << " checks, " << failures << " failed" << std::endl;
+}
+
+// ---------------------------------------------------------------------------------------------
+// train
+
+struct NetImpl : torch::nn::Module {
+  explicit NetImpl(double shift_value) {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 32));
+    fc2 = register_module("fc2", torch::nn::Linear(32, 32));
+    fc3 = register_module("fc3", torch::nn::Linear(32, 4));
+    shift = register_buffer("shift", torch::full({4}, shift_value));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc3(torch::tanh(fc2(torch::tanh(fc1(x))))) + shift;
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+  torch::Tensor shift;
+};
+TORCH_MODULE(Net);
+
+double max_param_diff(torch::nn::Module& a, torch::nn::Module& b) {
+  auto pa = a.parameters(), pb = b.parameters();
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i)
+    worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  return worst;
+}
+
+constexpr int kSteps = 5;
+constexpr int64_t kBatch = 16;
+// The float tolerance (docs/ddp.md): float32 sums in a different order drift by a few ulps per
+// step; 1e-5 absolute is about 100 ulps at the parameters' magnitude.
+constexpr double kTolerance = 1e-5;
+
+enum class Mode { kDdp, kDdpAccumulate, kNoCommunication };
+
+// Trains a DDP copy on this rank's shard and a reference copy on the whole batch, from rank 0's
+// initial parameters; returns max |DDP - reference| over the parameters.
+double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, Mode mode,
+                  size_t* buckets_out, torch::Device dev) {
+  const int ws = pg->size(), me = pg->rank();
+  torch::manual_seed(7);
+  auto xs = torch::randn({kSteps, kBatch, 8}).to(dev);
+  auto ys = torch::randn({kSteps, kBatch, 4}).to(dev);
+
+  // Rank-dependent initial parameters and buffer: DDP must replace them by rank 0's.
+  torch::manual_seed(100 + static_cast<uint64_t>(me));
+  Net net(static_cast<double>(me));
+  torch::manual_seed(100);
+  Net ref(0.0);
+  net->to(dev);
+  ref->to(dev);
+
+  std::unique_ptr<ddp::DistributedDataParallel> model;
+  if (mode != Mode::kNoCommunication) {
+    ddp::DdpOptions o;
+    o.bucket_cap_bytes = cap;
+    model = std::make_unique<ddp::DistributedDataParallel>(net.ptr(), pg, o);
+    *buckets_out = model->buckets().size();
+    check(torch::equal(net->shift.cpu(), torch::zeros({4})), "buffer broadcast from rank 0");
+    check(max_param_diff(*net, *ref) == 0, "parameters broadcast from rank 0");
+  } else {
+    torch::NoGradGuard no_grad;
+    auto src = ref->parameters(), dst = net->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    net->shift.zero_();
+  }
+
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  const int64_t shard = kBatch / ws;
+  for (int s = 0; s < kSteps; ++s) {
+    auto x = xs[s].narrow(0, me * shard, shard), y = ys[s].narrow(0, me * shard, shard);
+    opt.zero_grad();
+    if (mode == Mode::kDdpAccumulate) {
+      const int64_t half = shard / 2;
+      {
+        auto guard = model->no_sync();
+        auto loss = 0.5 * torch::mse_loss(net->forward(x.narrow(0, 0, half)), y.narrow(0, 0, half));
+        loss.backward();
+      }
+      auto loss = 0.5 * torch::mse_loss(net->forward(x.narrow(0, half, shard - half)),
+                                        y.narrow(0, half, shard - half));
+      loss.backward();
+    } else {
+      torch::mse_loss(net->forward(x), y).backward();
+    }
+    opt.step();
+
+    ref_opt.zero_grad();
+    torch::mse_loss(ref->forward(xs[s]), ys[s]).backward();
+    ref_opt.step();
+  }
+  if (model) {
+    auto st = model->stats();
+    check(st.iterations == kSteps, "stats.iterations");
+    check(st.buckets_reduced == kSteps * model->buckets().size(), "stats.buckets_reduced");
+    check(st.hidden_seconds <= st.allreduce_seconds + 1e-9, "stats hidden <= total");
+  }
+  // Every rank must hold bit-identical parameters.
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : net->parameters()) flat.push_back(p.detach().reshape(-1));
+  auto all = pg->all_gather(torch::cat(flat));
+  for (int r = 1; r < ws && mode != Mode::kNoCommunication; ++r)
+    check(torch::equal(all[0], all[static_cast<size_t>(r)]),
+          "rank " + std::to_string(r) + " parameters equal rank 0's");
+  return max_param_diff(*net, *ref);
+}
+
+void train(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::Device dev) {
+  struct Case {
+    const char* name;
+    size_t cap;
+    Mode mode;
+    bool expect_match;
+    size_t min_buckets;
+  };
+  const Case cases[] = {
+      {"one-bucket", 25u << 20, Mode::kDdp, true, 1},
+      {"several-buckets", 512, Mode::kDdp, true, 3},
+      {"bucket-per-gradient", 0, Mode::kDdp, true, 6},
+      {"no_sync-accumulation", 512, Mode::kDdpAccumulate, true, 3},
+      // The control: without communication a rank does not follow the whole batch.
+      {"control-no-communication", 0, Mode::kNoCommunication, false, 0},
+  };
+  for (const auto& c : cases) {
+    if (!c.expect_match && pg->size() == 1) continue;  // one rank holds the whole batch anyway
+    size_t buckets = 0;
+    double diff = train_case(pg, c.cap, c.mode, &buckets, dev);
+    if (c.expect_match) {
+      check(diff <= kTolerance, std::string(c.name) + ": max|ddp - whole batch| " +
+                                    std::to_string(diff) + " > " + std::to_string(kTolerance));
+      check(buckets >= c.min_buckets,
+            std::string(c.name) + ": only " + std::to_string(buckets) + " buckets");
+    } else {
+      check(diff > 1e-3,
+            std::string(c.name) + ": diff " + std::to_string(diff) + " should be large");
+    }
+    std::printf("train on %s rank %d of %d: %-26s buckets=%zu max|diff|=%.3g\n", dev.str().c_str(),
+                pg->rank(), pg->size(), c.name, buckets, diff);
+  }
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// unused
+
+struct BranchyImpl : torch::nn::Module {
+  BranchyImpl() {
+    a = register_module("a", torch::nn::Linear(4, 3));
+    b = register_module("b", torch::nn::Linear(4, 3));
+    c = register_module("c", torch::nn::Linear(4, 3));  // never used by any rank
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool use_b) {
+    auto y = a(x);
+    return use_b ? y + b(x) : y;
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+};
+TORCH_MODULE(Branchy);
+
+Branchy make_branchy() {
+  torch::manual_seed(5);
+  return Branchy();
+}
+
+void unused(const std::shared_ptr<ddp::ProcessGroup>& pg) {
+  const int ws = pg->size(), me = pg->rank();
+  torch::manual_seed(11);
+  auto xs = torch::randn({ws, 6, 4});
+
+  {  // Default: an unused parameter is an error that names it.
+    Branchy net = make_branchy();
+    ddp::DistributedDataParallel model(net.ptr(), pg);
+    std::string msg;
+    try {
+      net->forward(xs[me], false).sum().backward();
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    check(msg.find("got no gradient") != std::string::npos &&
+              msg.find("b.weight") != std::string::npos &&
+              msg.find("c.bias") != std::string::npos &&
+              msg.find("find_unused_parameters") != std::string::npos,
+          "unused default error, got: " + msg);
+    std::cout << "unused-default rank " << me << " error: " << msg.substr(0, msg.find('\n'))
+              << std::endl;
+  }
+  {  // find_unused_parameters: rank 0 alone uses b; c is unused everywhere.
+    Branchy net = make_branchy();
+    ddp::DdpOptions o;
+    o.find_unused_parameters = true;
+    ddp::DistributedDataParallel model(net.ptr(), pg, o);
+    net->forward(xs[me], me == 0).sum().backward();
+
+    // Definition: the mean over ranks of each rank's local gradient (zero where unused).
+    std::vector<torch::Tensor> expected;
+    for (int r = 0; r < ws; ++r) {
+      Branchy local = make_branchy();
+      local->forward(xs[r], r == 0).sum().backward();
+      auto ps = local->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) {
+        auto g = ps[i].grad().defined() ? ps[i].grad() : torch::zeros_like(ps[i]);
+        if (r == 0)
+          expected.push_back(g / ws);
+        else
+          expected[i] += g / ws;
+      }
+    }
+    auto named = net->named_parameters();
+    for (size_t i = 0; i < named.size(); ++i) {
+      const auto& name = named[i].key();
+      const auto& grad = named[i].value().grad();
+      if (name.rfind("c.", 0) == 0) {
+        check(!grad.defined(), name + ": unused on every rank keeps no gradient");
+      } else {
+        check(grad.defined() && (grad - expected[i]).abs().max().item<double>() < 1e-6,
+              name + ": averaged with zeros where unused");
+      }
+    }
+    std::cout << "unused-find rank " << me << " checked " << named.size() << " parameters"
+              << std::endl;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: ddp_worker collectives|train|unused|rendezvous|nccl\n";
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  torch::set_num_threads(1);
+  try {
+    auto pg = init(scenario == "nccl" ? ddp::Backend::kNccl : ddp::Backend::kGloo);
+    if (scenario == "collectives") {
+      collectives(*pg, torch::kCPU);
+    } else if (scenario == "train") {
+      train(pg, torch::kCPU);
+    } else if (scenario == "nccl") {
+      // CPU tensors go through device memory; CUDA tensors exist only with a CUDA LibTorch.
+      collectives(*pg, torch::kCPU);
+      if (torch::cuda::is_available()) {
+        collectives(*pg, pg->device());
+        train(pg, pg->device());
+      } else {
+        train(pg, torch::kCPU);
+      }
+    } else if (scenario == "unused") {
+      unused(pg);
+    } else if (scenario == "rendezvous") {
+      std::cout << "rendezvous ok rank " << pg->rank() << std::endl;
+    } else {
+      std::cerr << "unknown scenario " << scenario << "\n";
+      return 2;
+    }
+    pg->barrier();
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    std::cout << "ERROR: " << msg.substr(0, msg.find('\n')) << std::endl;
+    return 3;
+  }
+  return failures == 0 ? 0 : 1;
+}

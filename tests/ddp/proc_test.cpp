@@ -1,0 +1,96 @@
+// The DDP runtime as real processes on Gloo: 2 and 4 ranks of ddp_worker (DDP_WORKER).
+#include <catch2/catch.hpp>
+#include <sstream>
+
+#include "ranks.hpp"
+
+using ddp_test::all_ranks;
+using ddp_test::run_ranks;
+
+namespace {
+
+std::string describe(const ddp_test::RankRun& run) {
+  std::ostringstream out;
+  for (const auto& r : run.ranks)
+    out << "--- rank " << r.rank << " status " << r.status << "\n" << r.output;
+  return out.str();
+}
+
+void require_all_ok(const ddp_test::RankRun& run) {
+  INFO(describe(run));
+  for (const auto& r : run.ranks) {
+    CHECK(r.status == 0);
+    CHECK(r.output.find("FAIL") == std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("collectives match their definitions", "[ddp][proc]") {
+  for (int world : {2, 4}) {
+    SECTION("world " + std::to_string(world)) {
+      auto run = run_ranks(DDP_WORKER, {"collectives"}, world, all_ranks(world), {});
+      require_all_ok(run);
+      for (const auto& r : run.ranks) CHECK(r.output.find("checks, 0 failed") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("DDP on a sharded batch follows one process on the whole batch", "[ddp][proc]") {
+  for (int world : {2, 4}) {
+    SECTION("world " + std::to_string(world)) {
+      auto run = run_ranks(DDP_WORKER, {"train"}, world, all_ranks(world), {});
+      require_all_ok(run);
+      for (const auto& r : run.ranks) {
+        for (const char* name : {"one-bucket", "several-buckets", "bucket-per-gradient",
+                                 "no_sync-accumulation", "control-no-communication"})
+          CHECK(r.output.find(name) != std::string::npos);
+      }
+    }
+  }
+}
+
+TEST_CASE("unused parameters: an error by default, reduced as zeros on request", "[ddp][proc]") {
+  auto run = run_ranks(DDP_WORKER, {"unused"}, 2, all_ranks(2), {});
+  require_all_ok(run);
+  for (const auto& r : run.ranks) {
+    CHECK(r.output.find("unused-default rank") != std::string::npos);
+    CHECK(r.output.find("unused-find rank") != std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: a missing rank is a timely error naming it", "[ddp][proc]") {
+  const std::map<std::string, std::string> env{{"DDP_TEST_TIMEOUT_MS", "2000"}};
+  struct Case {
+    int world;
+    std::vector<int> launch;
+    std::string expected;  // in the output of every launched rank
+  };
+  const std::vector<Case> cases = {
+      {2, {0}, "timed out after 2s: 1 of 2 ranks arrived; missing ranks: 1"},
+      {4, {0, 2}, "timed out after 2s: 2 of 4 ranks arrived; missing ranks: 1,3"},
+      {4, {0}, "timed out after 2s: 1 of 4 ranks arrived; missing ranks: 1-3"},
+      {2, {1}, "could not reach the store that rank 0 hosts within 2s"},
+  };
+  for (const auto& c : cases) {
+    auto run = run_ranks(DDP_WORKER, {"rendezvous"}, c.world, c.launch, env);
+    INFO(describe(run));
+    // Bounded by the timeout (plus process start), not twice it as TCPStore's own wait is.
+    CHECK(run.seconds < 6.0);
+    for (const auto& r : run.ranks) {
+      CHECK(r.status == 3);
+      CHECK(r.output.find("ERROR: dtlaunch ddp: ") != std::string::npos);
+      CHECK(r.output.find(c.expected) != std::string::npos);
+      CHECK(r.output.find("127.0.0.1:") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a malformed launch environment is a one-line error naming the variables",
+          "[ddp][proc]") {
+  auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 2, {0}, {{"MASTER_PORT", "http"}});
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 1);
+  CHECK(run.ranks[0].status == 3);
+  CHECK(run.ranks[0].output.find("MASTER_PORT='http' is not an integer") != std::string::npos);
+}

@@ -1,0 +1,131 @@
+// Pure parts of the DDP runtime: the launch environment and the bucket plan.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "dtlaunch/ddp.h"
+
+using dtlaunch::ddp::plan_buckets;
+using dtlaunch::ddp::WorkerEnv;
+using Vars = std::map<std::string, std::string>;
+
+namespace {
+
+Vars base() {
+  return {{"RANK", "3"},
+          {"WORLD_SIZE", "8"},
+          {"LOCAL_RANK", "1"},
+          {"LOCAL_WORLD_SIZE", "4"},
+          {"MASTER_ADDR", "node01"},
+          {"MASTER_PORT", "29500"}};
+}
+
+Vars with(Vars v, const std::string& name, const std::string& value) {
+  v[name] = value;
+  return v;
+}
+
+Vars without(Vars v, const std::string& name) {
+  v.erase(name);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("WorkerEnv reads the launch contract", "[ddp][env]") {
+  auto env = WorkerEnv::from_variables(base());
+  CHECK(env.rank == 3);
+  CHECK(env.world_size == 8);
+  CHECK(env.local_rank == 1);
+  CHECK(env.local_world_size == 4);
+  CHECK(env.device_index == 1);  // LOCAL_RANK, as under torchrun
+  CHECK(env.master_addr == "node01");
+  CHECK(env.master_port == 29500);
+
+  CHECK(WorkerEnv::from_variables(with(base(), "DTLAUNCH_CUDA_DEVICE", "0")).device_index == 0);
+  auto minimal =
+      WorkerEnv::from_variables(without(without(base(), "LOCAL_RANK"), "LOCAL_WORLD_SIZE"));
+  CHECK(minimal.local_rank == 0);
+  CHECK(minimal.local_world_size == 1);
+  CHECK(minimal.device_index == 0);
+}
+
+TEST_CASE("WorkerEnv names every missing or malformed variable in one line", "[ddp][env]") {
+  struct Case {
+    Vars vars;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {without(base(), "RANK"), {"missing RANK (set by dtlaunch or torchrun)"}},
+      {without(without(base(), "MASTER_ADDR"), "MASTER_PORT"),
+       {"missing MASTER_ADDR, MASTER_PORT"}},
+      {with(base(), "MASTER_ADDR", ""), {"missing MASTER_ADDR"}},
+      {with(base(), "RANK", "x"), {"RANK='x' is not an integer"}},
+      {with(base(), "RANK", "-1"), {"RANK='-1' is not an integer"}},
+      {with(base(), "RANK", " 3"), {"RANK=' 3' is not an integer"}},
+      {with(base(), "RANK", "8"), {"RANK=8 is not below WORLD_SIZE=8"}},
+      {with(base(), "WORLD_SIZE", "0"), {"WORLD_SIZE='0' must be at least 1"}},
+      {with(base(), "MASTER_PORT", "65536"), {"MASTER_PORT='65536' is not an integer in 0..65535"}},
+      {with(base(), "MASTER_PORT", "0"), {"MASTER_PORT='0' is not a usable port"}},
+      {with(base(), "LOCAL_RANK", "4"), {"LOCAL_RANK=4 is not below LOCAL_WORLD_SIZE=4"}},
+      {with(base(), "DTLAUNCH_CUDA_DEVICE", "gpu0"), {"DTLAUNCH_CUDA_DEVICE='gpu0'"}},
+      {with(without(base(), "RANK"), "MASTER_PORT", "p"),
+       {"missing RANK", "; MASTER_PORT='p' is not an integer"}},
+  };
+  for (const auto& c : cases) {
+    std::string msg;
+    try {
+      WorkerEnv::from_variables(c.vars);
+    } catch (const std::runtime_error& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK(msg.rfind("dtlaunch ddp: bad launch environment: ", 0) == 0);
+    CHECK(msg.find('\n') == std::string::npos);
+    for (const auto& part : c.expected) CHECK(msg.find(part) != std::string::npos);
+  }
+}
+
+TEST_CASE("WorkerEnv::from_environment reads the process environment", "[ddp][env]") {
+  for (const auto& [k, v] : base()) ::setenv(k.c_str(), v.c_str(), 1);
+  ::setenv("DTLAUNCH_CUDA_DEVICE", "2", 1);
+  auto env = WorkerEnv::from_environment();
+  CHECK(env.rank == 3);
+  CHECK(env.device_index == 2);
+  for (const auto& [k, v] : base()) ::unsetenv(k.c_str());
+  ::unsetenv("DTLAUNCH_CUDA_DEVICE");
+  CHECK_THROWS_WITH(WorkerEnv::from_environment(), Catch::Contains("missing RANK, WORLD_SIZE"));
+}
+
+TEST_CASE("plan_buckets", "[ddp][buckets]") {
+  using Buckets = std::vector<std::vector<size_t>>;
+  struct Case {
+    const char* name;
+    std::vector<size_t> bytes;
+    std::vector<int> kinds;
+    size_t cap;
+    Buckets expected;
+  };
+  const std::vector<Case> cases = {
+      {"empty", {}, {}, 100, {}},
+      {"all fit in one", {10, 20, 30}, {0, 0, 0}, 100, {{0, 1, 2}}},
+      {"closes once the cap is reached",
+       {40, 60, 10, 90, 5},
+       {0, 0, 0, 0, 0},
+       100,
+       {{0, 1}, {2, 3}, {4}}},
+      {"a gradient over the cap gets its own", {10, 500, 10}, {0, 0, 0}, 100, {{0, 1}, {2}}},
+      {"cap 0: one per gradient", {4, 4, 4}, {0, 0, 0}, 0, {{0}, {1}, {2}}},
+      {"kinds never share", {10, 10, 10, 10}, {0, 1, 0, 1}, 100, {{0, 2}, {1, 3}}},
+      {"kinds close independently, in order of their last gradient",
+       {60, 10, 50, 10},
+       {0, 1, 0, 1},
+       100,
+       {{0, 2}, {1, 3}}},
+      {"a later kind can close first", {10, 60, 50, 10}, {0, 1, 1, 0}, 100, {{1, 2}, {0, 3}}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    CHECK(plan_buckets(c.bytes, c.kinds, c.cap) == c.expected);
+  }
+  CHECK_THROWS_WITH(plan_buckets({1, 2}, {0}, 10), Catch::Contains("2 sizes but 1 kinds"));
+}
