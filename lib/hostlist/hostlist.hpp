@@ -36,7 +36,7 @@ enum class Reason {
   kTooManyItems,       // more than 262144 items in one group (Slurm aborts)
   kTooManyPrefixes,    // a non-final group of more than 65536 values (Slurm's MAX_PREFIX_CNT)
   kNumberTooLarge,     // a number above 2^64-1 (Slurm 22.05 silently clamps it)
-  kMaxNumberRange,     // a run of hosts ending at 2^64-1 (Slurm 22.05 crashes)
+  kMaxNumberRange,     // a run of hosts ending at 2^64-1 (Slurm 22.05 crashes or hangs)
   kNumberWraps,        // host 2^64-1 followed by host 0 of the same prefix (Slurm truncates)
   kIgnoredGroupError,  // an error in a group left of the last two (Slurm 22.05 ignores it)
   kTooManyHosts,       // the expansion exceeds kMaxHosts or kMaxChars

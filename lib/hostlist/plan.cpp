@@ -211,6 +211,12 @@ Group Parser::group(std::size_t begin, std::size_t end, bool is_prefix) {
     at = comma + 1;
   }
   g.range_count = plan_.ranges.size() - g.first_range;
+  if (is_prefix)
+    for (std::size_t r = g.first_range; r < plan_.ranges.size(); ++r)
+      if (plan_.ranges[r].hi == kMaxNumber)
+        fail(begin - 1, Reason::kMaxNumberRange,
+             "bracket before the last one reaches 18446744073709551615 (Slurm 22.05 loops "
+             "forever on it)");
   if (is_prefix && values > kMaxPrefixCount)
     fail(begin - 1, Reason::kTooManyPrefixes,
          "bracket before the last one has more than 65536 values (Slurm's limit)");

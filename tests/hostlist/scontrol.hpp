@@ -15,7 +15,7 @@ struct ProcessResult {
   std::string err;
   int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
-  bool timed_out = false;  // killed after 20 s
+  bool timed_out = false;  // killed after 5 s
 };
 
 // Runs argv[0] (looked up in PATH) with the given extra environment entries ("NAME=value").

@@ -144,7 +144,8 @@ TEST_CASE("invalid expressions are refused as a whole", "[hostlist]") {
 }
 
 // Each deliberate difference from Slurm 22.05 (docs/hostlist.md), with the exact input.
-TEST_CASE("difference: an unclosed bracket is an error and invents no host", "[hostlist][differs]") {
+TEST_CASE("difference: an unclosed bracket is an error and invents no host",
+          "[hostlist][differs]") {
   for (std::string_view expr : {"n[1-3", "n[", "bad[", "[1-3", "[", "n[1-2][", "a]b[1,2"}) {
     INFO(expr);
     CHECK(refusal(expr) == Reason::kUnclosedBracket);
@@ -152,7 +153,8 @@ TEST_CASE("difference: an unclosed bracket is an error and invents no host", "[h
   }
 }
 
-TEST_CASE("difference: numbers above 2^64-1 are errors and are not clamped", "[hostlist][differs]") {
+TEST_CASE("difference: numbers above 2^64-1 are errors and are not clamped",
+          "[hostlist][differs]") {
   for (std::string_view expr :
        {"n[99999999999999999999]", "n[18446744073709551616]", "n99999999999999999999",
         "n[1-18446744073709551616]", "n[1]99999999999999999999"}) {
@@ -169,6 +171,8 @@ TEST_CASE("difference: a run of hosts ending at 2^64-1 is an error and not a cra
   CHECK(refusal("n[18446744073709551614],n[18446744073709551615]") == Reason::kMaxNumberRange);
   CHECK(refusal("n18446744073709551615,n0") == Reason::kNumberWraps);
   CHECK(refusal("n[0-18446744073709551615]") == Reason::kRangeTooLarge);
+  CHECK(refusal("n[18446744073709551615]a[1]") == Reason::kMaxNumberRange);
+  CHECK(expand("n[18446744073709551614]a[1]") == Hosts{"n18446744073709551614a1"});
   CHECK(expand("n18446744073709551615,m0") == Hosts{"n18446744073709551615", "m0"});
 }
 

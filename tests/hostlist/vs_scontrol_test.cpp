@@ -122,7 +122,7 @@ TEST_CASE("hand-written expressions compress as scontrol show hostlist does",
 
 TEST_CASE("random expressions expand and compress as scontrol does", "[hostlist][scontrol]") {
   const std::uint64_t seed = env_number("DTLAUNCH_HOSTLIST_SEED", 20261129);
-  const std::uint64_t cases = env_number("DTLAUNCH_HOSTLIST_CASES", 3000);
+  const std::uint64_t cases = env_number("DTLAUNCH_HOSTLIST_CASES", 2000);
   Generator generator(seed);
   const Scontrol scontrol;
   int both_valid = 0;
@@ -161,7 +161,7 @@ TEST_CASE("random expressions expand and compress as scontrol does", "[hostlist]
 
 TEST_CASE("random name lists compress as scontrol show hostlist does", "[hostlist][scontrol]") {
   const std::uint64_t seed = env_number("DTLAUNCH_HOSTLIST_SEED", 20261129);
-  const std::uint64_t cases = env_number("DTLAUNCH_HOSTLIST_CASES", 3000) / 2;
+  const std::uint64_t cases = env_number("DTLAUNCH_HOSTLIST_CASES", 2000) / 2;
   Generator generator(seed + 1);
   const Scontrol scontrol;
   for (std::uint64_t i = 0; i < cases; ++i) {
