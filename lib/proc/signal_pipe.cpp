@@ -105,8 +105,10 @@ void SignalPipe::restore_in_child() noexcept {
     struct sigaction act {};
     const struct sigaction& old = g_saved[i].old;
     // A handler of the launcher means nothing after exec (exec resets caught signals), but an
-    // ignored signal stays ignored: pass that on, as a shell would.
-    const bool ignored = !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN;
+    // ignored signal stays ignored: pass that on, as a shell would. Not for SIGCHLD: a worker
+    // with it ignored would have its children reaped behind its back (waitpid: ECHILD).
+    const bool ignored =
+        !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN && g_saved[i].sig != SIGCHLD;
     act.sa_handler = ignored ? SIG_IGN : SIG_DFL;
     sigemptyset(&act.sa_mask);
     ::sigaction(g_saved[i].sig, &act, nullptr);

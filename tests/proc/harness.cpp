@@ -81,7 +81,7 @@ std::string process_name(pid_t pid) {
 }
 
 Child::Child(const std::vector<std::string>& argv, const std::string& out_path,
-             const std::string& err_path) {
+             const std::string& err_path, const std::vector<int>& ignored) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -91,6 +91,7 @@ Child::Child(const std::vector<std::string>& argv, const std::string& out_path,
     const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
     ::dup2(err, 2);
+    for (int sig : ignored) ::signal(sig, SIG_IGN);
     ::execv(args[0], args.data());
     ::_exit(126);
   }

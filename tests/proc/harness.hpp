@@ -38,8 +38,9 @@ std::string process_name(pid_t);  // /proc/<pid>/comm, "" if gone
 // A program started with its stdout and stderr in files.
 class Child {
  public:
+  // `ignored`: signals set to SIG_IGN in the child before exec (as nohup or a parent would).
   Child(const std::vector<std::string>& argv, const std::string& out_path,
-        const std::string& err_path);
+        const std::string& err_path, const std::vector<int>& ignored = {});
   pid_t pid() const { return pid_; }
   void signal(int sig) const;
   // The shell-style status (code, or 128+signal), or nullopt after `timeout` (then the child

@@ -452,3 +452,18 @@ TEST_CASE("dtlaunch: bad input starts nothing", "[proc]") {
   }
 }
 #endif
+
+TEST_CASE("workers inherit an ignored SIGHUP (nohup) but never an ignored SIGCHLD or our handlers",
+          "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  become_subreaper();
+  // The worker is grep itself: its SigIgn mask is what it got through fork and exec.
+  Child driver(
+      {launcher, "--nproc-per-node", "1", "--", "/bin/grep", "SigIgn", "/proc/self/status"},
+      dir / "out", dir / "err", {SIGHUP, SIGCHLD});
+  CHECK(driver.wait_for(10s) == 0);
+  CHECK(read_file(dir / "out") == "[rank 0] SigIgn:\t0000000000000001\n");  // SIGHUP (1) only
+  CHECK(settle(5s).empty());
+}
