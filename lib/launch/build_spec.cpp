@@ -225,15 +225,19 @@ LaunchSpec spec_from_slurm(const SlurmStep& step, const LaunchOptions& options, 
   spec.node_rank = step.nodeid;
   spec.local_world_size = step.tasks_per_node[step.nodeid];
 
-  const std::uint32_t rank0_node = node_of_rank0(step, system);
-  if (step.procid == 0 && step.nodeid != rank0_node)
-    throw Error::inconsistent(
-        "rank 0 runs on node " + num(step.nodeid) + " (" + step.hosts[step.nodeid] +
-        ") but SLURM_DISTRIBUTION=" + (step.distribution.empty() ? "<unset>" : step.distribution) +
-        " places it on " + step.hosts[rank0_node] + "; pass --master-addr HOST");
-  choose_master_addr(
-      spec, options, env, [&] { return step.hosts[rank0_node]; },
-      "the node of rank 0 in the step's node list");
+  // Only a derived address needs the node of rank 0: --master-addr must work exactly where it
+  // cannot be derived (arbitrary distribution without a readable SLURM_HOSTFILE).
+  auto derive = [&] {
+    const std::uint32_t rank0_node = node_of_rank0(step, system);
+    if (step.procid == 0 && step.nodeid != rank0_node)
+      throw Error::inconsistent("rank 0 runs on node " + num(step.nodeid) + " (" +
+                                step.hosts[step.nodeid] + ") but SLURM_DISTRIBUTION=" +
+                                (step.distribution.empty() ? "<unset>" : step.distribution) +
+                                " places it on " + step.hosts[rank0_node] +
+                                "; pass --master-addr HOST");
+    return step.hosts[rank0_node];
+  };
+  choose_master_addr(spec, options, env, derive, "the node of rank 0 in the step's node list");
   choose_slurm_port(spec, step, options, env, system);
   spec.gpu = make_gpu_plan(options, env, system, step.gpus_per_task);
   choose_omp(spec, env, step.cpus_per_task);
@@ -268,10 +272,12 @@ LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, cons
       throw Error::usage("--nnodes and --node-rank come from Slurm inside an srun step");
     spec.notes = step.notes;
     spec.nnodes = step.nnodes;
-    spec.node_rank = step.nodeid;
-    const std::uint32_t rank0_node = node_of_rank0(step, system);
+    // One task per node: the task's rank orders the launchers (equal to SLURM_NODEID except
+    // under an arbitrary distribution), and task 0's node hosts worker 0 and the store.
+    spec.node_rank = step.procid;
     choose_master_addr(
-        spec, options, env, [&] { return step.hosts[rank0_node]; }, "the first node of the step");
+        spec, options, env, [&] { return step.hosts[node_of_rank0(step, system)]; },
+        "the node of Slurm task 0");
     choose_slurm_port(spec, step, options, env, system);
     spec.gpu = make_gpu_plan(options, env, system, std::nullopt);
     choose_omp(spec, env, std::nullopt);

@@ -123,6 +123,16 @@ SlurmStep read_slurm_step(const EnvMap& env) {
       count = count.substr(colon + 1);
     step.gpus_per_task =
         static_cast<std::uint32_t>(parse_uint_var("SLURM_GPUS_PER_TASK", count, 1u << 16));
+  } else if (auto bind = env.get("SLURMD_TRES_BIND")) {
+    // A plain `srun --gpus-per-task=N` exports no SLURM_GPUS_PER_TASK (only an sbatch/salloc
+    // allocation does), but slurmd says how it bound the task's GPUs: gpu:per_task:N gives each
+    // task its own N GPUs; gpu:single:K binds each task to one GPU (K tasks per GPU).
+    std::string_view b = *bind;
+    if (b.starts_with("gpu:per_task:"))
+      step.gpus_per_task =
+          static_cast<std::uint32_t>(parse_uint_var("SLURMD_TRES_BIND", b.substr(13), 1u << 16));
+    else if (b.starts_with("gpu:single:"))
+      step.gpus_per_task = 1;
   }
 
   // Cross-checks: a wrong world or local size is a rendezvous that waits for ranks that never

@@ -135,7 +135,7 @@ TEST_CASE("slurm spec: arbitrary distribution takes rank 0's node from SLURM_HOS
 
   LaunchOptions o = with_program();
   o.master_addr = "node2";
-  CHECK(status_of([&] { slurm_spec(env, o, sys); }) == 2);  // the hostfile is still read
+  CHECK(slurm_spec(env, o, sys).master.addr == "node2");  // no need to read the hostfile
 
   env.erase("SLURM_HOSTFILE");
   CHECK(status_of([&] { slurm_spec(env, with_program(), sys); }, &msg) == 2);
@@ -194,7 +194,13 @@ TEST_CASE("slurm spec: GPUs from CUDA_VISIBLE_DEVICES, device files or --gpus-pe
   CHECK(status_of([&] { slurm_spec(env, with_program(), sys); }, &msg) == 2);
   CHECK(msg.find("CUDA_VISIBLE_DEVICES lists 1 GPU(s) for 2 tasks") == 0);
 
-  // --gpus-per-task=1: Slurm narrowed each task's list to its own GPU.
+  // A plain srun --gpus-per-task=1 (or --gpu-bind=single:1) says so only in SLURMD_TRES_BIND.
+  for (const char* bind : {"gpu:per_task:1", "gpu:single:1"}) {
+    env.set("SLURMD_TRES_BIND", bind);
+    CHECK(slurm_spec(env, with_program(), sys).gpu.isolated_by_slurm);
+  }
+  env.erase("SLURMD_TRES_BIND");
+  // --gpus-per-task=1 in the allocation: Slurm narrowed each task's list to its own GPU.
   env.set("SLURM_GPUS_PER_TASK", "1");
   s = slurm_spec(env, with_program(), sys);
   CHECK(s.gpu.isolated_by_slurm);
