@@ -92,6 +92,7 @@ class Parser {
   std::string_view expr_;
   Syntax syntax_;
   Plan& plan_;
+  std::vector<Group> scratch_;  // reused by every token
 };
 
 void Parser::run() {
@@ -199,8 +200,10 @@ Group Parser::group(std::size_t begin, std::size_t end, bool is_prefix) {
   u128 chars = 0;
   std::size_t at = begin;
   while (true) {
-    std::size_t comma = expr_.find(',', at);
-    if (comma == npos || comma > end) comma = end;
+    // Search the group only: a search to the next comma of the whole expression would make
+    // a comma-free list of many groups quadratic.
+    const std::size_t rel = expr_.substr(at, end - at).find(',');
+    const std::size_t comma = rel == npos ? end : at + rel;
     if (plan_.ranges.size() - g.first_range == kMaxItems)
       fail(at, Reason::kTooManyItems, "more than 262144 ranges in one bracket");
     const Range r = item(at, comma);
@@ -240,7 +243,8 @@ void Parser::token(std::size_t begin, std::size_t end) {
     if (!t.suffix.empty() && syntax_ == Syntax::kSlurm2205)
       fail(begin + close + 1, Reason::kSuffix,
            "text after the last ']' (a suffix needs Slurm 23.02.5 or later)");
-    std::vector<Group> groups;  // right to left: final group first
+    std::vector<Group>& groups = scratch_;  // right to left: final group first
+    groups.clear();
     groups.push_back(group(begin + open + 1, begin + close, false));
 
     // Groups in the prefix, found from the right as Slurm does: the last '[' and the last ']'
