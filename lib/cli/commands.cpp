@@ -78,6 +78,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
           {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes)});
     return processes;
   };
+  out.flush();  // nothing of ours may come out after the workers' output
   RunResult result = run_workers(make_workers, supervision);
   return result.exit_status;
 }
