@@ -7,6 +7,7 @@
 //   ddp_worker train         N-rank DDP vs one process on the whole batch
 //   ddp_worker unused        unused parameters: the default error, and find_unused_parameters
 //   ddp_worker rendezvous    init only (DDP_TEST_TIMEOUT_MS bounds it), then a barrier
+//   ddp_worker peer-exit     ranks other than 0 leave after init; rank 0's all_reduce must fail
 //   ddp_worker nccl          the NCCL backend (GPU machine only, scripts/gpu-check.sh): the
 //                            collectives on CUDA and CPU tensors, then training on the GPU
 #include <torch/torch.h>
@@ -197,7 +198,7 @@ enum class Mode { kDdp, kDdpAccumulate, kNoCommunication };
 // Trains a DDP copy on this rank's shard and a reference copy on the whole batch, from rank 0's
 // initial parameters; returns max |DDP - reference| over the parameters.
 double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, Mode mode,
-                  size_t* buckets_out, torch::Device dev) {
+                  size_t* buckets_out, torch::Device dev, ddp::DdpStats* stats_out) {
   const int ws = pg->size(), me = pg->rank();
   torch::manual_seed(7);
   auto xs = torch::randn({kSteps, kBatch, 8}).to(dev);
@@ -253,6 +254,7 @@ double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, Mode
   }
   if (model) {
     auto st = model->stats();
+    *stats_out = st;
     check(st.iterations == kSteps, "stats.iterations");
     check(st.buckets_reduced == kSteps * model->buckets().size(), "stats.buckets_reduced");
     check(st.hidden_seconds <= st.allreduce_seconds + 1e-9, "stats hidden <= total");
@@ -286,7 +288,8 @@ void train(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::Device dev) {
   for (const auto& c : cases) {
     if (!c.expect_match && pg->size() == 1) continue;  // one rank holds the whole batch anyway
     size_t buckets = 0;
-    double diff = train_case(pg, c.cap, c.mode, &buckets, dev);
+    ddp::DdpStats st;
+    double diff = train_case(pg, c.cap, c.mode, &buckets, dev, &st);
     if (c.expect_match) {
       check(diff <= kTolerance, std::string(c.name) + ": max|ddp - whole batch| " +
                                     std::to_string(diff) + " > " + std::to_string(kTolerance));
@@ -296,8 +299,11 @@ void train(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::Device dev) {
       check(diff > 1e-3,
             std::string(c.name) + ": diff " + std::to_string(diff) + " should be large");
     }
-    std::printf("train on %s rank %d of %d: %-26s buckets=%zu max|diff|=%.3g\n", dev.str().c_str(),
-                pg->rank(), pg->size(), c.name, buckets, diff);
+    std::printf(
+        "train on %s rank %d of %d: %-26s buckets=%zu max|diff|=%.3g allreduce=%.2fms "
+        "hidden=%.2fms\n",
+        dev.str().c_str(), pg->rank(), pg->size(), c.name, buckets, diff,
+        st.allreduce_seconds * 1e3, st.hidden_seconds * 1e3);
   }
   std::fflush(stdout);
 }
@@ -409,6 +415,12 @@ int main(int argc, char** argv) {
       }
     } else if (scenario == "unused") {
       unused(pg);
+    } else if (scenario == "peer-exit") {
+      if (pg->rank() != 0) return 0;
+      auto t = torch::ones({1000});
+      pg->all_reduce(t);  // must throw: the peers are gone or going
+      std::cout << "FAIL: all_reduce without peers returned" << std::endl;
+      return 1;
     } else if (scenario == "rendezvous") {
       std::cout << "rendezvous ok rank " << pg->rank() << std::endl;
     } else {

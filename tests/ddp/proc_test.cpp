@@ -86,6 +86,23 @@ TEST_CASE("rendezvous: a missing rank is a timely error naming it", "[ddp][proc]
   }
 }
 
+TEST_CASE("a rank that leaves makes the peer's collective fail, not hang", "[ddp][proc]") {
+  auto run =
+      run_ranks(DDP_WORKER, {"peer-exit"}, 2, all_ranks(2), {{"DDP_TEST_TIMEOUT_MS", "5000"}});
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 2);
+  for (const auto& r : run.ranks) {
+    if (r.rank == 0) {
+      CHECK(r.status == 3);
+      CHECK(r.output.find("ERROR: dtlaunch ddp: gloo all_reduce on rank 0 of 2 failed: ") !=
+            std::string::npos);
+    } else {
+      CHECK(r.status == 0);
+    }
+  }
+  CHECK(run.seconds < 15.0);
+}
+
 TEST_CASE("a malformed launch environment is a one-line error naming the variables",
           "[ddp][proc]") {
   auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 2, {0}, {{"MASTER_PORT", "http"}});

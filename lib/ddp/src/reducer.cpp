@@ -260,8 +260,10 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     // picture, one more small all-reduce, paid only with find_unused_parameters.
     std::vector<char> used_anywhere(params.size(), 1);
     if (opts.find_unused_parameters) {
-      at::Tensor used = at::zeros({static_cast<int64_t>(params.size())},
-                                  at::TensorOptions().dtype(at::kFloat).device(pg.device()));
+      // On the parameters' device: a CPU LibTorch with the NCCL backend has CPU parameters.
+      at::Tensor used =
+          at::zeros({static_cast<int64_t>(params.size())},
+                    at::TensorOptions().dtype(at::kFloat).device(params.front().device()));
       at::Tensor local = at::zeros({static_cast<int64_t>(params.size())}, at::kFloat);
       for (size_t i = 0; i < params.size(); ++i)
         local[static_cast<int64_t>(i)] = ready[i] ? 1.0 : 0.0;

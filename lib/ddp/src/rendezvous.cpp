@@ -15,6 +15,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 const std::string kCountKey = "dtlaunch/rdzv/count";
+const std::string kFailedKey = "dtlaunch/rdzv/failed";
+const std::string kAckKey = "dtlaunch/rdzv/failed_seen";
 std::string rank_key(int rank) {
   return "dtlaunch/rdzv/rank/" + std::to_string(rank);
 }
@@ -83,28 +85,56 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env,
                     " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + first_line(e));
   }
 
-  store->set(rank_key(env.rank), std::vector<uint8_t>{1});
-  store->add(kCountKey, 1);
-  // Polling an add(0) rather than a blocking wait(): a TCPStore wait that times out leaves its
-  // reply pending on the socket, and the diagnosis below needs the socket afterwards.
-  auto pause = std::chrono::milliseconds(5);
-  for (;;) {
-    int64_t arrived = store->add(kCountKey, 0);
-    if (arrived >= env.world_size) break;
-    if (Clock::now() >= deadline) {
-      std::vector<int> missing;
-      for (int r = 0; r < env.world_size; ++r)
-        if (!store->check({rank_key(r)})) missing.push_back(r);
-      throw Error(ExitCode::kFailure,
-                  "dtlaunch ddp: rendezvous at " + address(env) + " timed out after " +
-                      seconds_text(timeout) + ": " + std::to_string(arrived) + " of " +
-                      std::to_string(env.world_size) +
-                      " ranks arrived; missing ranks: " + format_ranks(missing));
+  const std::string where = "dtlaunch ddp: rendezvous at " + address(env);
+  int64_t arrived = 0;
+  try {
+    store->set(rank_key(env.rank), std::vector<uint8_t>{1});
+    store->add(kCountKey, 1);
+    // Polling an add(0) rather than a blocking wait(): a TCPStore wait that times out leaves its
+    // reply pending on the socket, and the diagnosis below needs the socket afterwards.
+    auto pause = std::chrono::milliseconds(5);
+    for (;;) {
+      arrived = store->add(kCountKey, 0);
+      if (arrived >= env.world_size) break;
+      // Rank 0 publishes its diagnosis before it gives up, and with it goes the store: so the
+      // other ranks report the same thing instead of a broken pipe.
+      if (env.rank != 0 && store->check({kFailedKey})) {
+        auto text = store->get(kFailedKey);
+        store->add(kAckKey, 1);
+        throw Error(ExitCode::kFailure, std::string(text.begin(), text.end()));
+      }
+      if (Clock::now() >= deadline) {
+        std::vector<int> missing;
+        for (int r = 0; r < env.world_size; ++r)
+          if (!store->check({rank_key(r)})) missing.push_back(r);
+        const std::string msg = where + " timed out after " + seconds_text(timeout) + ": " +
+                                std::to_string(arrived) + " of " + std::to_string(env.world_size) +
+                                " ranks arrived; missing ranks: " + format_ranks(missing);
+        if (env.rank == 0) {
+          store->set(kFailedKey, std::vector<uint8_t>(msg.begin(), msg.end()));
+          // Keeps the store up, briefly, until the ranks that came have read it.
+          const auto linger_end = Clock::now() + std::chrono::seconds(2);
+          while (store->add(kAckKey, 0) < arrived - 1 && Clock::now() < linger_end)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        } else {
+          store->add(kAckKey, 1);
+        }
+        throw Error(ExitCode::kFailure, msg);
+      }
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+          pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
+                     std::chrono::milliseconds(1)));
+      pause = std::min(pause * 2, std::chrono::milliseconds(100));
     }
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
-        pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
-                   std::chrono::milliseconds(1)));
-    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(ExitCode::kFailure, where + " failed on rank " + std::to_string(env.rank) +
+                                        " after " + std::to_string(arrived) + " of " +
+                                        std::to_string(env.world_size) +
+                                        " ranks had arrived: lost the store that rank 0 hosts "
+                                        "(rank 0 gave up or died): " +
+                                        first_line(e));
   }
   return store;
 }
