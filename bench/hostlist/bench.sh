@@ -10,14 +10,17 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'ClusterName=bench\nSlurmctldHost=localhost\n' >"$tmp/slurm.conf"
 export SLURM_CONF=$tmp/slurm.conf
-for shape in few many; do
-  expr=$("$bench" --expr "$shape")
+for shape in few many blank; do
+  # Through the environment, so that blanks in the expression reach the programs as one argument;
+  # hyperfine subtracts the shell's own start-up time.
+  export EXPR
+  EXPR=$("$bench" --expr "$shape")
   # Same hosts, same order, or the timing means nothing.
-  cmp <("$dtlaunch" hostnames "$expr") <(scontrol show hostnames "$expr")
-  echo "== $shape: $(scontrol show hostnames "$expr" | wc -l) hosts, ${#expr}-byte expression"
-  hyperfine -N --warmup 3 --runs 20 --export-markdown "$tmp/$shape.md" \
-    -n dtlaunch "$dtlaunch hostnames $expr" \
-    -n scontrol "scontrol show hostnames $expr" >/dev/null
+  cmp <("$dtlaunch" hostnames "$EXPR") <(scontrol show hostnames "$EXPR")
+  echo "== $shape: $(scontrol show hostnames "$EXPR" | wc -l) hosts, ${#EXPR}-byte expression"
+  hyperfine --warmup 3 --runs 20 --export-markdown "$tmp/$shape.md" \
+    -n dtlaunch "$dtlaunch hostnames \"\$EXPR\"" \
+    -n scontrol "scontrol show hostnames \"\$EXPR\"" >/dev/null
   cat "$tmp/$shape.md"
 done
 echo "== in-process"
