@@ -15,9 +15,19 @@
 # JOBS (default: all cores).
 set -uo pipefail
 
-start=$(date +%s)
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build-gpu}
+# Steps run as "$self __run FUNCTION ARGS..." under timeout(1), which cannot run a function.
+if [[ ${1:-} == __run ]]; then
+  mode=run
+  shift
+else
+  mode=main
+  export GPU_CHECK_BUILD=${1:-$root/build-gpu}
+  export GPU_CHECK_START=$(date +%s)
+fi
+start=$GPU_CHECK_START
+build=$GPU_CHECK_BUILD
 logs=$build/gpu-check
 mkdir -p "$logs"
 python=${PYTHON:-python3}
@@ -40,10 +50,10 @@ step() {
     return 1
   fi
   local t0=$(date +%s) rc
-  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
+  timeout --kill-after=10 "$limit" "$self" __run "$@" >"$logs/$name.log" 2>&1
   rc=$?
   local secs=$(($(date +%s) - t0)) result=ok note
-  note=$(grep -E 'PASS|checks,|max\|diff\||dtlaunch: |accuracy|loss|ERROR|FAIL|error' "$logs/$name.log" | tail -n 1 | cut -c1-70)
+  note=$(grep -E '^(PASS|FAIL|ERROR)|dtlaunch: |dtlaunch ddp: |dtlaunch-train: |accuracy|error' "$logs/$name.log" | tail -n 1 | cut -c1-80)
   if ((rc != 0)); then
     result=FAIL
     ((rc == 124 || rc == 137)) && note="timed out after ${limit}s"
@@ -65,6 +75,16 @@ ranks() {
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   for ((r = 0; r < n; r++)); do sed "s/^/[rank $r] /" "$logs/$scenario-rank$r.out"; done
+  # One summary line for the table: failures, else the checks and the largest DDP difference.
+  cat "$logs/$scenario"-rank*.out | awk -v rc=$rc -v n="$n" '
+    /^FAIL|^ERROR/ { bad++; if (!first) first = $0 }
+    / checks, / { checks += $(NF - 3) }
+    /max\|diff\|=/ && !/control/ { for (i = 1; i <= NF; i++) if ($i ~ /^max\|diff\|=/) {
+        v = substr($i, 11) + 0; if (v > worst) worst = v } }
+    END {
+      if (bad || rc) printf "FAIL: %s\n", (first ? first : "a rank exited non-zero")
+      else printf "PASS: %d ranks, %d collective checks, DDP max|diff| %.2g\n", n, checks, worst
+    }'
   return $rc
 }
 
@@ -119,7 +139,9 @@ EOF
 
 build_targets() {
   local targets=(ddp_worker)
-  cmake --build "$build" --target help 2>/dev/null | grep -q 'dtlaunch-train' && targets+=(dtlaunch-train)
+  local all
+  all=$(cmake --build "$build" --target help 2>/dev/null)
+  [[ $all == *"dtlaunch-train:"* ]] && targets+=(dtlaunch-train)
   cmake --build "$build" -j "$jobs" --target "${targets[@]}" && echo "PASS: built ${targets[*]}"
 }
 
@@ -136,6 +158,11 @@ example() {
   env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
     MASTER_PORT=$port DTLAUNCH_CUDA_DEVICE=0 "$exe" --backend nccl "${data[@]}"
 }
+
+if [[ $mode == run ]]; then
+  "$@"
+  exit
+fi
 
 step info 30 info
 step configure 150 configure &&
