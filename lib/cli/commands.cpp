@@ -86,19 +86,24 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
 int run_hostnames(const std::vector<std::string>& expressions, std::ostream& out) {
   std::string text;  // everything is expanded before anything is printed
   for (const std::string& expr : expressions)
-    for (const std::string& host : hostlist::expand(expr)) text.append(host).push_back('\n');
+    hostlist::for_each_host(expr,
+                            [&](std::string_view host) { text.append(host).push_back('\n'); });
   out << text;
   out.flush();
   return 0;
 }
 
 int run_hostlist(const std::vector<std::string>& names, std::ostream& out) {
-  // Names may come as separate arguments or as one list; either way Slurm's own parser splits
-  // them, so "a1,a2" and "a1 a2" and two arguments all mean the same.
-  std::vector<std::string> hosts;
-  for (const std::string& arg : names)
-    for (std::string& host : hostlist::expand(arg)) hosts.push_back(std::move(host));
-  out << hostlist::compress(hosts) << '\n';
+  // Like scontrol, the arguments are read as one expression and ranges stay as written
+  // ("1[2-3]" stays "1[2-3]"), but each argument must be valid on its own: "n[1-2" and "3]"
+  // are two mistakes, not one range.
+  std::string joined;
+  for (const std::string& arg : names) {
+    hostlist::count(arg);
+    if (!joined.empty()) joined.push_back(',');
+    joined += arg;
+  }
+  out << hostlist::recompress(joined) << '\n';
   out.flush();
   return 0;
 }
