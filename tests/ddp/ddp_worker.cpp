@@ -257,6 +257,9 @@ double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, Mode
     *stats_out = st;
     check(st.iterations == kSteps, "stats.iterations");
     check(st.buckets_reduced == kSteps * model->buckets().size(), "stats.buckets_reduced");
+    // Every bucket but the last starts while backward still produces gradients.
+    check(st.buckets_overlapped == kSteps * (model->buckets().size() - 1),
+          "stats.buckets_overlapped " + std::to_string(st.buckets_overlapped));
     check(st.hidden_seconds <= st.allreduce_seconds + 1e-9, "stats hidden <= total");
   }
   // Every rank must hold bit-identical parameters.

@@ -93,6 +93,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
 
   std::mutex mu;
   std::vector<char> ready;
+  size_t ready_count = 0;
   size_t next_launch = 0;
   bool sync_enabled = true;
   bool in_iteration = false;
@@ -175,6 +176,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
                                           " got its gradient twice in one backward");
     }
     ready[i] = 1;
+    ++ready_count;
     const Slot& s = slots[i];
     const at::Tensor& grad = params[i].grad();
     at::Tensor dst = buckets[s.bucket].flat.narrow(0, s.offset, s.numel);
@@ -201,6 +203,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       b.flat.div_(pg.size());
       b.launched = Clock::now();
       b.work = pg.all_reduce_async(b.flat, ReduceOp::kSum);
+      if (in_iteration && ready_count < params.size()) ++stats.buckets_overlapped;
     }
   }
 
@@ -223,6 +226,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       b.pending = b.params.size();
     }
     std::fill(ready.begin(), ready.end(), 0);
+    ready_count = 0;
     next_launch = 0;
     in_iteration = false;
   }
@@ -249,6 +253,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
                       "; if that is intended, set DdpOptions::find_unused_parameters");
     }
     // Unused here: reduce zeros in their place (another rank may have used them).
+    ready_count = params.size();  // backward is over: what starts now overlaps nothing
     for (size_t i : unready) {
       const Slot& s = slots[i];
       buckets[s.bucket].flat.narrow(0, s.offset, s.numel).zero_();
@@ -309,6 +314,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       b.pending = b.params.size();
     }
     std::fill(ready.begin(), ready.end(), 0);
+    ready_count = 0;
     next_launch = 0;
     in_iteration = false;
   }

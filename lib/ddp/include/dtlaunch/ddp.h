@@ -190,6 +190,9 @@ struct DdpOptions {
 struct DdpStats {
   uint64_t iterations = 0;       // synchronised backward passes
   uint64_t buckets_reduced = 0;  // bucket all-reduces completed
+  // Bucket all-reduces started while gradients of the same backward were still to come: the
+  // ones that can overlap with backward (all but the last bucket, when every gradient is used).
+  uint64_t buckets_overlapped = 0;
   // Wall time during which at least one bucket all-reduce was in flight.
   double allreduce_seconds = 0;
   // The part of allreduce_seconds that elapsed before backward finished (overlapped).
