@@ -100,13 +100,15 @@ info() {
 configure() {
   local prefix
   prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
-  local gen=()
+  local gen=() cuda=(-DCUDAToolkit_ROOT="$cuda_home")
   command -v ninja >/dev/null && gen=(-G Ninja)
+  # A CUDA LibTorch's CMake config may enable the CUDA language: point it at this nvcc.
+  [[ -x $cuda_home/bin/nvcc ]] && cuda+=(-DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc")
   # The whole project when its other dependencies (CLI11, spdlog, Catch2) are installed; else
   # only what this check needs, through a small wrapper project.
-  if cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda_home" \
-      -DDTLAUNCH_BUILD_BENCHMARKS=OFF; then
+  # Release: no -g, the quickest compile of the torch headers.
+  if cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$prefix" "${cuda[@]}" -DDTLAUNCH_BUILD_BENCHMARKS=OFF; then
     echo "configured: whole project"
   else
     echo "whole-project configure failed (see above); using the wrapper project"
@@ -129,8 +131,8 @@ add_executable(ddp_worker $root/tests/ddp/ddp_worker.cpp)
 target_link_libraries(ddp_worker PRIVATE dtlaunch::ddp)
 set_target_properties(ddp_worker PROPERTIES RUNTIME_OUTPUT_DIRECTORY \${CMAKE_BINARY_DIR}/tests/ddp)
 EOF
-    cmake -S "$wrap" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda_home" || return 1
+    cmake -S "$wrap" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$prefix" "${cuda[@]}" || return 1
   fi
   grep -q 'DTLAUNCH_DDP_HAVE_NCCL:INTERNAL=ON' "$build/CMakeCache.txt" ||
     { echo "FAIL: NCCL backend not enabled"; return 1; }
@@ -141,7 +143,7 @@ build_targets() {
   local targets=(ddp_worker)
   local all
   all=$(cmake --build "$build" --target help 2>/dev/null)
-  [[ $all == *"dtlaunch-train:"* ]] && targets+=(dtlaunch-train)
+  [[ $all == *dtlaunch-train* ]] && targets+=(dtlaunch-train)
   cmake --build "$build" -j "$jobs" --target "${targets[@]}" && echo "PASS: built ${targets[*]}"
 }
 
