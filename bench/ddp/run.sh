@@ -94,17 +94,21 @@ done
 "$py" - "$results" <<'PY'
 import statistics as st, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
-print("| bucket cap MiB | ours ms/step | PyTorch DDP ms/step | PyTorch / ours | ours: buckets | "
-      "all-reduce ms/step | hidden behind backward |")
+print("| bucket cap MiB | ours ms/step | PyTorch DDP ms/step | PyTorch / ours (pairs: median, range) "
+      "| ours: buckets | all-reduce ms/step | hidden behind backward |")
 print("|---|---|---|---|---|---|---|")
 for mb in dict.fromkeys(r[1] for r in rows):
-    ours = [r for r in rows if r[0] == "ours" and r[1] == mb]
-    torch = [r for r in rows if r[0] == "torch" and r[1] == mb]
-    o = st.median(float(r[3]) for r in ours)
-    t = st.median(float(r[3]) for r in torch)
-    hidden = st.median(float(r[4]) for r in ours)
-    ar = st.median(float(r[5]) for r in ours)
-    print(f"| {mb} | {o:.2f} | {t:.2f} | {t / o:.3f} | {ours[0][6]} | {ar:.2f} | {100 * hidden:.0f}% |")
+    ours = {r[2]: r for r in rows if r[0] == "ours" and r[1] == mb}
+    torch = {r[2]: r for r in rows if r[0] == "torch" and r[1] == mb}
+    o = st.median(float(r[3]) for r in ours.values())
+    t = st.median(float(r[3]) for r in torch.values())
+    # Each repetition ran the two sides back to back: their ratio cancels slow drifts in load.
+    ratios = sorted(float(torch[k][3]) / float(ours[k][3]) for k in ours)
+    hidden = st.median(float(r[4]) for r in ours.values())
+    ar = st.median(float(r[5]) for r in ours.values())
+    nb = next(iter(ours.values()))[6]
+    print(f"| {mb} | {o:.2f} | {t:.2f} | {st.median(ratios):.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f}) "
+          f"| {nb} | {ar:.2f} | {100 * hidden:.0f}% |")
 print()
 print("all runs (ms/step):")
 for side in ("ours", "torch"):
