@@ -42,7 +42,7 @@ std::shared_ptr<ddp::ProcessGroup> init(ddp::Backend backend) {
   ddp::InitOptions o;
   o.backend = backend;
   o.timeout = timeout_from_env();
-  o.gloo_threads = 1;
+  // The default 2 Gloo threads: buckets then really run concurrently, and their tags must match.
   return ddp::init_process_group(o);
 }
 

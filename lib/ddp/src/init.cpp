@@ -1,4 +1,6 @@
 // init_process_group: the environment, the rendezvous, then the backend.
+#include <csignal>
+
 #include "core/error.hpp"
 #include "internal.hpp"
 
@@ -27,6 +29,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const Ini
                 "dtlaunch ddp: the nccl backend was requested, but this build of dtlaunch::ddp has "
                 "none (CUDA toolkit or libnccl not found when it was built)");
 #endif
+  // Gloo and the TCPStore write to sockets without MSG_NOSIGNAL: with SIGPIPE at its default, a
+  // peer that died kills this process silently (status 141) instead of failing the collective
+  // with a message. The Python interpreter ignores SIGPIPE, which is why PyTorch reports it.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    std::signal(SIGPIPE, SIG_IGN);
   auto store = detail::rendezvous(env, options.timeout);
 #ifdef DTLAUNCH_DDP_HAVE_NCCL
   if (backend == Backend::kNccl) return detail::make_nccl_group(env, options, std::move(store));

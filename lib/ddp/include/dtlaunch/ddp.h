@@ -60,8 +60,9 @@ struct WorkerEnv {
   static WorkerEnv from_variables(const std::map<std::string, std::string>& vars);
 };
 
-// A collective in flight. wait() returns once the result is in the tensor (for NCCL: once the
-// current CUDA stream is ordered after it) and rethrows the collective's error, if any.
+// A collective in flight. wait() returns once the result is in the tensor (NCCL: the calling
+// thread waits for the GPU work, polling, up to the group's timeout) and rethrows the
+// collective's error, if any.
 class Work {
  public:
   virtual ~Work() = default;
