@@ -401,6 +401,7 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   torch::set_num_threads(1);
+  const auto started = std::chrono::steady_clock::now();
   try {
     auto pg = init(scenario == "nccl" ? ddp::Backend::kNccl : ddp::Backend::kGloo);
     if (scenario == "collectives") {
@@ -434,6 +435,10 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::string msg = e.what();
     std::cout << "ERROR: " << msg.substr(0, msg.find('\n')) << std::endl;
+    // From the call into the runtime, so that process start-up under load does not count.
+    std::cout << "error-after-seconds: "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+              << std::endl;
     return 3;
   }
   return failures == 0 ? 0 : 1;
