@@ -8,7 +8,6 @@ batch, same SGD and the same timed region as `dtlaunch-train --synthetic N`. Pri
   timing: steps S ms/step X
 """
 import argparse
-import os
 import time
 
 import torch
