@@ -10,7 +10,8 @@ packages=(
   libtorch-dev libgloo-dev python3-torch
   slurm-wlm slurm-client munge        # slurmctld, slurmd, srun, sbatch, scontrol
   iproute2 util-linux procps psmisc   # ip netns, nsenter/unshare, ps/pgrep
-  dataset-fashion-mnist hyperfine
+  dataset-fashion-mnist zlib1g-dev   # the example reads the gzipped dataset
+  hyperfine
 )
 
 missing=()
