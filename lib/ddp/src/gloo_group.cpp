@@ -4,6 +4,7 @@
 #include <ATen/ops/empty_like.h>
 
 #include <functional>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -45,6 +46,14 @@ at::Tensor staging_for(const at::Tensor& t) {
   return t.contiguous();
 }
 
+// Gloo's worker threads compete with the ranks' compute for the node's cores; a second thread
+// only pays where cores are to spare.
+int gloo_threads_for(int requested, int local_world_size) {
+  if (requested > 0) return requested;
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores >= 4u * static_cast<unsigned>(std::max(1, local_world_size)) ? 2 : 1;
+}
+
 class GlooWork final : public Work {
  public:
   GlooWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish)
@@ -76,7 +85,7 @@ class GlooGroup final : public ProcessGroup {
       : ProcessGroup(env, Backend::kGloo, at::Device(at::kCPU), options.timeout),
         store_(std::move(store)) {
     auto opts = GlooPG::Options::create(options.timeout);
-    opts->threads = std::max(1, options.gloo_threads);
+    opts->threads = gloo_threads_for(options.gloo_threads, env.local_world_size);
     try {
       if (!env.gloo_socket_ifname.empty()) {
         // A comma-separated list, as in PyTorch: one Gloo device per interface.

@@ -38,8 +38,10 @@ struct InitOptions {
   Backend backend = Backend::kAuto;
   // Bounds the rendezvous (all ranks reaching the store) and every collective.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // Gloo worker threads per process; 2 keeps small jobs from oversubscribing the cores.
-  int gloo_threads = 2;
+  // Gloo worker threads per process. 0 (automatic): 2 when the node has at least 4 cores per
+  // local rank, else 1, because Gloo's threads otherwise take cores from the ranks' own compute
+  // (2 ranks on 2 cores: steps 5-8 % slower with 2 threads than with 1; docs/ddp.md).
+  int gloo_threads = 0;
 };
 
 // The launch contract (dtlaunch exports it; torchrun exports all but DTLAUNCH_CUDA_DEVICE).
