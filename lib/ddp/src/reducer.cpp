@@ -171,7 +171,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       });
     }
     if (ready[i]) {
-      abandon();
+      reset_iteration();
       throw Error(ExitCode::kFailure, "dtlaunch ddp: parameter " + names[i] +
                                           " got its gradient twice in one backward");
     }
@@ -182,7 +182,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     at::Tensor dst = buckets[s.bucket].flat.narrow(0, s.offset, s.numel);
     if (grad.defined()) {
       if (grad.is_sparse()) {
-        abandon();
+        reset_iteration();
         throw Error(ExitCode::kBadInput,
                     "dtlaunch ddp: sparse gradient of " + names[i] + " is not supported");
       }
@@ -218,8 +218,9 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     }
   }
 
-  // Forgets the current iteration after an error, so that the next backward starts clean.
-  void abandon() {
+  // Forgets the current iteration, once it is finished or after an error, so that the next
+  // backward starts clean.
+  void reset_iteration() {
     for (auto& b : buckets) {
       b.work.reset();
       b.done = false;
@@ -245,7 +246,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       for (size_t k = 0; k < unready.size() && k < 8; ++k)
         list += (k ? ", " : "") + names[unready[k]];
       if (unready.size() > 8) list += ", ... (" + std::to_string(unready.size()) + " in all)";
-      abandon();
+      reset_iteration();
       throw Error(ExitCode::kFailure,
                   "dtlaunch ddp: rank " + std::to_string(pg.rank()) + ": " +
                       std::to_string(unready.size()) +
@@ -288,7 +289,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
         }
       }
     } catch (...) {
-      abandon();
+      reset_iteration();
       throw;
     }
     {
@@ -307,16 +308,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     }
     if (opts.broadcast_buffers && !buffers.empty()) broadcast_coalesced(pg, buffers);
     account(backward_end);
-
-    for (auto& b : buckets) {
-      b.work.reset();
-      b.done = false;
-      b.pending = b.params.size();
-    }
-    std::fill(ready.begin(), ready.end(), 0);
-    ready_count = 0;
-    next_launch = 0;
-    in_iteration = false;
+    reset_iteration();
   }
 
   // allreduce_seconds: the union of the buckets' [launched, completed] intervals; hidden: the
