@@ -1,2 +1,3 @@
+// Catch2 v2's runner, compiled once for every test binary (v3 brings its own: Catch2WithMain).
 #define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+#include "dtlaunch_catch.hpp"

@@ -3,13 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "../unit/slurm_env.hpp"
+#include "dtlaunch_catch.hpp"
 #include "run_process.hpp"
 
 using dtlaunch::EnvMap;

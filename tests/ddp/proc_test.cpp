@@ -1,7 +1,7 @@
 // The DDP runtime as real processes on Gloo: 2 and 4 ranks of ddp_worker (DDP_WORKER).
-#include <catch2/catch.hpp>
 #include <sstream>
 
+#include "dtlaunch_catch.hpp"
 #include "ranks.hpp"
 
 using ddp_test::all_ranks;

@@ -1,10 +1,10 @@
 // Blackbox: `dtlaunch hostnames` and `dtlaunch hostlist` as processes, against scontrol.
 // DTLAUNCH_BIN is set by CMake to the built binary.
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "dtlaunch_catch.hpp"
 #include "scontrol.hpp"
 
 namespace dtlaunch::hostlist::test {

@@ -1,13 +1,13 @@
 // Unit tests of the hostlist library: Slurm's rules as tables of expression -> hosts, the
 // deliberate differences from Slurm 22.05 as named tests, the bounds, the error messages, and the
 // replay of inputs the fuzzer once found.
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "dtlaunch_catch.hpp"
 #include "hostlist/hostlist.hpp"
 #include "properties.hpp"
 

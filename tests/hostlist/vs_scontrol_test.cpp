@@ -2,12 +2,12 @@
 // `scontrol show hostnames|hostlist` of Slurm 22.05 (Debian bookworm), in-process on our side.
 // They use Syntax::kSlurm2205 (newline inside a name, no suffix) so that every difference is
 // one of the deliberate refusals of docs/hostlist.md.
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
 #include "corpus.hpp"
+#include "dtlaunch_catch.hpp"
 #include "generator.hpp"
 #include "hostlist/hostlist.hpp"
 #include "scontrol.hpp"

@@ -2,7 +2,7 @@
 
 #include <signal.h>
 
-#include <catch2/catch.hpp>
+#include "dtlaunch_catch.hpp"
 
 using dtlaunch::WorkerFailure;
 

@@ -2,9 +2,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
-
 #include "core/error.hpp"
+#include "dtlaunch_catch.hpp"
 #include "proc/supervisor.hpp"
 
 namespace {

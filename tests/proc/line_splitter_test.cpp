@@ -1,8 +1,9 @@
 #include "proc/line_splitter.hpp"
 
-#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
+
+#include "dtlaunch_catch.hpp"
 
 using dtlaunch::LineSplitter;
 using dtlaunch::LineTail;

@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <thread>
 
+#include "dtlaunch_catch.hpp"
 #include "harness.hpp"
 
 using namespace proctest;

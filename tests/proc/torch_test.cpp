@@ -1,9 +1,9 @@
 // The real PyTorch as a client of local mode: python3-torch's init_process_group("gloo",
 // init_method="env://") on the environment the supervisor's workers get, with an all-reduce.
-#include <catch2/catch.hpp>
 #include <regex>
 #include <set>
 
+#include "dtlaunch_catch.hpp"
 #include "harness.hpp"
 #include "proc/supervisor.hpp"
 

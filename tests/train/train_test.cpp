@@ -3,11 +3,11 @@
 // --resume finishes the run exactly as if it had never been interrupted.
 #include <signal.h>
 
-#include <catch2/catch.hpp>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "dtlaunch_catch.hpp"
 #include "ranks.hpp"
 
 using dtlaunch::train_test::Ranks;

@@ -3,12 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <functional>
 #include <set>
 
 #include "core/error.hpp"
+#include "dtlaunch_catch.hpp"
 #include "fake_system.hpp"
 #include "launch/port.hpp"
 #include "slurm_env.hpp"

@@ -1,8 +1,7 @@
 #include "launch/gpu.hpp"
 
-#include <catch2/catch.hpp>
-
 #include "core/error.hpp"
+#include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
 using S = std::vector<std::string>;

@@ -1,9 +1,9 @@
 #include "launch/port.hpp"
 
-#include <catch2/catch.hpp>
 #include <set>
 
 #include "core/error.hpp"
+#include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
 

@@ -1,8 +1,7 @@
 #include "launch/slurm_step.hpp"
 
-#include <catch2/catch.hpp>
-
 #include "core/error.hpp"
+#include "dtlaunch_catch.hpp"
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;

@@ -1,8 +1,7 @@
 #include "launch/tasks_per_node.hpp"
 
-#include <catch2/catch.hpp>
-
 #include "core/error.hpp"
+#include "dtlaunch_catch.hpp"
 
 using dtlaunch::Error;
 using dtlaunch::parse_tasks_per_node;

@@ -1,8 +1,8 @@
 #include "launch/worker_env.hpp"
 
-#include <catch2/catch.hpp>
 #include <set>
 
+#include "dtlaunch_catch.hpp"
 #include "fake_system.hpp"
 #include "launch/build_spec.hpp"
 #include "launch/contract.hpp"
