@@ -1,8 +1,8 @@
 // Pure parts of the DDP runtime: the launch environment and the bucket plan.
-#include <catch2/catch.hpp>
 #include <cstdlib>
 
 #include "dtlaunch/ddp.h"
+#include "dtlaunch_catch.hpp"
 
 using dtlaunch::ddp::plan_buckets;
 using dtlaunch::ddp::WorkerEnv;
@@ -47,6 +47,11 @@ TEST_CASE("WorkerEnv reads the launch contract", "[ddp][env]") {
   CHECK(minimal.local_rank == 0);
   CHECK(minimal.local_world_size == 1);
   CHECK(minimal.device_index == 0);
+
+  // USE_LIBUV as PyTorch reads it: the libuv store server unless it is "0".
+  CHECK(env.store_use_libuv);
+  CHECK(WorkerEnv::from_variables(with(base(), "USE_LIBUV", "1")).store_use_libuv);
+  CHECK_FALSE(WorkerEnv::from_variables(with(base(), "USE_LIBUV", "0")).store_use_libuv);
 }
 
 TEST_CASE("WorkerEnv names every missing or malformed variable in one line", "[ddp][env]") {
@@ -68,6 +73,7 @@ TEST_CASE("WorkerEnv names every missing or malformed variable in one line", "[d
       {with(base(), "MASTER_PORT", "0"), {"MASTER_PORT='0' is not a usable port"}},
       {with(base(), "LOCAL_RANK", "4"), {"LOCAL_RANK=4 is not below LOCAL_WORLD_SIZE=4"}},
       {with(base(), "DTLAUNCH_CUDA_DEVICE", "gpu0"), {"DTLAUNCH_CUDA_DEVICE='gpu0'"}},
+      {with(base(), "USE_LIBUV", "yes"), {"USE_LIBUV='yes' must be 0 or 1"}},
       {with(without(base(), "RANK"), "MASTER_PORT", "p"),
        {"missing RANK", "; MASTER_PORT='p' is not an integer"}},
   };
@@ -93,7 +99,8 @@ TEST_CASE("WorkerEnv::from_environment reads the process environment", "[ddp][en
   CHECK(env.device_index == 2);
   for (const auto& [k, v] : base()) ::unsetenv(k.c_str());
   ::unsetenv("DTLAUNCH_CUDA_DEVICE");
-  CHECK_THROWS_WITH(WorkerEnv::from_environment(), Catch::Contains("missing RANK, WORLD_SIZE"));
+  CHECK_THROWS_WITH(WorkerEnv::from_environment(),
+                    dtlaunch_test::contains_text("missing RANK, WORLD_SIZE"));
 }
 
 TEST_CASE("plan_buckets", "[ddp][buckets]") {
@@ -127,5 +134,6 @@ TEST_CASE("plan_buckets", "[ddp][buckets]") {
     INFO(c.name);
     CHECK(plan_buckets(c.bytes, c.kinds, c.cap) == c.expected);
   }
-  CHECK_THROWS_WITH(plan_buckets({1, 2}, {0}, 10), Catch::Contains("2 sizes but 1 kinds"));
+  CHECK_THROWS_WITH(plan_buckets({1, 2}, {0}, 10),
+                    dtlaunch_test::contains_text("2 sizes but 1 kinds"));
 }

@@ -83,6 +83,9 @@ WorkerEnv WorkerEnv::from_variables(const std::map<std::string, std::string>& va
     in.problem("LOCAL_RANK=" + std::to_string(*local_rank) +
                " is not below LOCAL_WORLD_SIZE=" + std::to_string(*local_world));
   if (port && *port == 0) in.problem("MASTER_PORT='0' is not a usable port");
+  auto use_libuv = in.text("USE_LIBUV", false);
+  if (use_libuv && *use_libuv != "0" && *use_libuv != "1")
+    in.problem("USE_LIBUV='" + *use_libuv + "' must be 0 or 1");
   in.throw_if_any();
 
   WorkerEnv env;
@@ -96,13 +99,15 @@ WorkerEnv WorkerEnv::from_variables(const std::map<std::string, std::string>& va
   env.master_port = *port;
   if (auto it = vars.find("GLOO_SOCKET_IFNAME"); it != vars.end())
     env.gloo_socket_ifname = it->second;
+  env.store_use_libuv = use_libuv.value_or("1") == "1";
   return env;
 }
 
 WorkerEnv WorkerEnv::from_environment() {
   static constexpr const char* kNames[] = {
       "RANK",        "WORLD_SIZE",  "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
-      "MASTER_ADDR", "MASTER_PORT", "DTLAUNCH_CUDA_DEVICE", "GLOO_SOCKET_IFNAME"};
+      "MASTER_ADDR", "MASTER_PORT", "DTLAUNCH_CUDA_DEVICE", "GLOO_SOCKET_IFNAME",
+      "USE_LIBUV"};
   std::map<std::string, std::string> vars;
   for (const char* name : kNames)
     if (const char* value = ::getenv(name)) vars.emplace(name, value);

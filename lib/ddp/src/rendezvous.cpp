@@ -2,9 +2,18 @@
 // waitWorkers gives up silently and a later Gloo connect then fails with "Socket Timeout", at
 // about twice the timeout (see docs/ddp.md). So the store is opened without waiting and the ranks
 // check in through keys that say, at the deadline, exactly who is missing.
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "internal.hpp"
@@ -39,6 +48,83 @@ std::string first_line(const std::exception& e) {
   return nl == std::string::npos ? what : what.substr(0, nl);
 }
 
+// Waits until something accepts TCP connections at env's MASTER_ADDR:MASTER_PORT, trying every
+// 5-100 ms, up to the deadline. TCPStore's client spends its whole timeout on a first connect
+// attempt and then backs off for seconds (LibTorch 2.6 reported a missing rank 0 2.5 times past
+// a 2 s timeout; 1.13 retries once a second), so a rank that starts before rank 0 listens would
+// arrive late and one whose rank 0 never comes would report well after the deadline. Returns ""
+// once a connection was accepted (and closed at once), else why the last attempt failed.
+std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline) {
+  const std::string port = std::to_string(env.master_port);
+  std::string reason = "no attempt was made";
+  auto pause = std::chrono::milliseconds(5);
+  for (;;) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (int rc = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
+      reason = "cannot resolve MASTER_ADDR '" + env.master_addr + "': " + ::gai_strerror(rc);
+    } else {
+      for (addrinfo* a = found; a; a = a->ai_next) {
+        const int fd =
+            ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+        if (err == EINPROGRESS) {
+          const auto left =
+              std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+          pollfd p{fd, POLLOUT, 0};
+          const int ready =
+              ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 1, 1000)));
+          socklen_t len = sizeof err;
+          if (ready == 1)
+            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          else
+            err = ETIMEDOUT;
+        }
+        ::close(fd);
+        if (err == 0) {
+          ::freeaddrinfo(found);
+          return "";
+        }
+        reason = "connect: " + std::string(std::strerror(err));
+      }
+      ::freeaddrinfo(found);
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) return reason;
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
+// LibTorch 2.4+ has TCPStoreOptions::useLibUV (true by default); 1.13 has no such member.
+template <class Options, class = void>
+struct HasUseLibUV : std::false_type {};
+template <class Options>
+struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>>
+    : std::true_type {};
+
+// Opens the store on the server env asks for. A LibTorch built without libuv (Debian's 2.x)
+// refuses useLibUV with "use_libuv was requested but PyTorch was build without libuv support",
+// even though its default asks for it: then the older server, which is all 1.13 ever had.
+template <class Options>
+c10::intrusive_ptr<c10d::Store> open_store(const WorkerEnv& env, Options options) {
+  if constexpr (HasUseLibUV<Options>::value) {
+    options.useLibUV = env.store_use_libuv;
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    } catch (const std::exception& e) {
+      if (!options.useLibUV ||
+          std::string_view(e.what()).find("without libuv") == std::string_view::npos)
+        throw;
+      options.useLibUV = false;
+    }
+  }
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+}
+
 }  // namespace
 
 std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
@@ -70,19 +156,27 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env,
   so.waitWorkers = false;
   so.timeout = timeout;
 
+  auto unreachable = [&](const std::string& reason) {
+    return Error(ExitCode::kFailure,
+                 "dtlaunch ddp: rendezvous at " + address(env) + " failed: rank " +
+                     std::to_string(env.rank) +
+                     " could not reach the store that rank 0 hosts within " +
+                     seconds_text(timeout) +
+                     " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + reason);
+  };
+  if (env.rank != 0)
+    if (std::string reason = wait_for_listener(env, deadline); !reason.empty())
+      throw unreachable(reason);
+
   c10::intrusive_ptr<c10d::Store> store;
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    store = open_store(env, so);
   } catch (const std::exception& e) {
     if (env.rank == 0)
       throw Error(ExitCode::kFailure,
                   "dtlaunch ddp: rank 0 could not host the rendezvous store at " + address(env) +
                       ": " + first_line(e));
-    throw Error(ExitCode::kFailure,
-                "dtlaunch ddp: rendezvous at " + address(env) + " failed: rank " +
-                    std::to_string(env.rank) +
-                    " could not reach the store that rank 0 hosts within " + seconds_text(timeout) +
-                    " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + first_line(e));
+    throw unreachable(first_line(e));
   }
 
   const std::string where = "dtlaunch ddp: rendezvous at " + address(env);

@@ -54,6 +54,9 @@ struct WorkerEnv {
   std::string master_addr;         // MASTER_ADDR
   int master_port = 0;             // MASTER_PORT
   std::string gloo_socket_ifname;  // GLOO_SOCKET_IFNAME (optional, as in PyTorch)
+  // USE_LIBUV, as in PyTorch 2.4+: "1" (default) hosts the store on TCPStore's libuv server
+  // where this LibTorch has one, "0" on the older server. LibTorch 1.13 has only the older one.
+  bool store_use_libuv = true;
 
   // Reads the process environment once.
   static WorkerEnv from_environment();
