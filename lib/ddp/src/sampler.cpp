@@ -80,11 +80,7 @@ void DistributedSampler::reset(OptionalSize new_size) {
   cursor_ = 0;
 }
 
-#if TORCH_VERSION_MAJOR >= 2
-std::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
-#else
-c10::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
-#endif
+DistributedSampler::OptionalBatch DistributedSampler::next(size_t batch_size) {
   if (cursor_ >= epoch_indices_.size() || batch_size == 0) return {};
   const size_t end = std::min(epoch_indices_.size(), cursor_ + batch_size);
   std::vector<size_t> batch(epoch_indices_.begin() + static_cast<std::ptrdiff_t>(cursor_),

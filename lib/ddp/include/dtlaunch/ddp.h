@@ -10,7 +10,6 @@
 #include <c10/core/Device.h>
 #include <torch/data/samplers/base.h>
 #include <torch/nn/module.h>
-#include <torch/version.h>
 
 #include <chrono>
 #include <cstddef>
@@ -19,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dtlaunch::ddp {
@@ -130,12 +130,15 @@ std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
 // of a DistributedSampler share their epoch: keep a copy and call set_epoch(e) on it before
 // each epoch; the loader's copy picks the epoch up when the loader begins the next pass.
 class DistributedSampler : public torch::data::samplers::Sampler<std::vector<size_t>> {
+  using Base = torch::data::samplers::Sampler<std::vector<size_t>>;
+  template <class S, class A>
+  static A argument_of(void (S::*)(A));
+
  public:
-#if TORCH_VERSION_MAJOR >= 2
-  using OptionalSize = std::optional<size_t>;
-#else
-  using OptionalSize = c10::optional<size_t>;
-#endif
+  // The optionals of Sampler::reset and Sampler::next as this LibTorch spells them
+  // (c10::optional up to 2.3, std::optional since), taken from the base class itself.
+  using OptionalSize = decltype(argument_of(&Base::reset));
+  using OptionalBatch = decltype(std::declval<Base&>().next(size_t{}));
 
   DistributedSampler(size_t dataset_size, int num_replicas, int rank, bool shuffle = true,
                      uint64_t seed = 0, bool drop_last = false);
@@ -143,26 +146,16 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
   // As in PyTorch: call before each epoch so that the shuffle differs between epochs.
   // Also rewinds this copy to the start of the epoch.
   void set_epoch(uint64_t epoch);
-  uint64_t epoch() const noexcept {
-    return *epoch_;
-  }
+  uint64_t epoch() const noexcept { return *epoch_; }
 
   // The pure core: this rank's indices for the current epoch.
   std::vector<size_t> indices() const;
   // Indices per rank (len(sampler) in PyTorch) and over all ranks.
-  size_t num_samples() const noexcept {
-    return num_samples_;
-  }
-  size_t total_size() const noexcept {
-    return num_samples_ * static_cast<size_t>(replicas_);
-  }
+  size_t num_samples() const noexcept { return num_samples_; }
+  size_t total_size() const noexcept { return num_samples_ * static_cast<size_t>(replicas_); }
 
   void reset(OptionalSize new_size = OptionalSize{}) override;
-#if TORCH_VERSION_MAJOR >= 2
-  std::optional<std::vector<size_t>> next(size_t batch_size) override;
-#else
-  c10::optional<std::vector<size_t>> next(size_t batch_size) override;
-#endif
+  OptionalBatch next(size_t batch_size) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
