@@ -40,9 +40,11 @@ bool is_loopback(const std::string& host) {
 }
 
 // The tensor Gloo works on: the caller's own when Gloo can take it as it is, else a contiguous
-// copy (Gloo in LibTorch 1.13 has no bfloat16, so that goes through float32).
+// copy. 16-bit floats go through float32: Gloo in LibTorch 1.13 has no bfloat16, and Debian's
+// LibTorch 2.14 refuses float16 and bfloat16 alike ("Invalid scalar type", from Python too).
 at::Tensor staging_for(const at::Tensor& t) {
-  if (t.scalar_type() == at::kBFloat16) return t.to(at::kFloat).contiguous();
+  if (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf)
+    return t.to(at::kFloat).contiguous();
   return t.contiguous();
 }
 

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include "core/error.hpp"
 #include "dtlaunch/ddp.h"
@@ -82,9 +83,12 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
   DdpOptions opts;
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
-  // The variable keeps only a weak_ptr to its AccumulateGrad node: without these the node, and
-  // the hook on it, would vanish with the first temporary.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  // The variable keeps only a weak reference to its AccumulateGrad node: without these the
+  // node, and the hook on it, would vanish with the first temporary. (A shared_ptr up to
+  // LibTorch 2.1x, an intrusive_ptr in 2.14: the type is taken from the function.)
+  using NodeRef =
+      decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+  std::vector<NodeRef> accumulators;
   std::vector<uintptr_t> hook_keys;
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
