@@ -21,6 +21,11 @@ std::string describe_end(int exit_code, int signal, bool core_dumped) {
   return text;
 }
 
+std::string describe_outcome(int exit_code, int signal) {
+  if (signal == 0 && exit_code == kExitStoppedToResume) return "stopped to be resumed (exit 75)";
+  return "failed (" + describe_end(exit_code, signal, false) + ")";
+}
+
 int exit_status_of(const WorkerFailure& failure) {
   return failure.signal != 0 ? 128 + failure.signal : failure.exit_code;
 }
@@ -33,7 +38,10 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
   std::string text = "dtlaunch: rank " + std::to_string(failure.rank) + " (local " +
                      std::to_string(failure.local_rank) + ")";
   if (!host.empty()) text.append(" on ").append(host);
-  text += " failed: " + describe_end(failure.exit_code, failure.signal, failure.core_dumped);
+  if (failure.signal == 0 && failure.exit_code == kExitStoppedToResume)
+    text += " stopped to be resumed: exit 75 (EX_TEMPFAIL)";
+  else
+    text += " failed: " + describe_end(failure.exit_code, failure.signal, failure.core_dumped);
   const std::size_t n = failure.last_lines.size();
   if (n == 0) {
     text += "; it wrote nothing\n";

@@ -15,11 +15,20 @@ std::string describe_end(int exit_code, int signal, bool core_dumped);
 // The exit status a shell reports for the same end: the code, or 128+signal.
 int exit_status_of(const WorkerFailure& failure);
 
+// EX_TEMPFAIL from sysexits.h: a worker that stopped on request and wants to be run again
+// (dtlaunch-train after its checkpoint; the preemptible template requeues on it). Not a crash,
+// though it still ends the group.
+inline constexpr int kExitStoppedToResume = 75;
+
+// "failed (exit 3)", "failed (killed by SIGSEGV)", or "stopped to be resumed (exit 75)".
+std::string describe_outcome(int exit_code, int signal);
+
 // The report printed to stderr when a group ends because of `failure`; every line ends in '\n':
 //   dtlaunch: rank 3 (local 3) on node7 failed: exit 1; its last 2 lines:
 //     [rank 3] loading shard 12
 //     [rank 3] RuntimeError: shard 12 is missing
-// An empty host leaves out " on <host>".
+// An empty host leaves out " on <host>". Exit 75 reads "stopped to be resumed: exit 75
+// (EX_TEMPFAIL)" instead of "failed: exit 75".
 std::string format_failure_report(const WorkerFailure& failure, std::string_view host);
 
 // The line-prefix of a rank's relayed output, "[rank 3] ".

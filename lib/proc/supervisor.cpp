@@ -261,12 +261,12 @@ class Attempt {
     if (others == 0) return;
     const Worker& failed = workers_[index];
     const int st = failed.wait_status;
-    console_.write(STDERR_FILENO,
-                   "dtlaunch: rank " + std::to_string(failed.spec.rank) + " failed (" +
-                       describe_end(WIFEXITED(st) ? WEXITSTATUS(st) : -1,
-                                    WIFSIGNALED(st) ? WTERMSIG(st) : 0, false) +
-                       "); sent SIGTERM to the " + std::to_string(others) +
-                       " other workers, SIGKILL in " + duration_text(options_.grace) + "\n");
+    console_.write(STDERR_FILENO, "dtlaunch: rank " + std::to_string(failed.spec.rank) + " " +
+                                      describe_outcome(WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                                                       WIFSIGNALED(st) ? WTERMSIG(st) : 0) +
+                                      "; sent SIGTERM to the " + std::to_string(others) +
+                                      " other workers, SIGKILL in " +
+                                      duration_text(options_.grace) + "\n");
     arm_deadline();
   }
 

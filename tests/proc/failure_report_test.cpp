@@ -51,7 +51,18 @@ TEST_CASE("format_failure_report names rank, host, how, and the last lines", "[u
       {{12, 4, 2, 0, false, {}},
        "h",
        "dtlaunch: rank 12 (local 4) on h failed: exit 2; it wrote nothing\n"},
+      {{1, 1, 75, 0, false, {"stop: Terminated received; checkpoint c.pt saved"}},
+       "h",
+       "dtlaunch: rank 1 (local 1) on h stopped to be resumed: exit 75 (EX_TEMPFAIL); its last "
+       "line:\n  [rank 1] stop: Terminated received; checkpoint c.pt saved\n"},
   };
   for (const Case& c : cases)
     CHECK(dtlaunch::format_failure_report(c.failure, c.host) == c.expected);
+}
+
+TEST_CASE("describe_outcome tells a stop to be resumed from a failure", "[unit]") {
+  CHECK(dtlaunch::describe_outcome(3, 0) == "failed (exit 3)");
+  CHECK(dtlaunch::describe_outcome(-1, SIGSEGV) == "failed (killed by SIGSEGV)");
+  CHECK(dtlaunch::describe_outcome(75, 0) == "stopped to be resumed (exit 75)");
+  CHECK(dtlaunch::describe_outcome(76, 0) == "failed (exit 76)");
 }

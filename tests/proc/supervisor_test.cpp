@@ -84,6 +84,14 @@ TEST_CASE("exit status and failure report of a group", "[proc]") {
        "s\n(.|\n)*dtlaunch: rank 1 \\(local 1\\) on \\S+ failed: exit 3; its last 2 lines:\n"
        "  \\[rank 1\\] loading\n  \\[rank 1\\] about to fail\n",
        10},
+      {"exit 75 is a stop to be resumed, not a failure, and is passed through",
+       concat({"--nproc-per-node", "2", "--"},
+              sh("if [ $RANK = 1 ]; then echo checkpoint saved; exit 75; fi; sleep 30")),
+       75,
+       "dtlaunch: rank 1 stopped to be resumed \\(exit 75\\); sent SIGTERM to the 1 other "
+       "workers(.|\n)*dtlaunch: rank 1 \\(local 1\\) on \\S+ stopped to be resumed: exit 75 "
+       "\\(EX_TEMPFAIL\\); its last line:\n  \\[rank 1\\] checkpoint saved\n",
+       10},
       {"killed by SIGSEGV",
        concat({"--nproc-per-node", "2", "--"},
               sh("if [ $RANK = 0 ]; then exec $H raise SEGV; fi; sleep 30")),
