@@ -10,23 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "test_support.hpp"
+
 namespace proctest {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents at the end.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+using dtlaunch_test::read_file;  // "" when missing
+using dtlaunch_test::TempDir;
 
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path);  // "" when missing
 std::vector<std::string> split_lines(const std::string& text);
 std::vector<pid_t> read_pids(const std::string& path);  // one pid per line
 

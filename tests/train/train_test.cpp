@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "dtlaunch_catch.hpp"
-#include "ranks.hpp"
+#include "test_support.hpp"
 
-using dtlaunch::train_test::Ranks;
-using dtlaunch::train_test::TempDir;
+using dtlaunch_test::Ranks;
+using dtlaunch_test::TempDir;
 using namespace std::chrono_literals;
 
 namespace {
@@ -35,7 +35,7 @@ Accuracy parse_done(const std::string& log) {
 
 std::vector<std::string> common_args(const TempDir& tmp) {
   // A private cache: the test also covers unpacking the gzipped files, with ranks racing.
-  return {"--cache-dir", (tmp.path() / "cache").string(), "--seed", "1"};
+  return {"--cache-dir", tmp / "cache", "--seed", "1"};
 }
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -104,7 +104,7 @@ TEST_CASE("train: a stop signal to any rank checkpoints and exits 75 and --resum
 
   for (const Row& row : rows) {
     INFO("signal " << row.signal << " to rank " << row.target_rank);
-    const std::string ckpt = (tmp.path() / ("ckpt-" + std::to_string(row.signal))).string();
+    const std::string ckpt = tmp / ("ckpt-" + std::to_string(row.signal));
     const auto run_args = concat(args, {"--checkpoint", ckpt, "--resume"});
 
     Ranks first(kTrain, run_args, 2, tmp.path(), "stop" + std::to_string(row.signal));
@@ -136,7 +136,7 @@ TEST_CASE("train: a stop signal to any rank checkpoints and exits 75 and --resum
   }
 
   {  // a checkpoint of 2 ranks is refused by 1 rank, naming the file
-    const std::string ckpt = (tmp.path() / ("ckpt-" + std::to_string(SIGUSR1))).string();
+    const std::string ckpt = tmp / ("ckpt-" + std::to_string(SIGUSR1));
     Ranks one(kTrain, concat(args, {"--checkpoint", ckpt, "--resume"}), 1, tmp.path(), "mismatch");
     REQUIRE(one.wait_all(120s) == std::vector<int>{2});
     CHECK(one.log(0).find(ckpt + ": written by a run with 2 ranks") != std::string::npos);

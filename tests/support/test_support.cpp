@@ -1,11 +1,11 @@
-#include "ranks.hpp"
+#include "test_support.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -16,12 +16,13 @@
 
 extern char** environ;
 
-namespace dtlaunch::train_test {
+namespace dtlaunch_test {
 namespace fs = std::filesystem;
 
-TempDir::TempDir() {
+TempDir::TempDir(std::string_view tag) {
   const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dtlaunch-train-test.XXXXXX";
+  std::string tmpl =
+      std::string(base && *base ? base : "/tmp") + "/" + std::string(tag) + ".XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp " + tmpl + " failed");
   path_ = tmpl;
 }
@@ -38,27 +39,42 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
-Ranks::Ranks(const std::string& program, const std::vector<std::string>& args, int world,
-             const fs::path& log_dir, const std::string& tag) {
-  const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
-  for (int r = 0; r < world; ++r) {
-    // The environment of this test, minus any launch variables it inherited, plus the rank's.
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string kv(*e);
-      std::string name = kv.substr(0, kv.find('='));
-      if (name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" ||
-          name == "LOCAL_WORLD_SIZE" || name == "MASTER_ADDR" || name == "MASTER_PORT")
-        continue;
-      env.push_back(kv);
-    }
-    env.push_back("RANK=" + std::to_string(r));
-    env.push_back("WORLD_SIZE=" + std::to_string(world));
-    env.push_back("LOCAL_RANK=" + std::to_string(r));
-    env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world));
-    env.push_back("MASTER_ADDR=127.0.0.1");
-    env.push_back("MASTER_PORT=" + port);
+namespace {
 
+bool is_launch_variable(std::string_view name) {
+  static constexpr std::string_view kNames[] = {
+      "RANK",        "WORLD_SIZE",     "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT",    "DTLAUNCH_CUDA_DEVICE", "GLOO_SOCKET_IFNAME",
+      "USE_LIBUV",   "OMP_NUM_THREADS"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
+}  // namespace
+
+Ranks::Ranks(const std::string& program, const std::vector<std::string>& args, int world,
+             const fs::path& log_dir, const std::string& tag, RankOptions options) {
+  launched_ = options.launch;
+  if (launched_.empty())
+    for (int r = 0; r < world; ++r) launched_.push_back(r);
+  const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
+  for (int r : launched_) {
+    std::map<std::string, std::string> vars;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view kv(*e);
+      const size_t eq = kv.find('=');
+      if (eq == std::string_view::npos || is_launch_variable(kv.substr(0, eq))) continue;
+      vars.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+    }
+    vars["RANK"] = std::to_string(r);
+    vars["WORLD_SIZE"] = std::to_string(world);
+    vars["LOCAL_RANK"] = std::to_string(r);
+    vars["LOCAL_WORLD_SIZE"] = std::to_string(world);
+    vars["MASTER_ADDR"] = "127.0.0.1";
+    vars["MASTER_PORT"] = port;
+    for (const auto& [name, value] : options.env) vars[name] = value;
+
+    std::vector<std::string> env;
+    for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
     std::vector<std::string> argv_s{program};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv, envp;
@@ -93,8 +109,15 @@ Ranks::~Ranks() {
   }
 }
 
+size_t Ranks::index_of(int rank) const {
+  auto it = std::find(launched_.begin(), launched_.end(), rank);
+  if (it == launched_.end())
+    throw std::out_of_range("rank " + std::to_string(rank) + " was not launched");
+  return static_cast<size_t>(it - launched_.begin());
+}
+
 std::string Ranks::log(int rank) const {
-  return read_file(logs_.at(static_cast<size_t>(rank)));
+  return read_file(logs_.at(index_of(rank)));
 }
 
 size_t Ranks::reap() {
@@ -125,8 +148,8 @@ bool Ranks::wait_for_output(int rank, const std::string& text, std::chrono::seco
 std::vector<int> Ranks::wait_all(std::chrono::seconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (reap() > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   return status_;  // -1 for ranks still running; the destructor kills them
 }
 
-}  // namespace dtlaunch::train_test
+}  // namespace dtlaunch_test
