@@ -110,6 +110,18 @@ TEST_CASE("a rank that leaves makes the peer's collective fail, not hang", "[ddp
   CHECK(error_after_seconds(run.ranks[0].output) < 5.0);
 }
 
+TEST_CASE("a MASTER_ADDR that does not resolve is named in the error", "[ddp][proc]") {
+  auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 2, {1},
+                       {{"MASTER_ADDR", "no-such-host.invalid"}, {"DDP_TEST_TIMEOUT_MS", "2000"}});
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 1);
+  CHECK(run.ranks[0].status == 3);
+  // At once when the resolver says the name does not exist; at the deadline, with the same
+  // words, where no resolver answers.
+  CHECK(run.ranks[0].output.find("cannot resolve MASTER_ADDR 'no-such-host.invalid'") !=
+        std::string::npos);
+}
+
 TEST_CASE("a malformed launch environment is a one-line error naming the variables",
           "[ddp][proc]") {
   auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 2, {0}, {{"MASTER_PORT", "http"}});

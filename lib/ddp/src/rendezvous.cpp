@@ -53,7 +53,8 @@ std::string first_line(const std::exception& e) {
 // attempt and then backs off for seconds (LibTorch 2.6 reported a missing rank 0 2.5 times past
 // a 2 s timeout; 1.13 retries once a second), so a rank that starts before rank 0 listens would
 // arrive late and one whose rank 0 never comes would report well after the deadline. Returns ""
-// once a connection was accepted (and closed at once), else why the last attempt failed.
+// once a connection was accepted (and closed at once), else why the last attempt failed. A name
+// that the resolver says does not exist is an error at once: waiting would not fix a typo.
 std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline) {
   const std::string port = std::to_string(env.master_port);
   std::string reason = "no attempt was made";
@@ -64,6 +65,10 @@ std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline) 
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
     if (int rc = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
+      if (rc == EAI_NONAME || rc == EAI_FAIL)
+        throw Error(ExitCode::kBadInput, "dtlaunch ddp: rank " + std::to_string(env.rank) +
+                                             " cannot resolve MASTER_ADDR '" + env.master_addr +
+                                             "': " + ::gai_strerror(rc));
       reason = "cannot resolve MASTER_ADDR '" + env.master_addr + "': " + ::gai_strerror(rc);
     } else {
       for (addrinfo* a = found; a; a = a->ai_next) {
