@@ -48,6 +48,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
     spec = spec_from_slurm(step, options, env, system);
   } else {
     spec = spec_from_local(options, env, system, [] { return find_free_port("127.0.0.1"); });
+    spec.supervisor_tag = supervisor_tag();
   }
   const std::string who = mode == Mode::kSlurm ? "rank " + std::to_string(rank)
                                                : "node " + std::to_string(spec.node_rank);
@@ -71,6 +72,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
   supervision.grace = options.grace;
   supervision.log_dir = options.log_dir;
   supervision.max_restarts = options.max_restarts;
+  supervision.descendant_marker = std::string(kSupervisorVar) + "=" + *spec.supervisor_tag;
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<WorkerProcess> processes;
     for (PlannedWorker& w : plan_workers(spec, env, restart_count, 0, 0))

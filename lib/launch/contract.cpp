@@ -52,6 +52,12 @@ constexpr std::array kExported = {
     ExportedVar{"CUDA_VISIBLE_DEVICES",
                 "changed only with --gpu-bind=isolate: narrowed to this worker's device",
                 "the inherited list (or a count of /dev/nvidiaN), entry DTLAUNCH_CUDA_DEVICE"},
+    ExportedVar{kSupervisorVar,
+                "local mode only: names the dtlaunch that supervises this worker, so that if "
+                "dtlaunch is SIGKILLed its guardian finds the worker's descendants by their "
+                "inherited environment, even those in a session of their own (docs/local-mode.md)",
+                "dtlaunch's pid and 16 random hex digits; not set under Slurm, where the step's "
+                "cgroup does this"},
 };
 
 constexpr std::array kRemoved = {

@@ -16,6 +16,9 @@ struct ExportedVar {
 
 std::span<const ExportedVar> exported_vars();
 
+// Local mode: names the dtlaunch that supervises a worker (LaunchSpec::supervisor_tag).
+inline constexpr std::string_view kSupervisorVar = "DTLAUNCH_SUPERVISOR";
+
 // Inherited variables that are removed from a worker's environment, with the reason.
 struct RemovedVar {
   std::string_view name;

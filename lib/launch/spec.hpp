@@ -48,8 +48,10 @@ struct LaunchSpec {
   std::optional<std::string> omp_num_threads;  // set only where the user has not
   std::uint32_t max_restarts = 0;
   std::optional<std::string> run_id;  // exported as TORCHELASTIC_RUN_ID when present
-  std::vector<std::string> argv;      // argv[0] as the user wrote it
-  std::string program_path;           // argv[0] resolved through PATH, known executable
+  // Local mode: this dtlaunch's identity (supervisor_tag()), exported as DTLAUNCH_SUPERVISOR.
+  std::optional<std::string> supervisor_tag;
+  std::vector<std::string> argv;  // argv[0] as the user wrote it
+  std::string program_path;       // argv[0] resolved through PATH, known executable
   std::vector<Note> notes;
 };
 

@@ -49,6 +49,8 @@ EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
     delta.push_back({"DTLAUNCH_CUDA_DEVICE", {}});
   }
 
+  if (spec.supervisor_tag) set(std::string(kSupervisorVar), *spec.supervisor_tag);
+
   for (const RemovedVar& removed : removed_vars())
     if (inherited.contains(removed.name)) delta.push_back({std::string(removed.name), {}});
   return delta;

@@ -1,11 +1,17 @@
 #include "proc/guardian.hpp"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -16,6 +22,17 @@ namespace dtlaunch {
 namespace {
 
 constexpr int kGuardFd = 3;
+// How much of a process's environment the sweep reads: Linux takes argv + environ up to a
+// quarter of the stack limit (2 MiB under the usual 8 MiB), so 4 MiB holds them whole.
+constexpr std::size_t kEnvironScratch = 4 << 20;
+
+struct linux_dirent64 {
+  ino64_t d_ino;
+  off64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
 
 // Closes every descriptor but kGuardFd, so that the guardian keeps no pipe of dtlaunch's or a
 // worker's open (a reader of dtlaunch's output would otherwise wait for the guardian's EOF).
@@ -28,7 +45,62 @@ void close_all_but_guard_fd() noexcept {
   }
 }
 
-[[noreturn]] void guard(int read_fd, pid_t* groups, std::size_t capacity) noexcept {
+// Whether the NUL-separated environment block env[0, len) holds the entry `marker`.
+bool holds_entry(const char* env, std::size_t len, std::string_view marker) noexcept {
+  for (std::size_t start = 0; start < len;) {
+    const void* nul = std::memchr(env + start, '\0', len - start);
+    const std::size_t end =
+        nul ? static_cast<std::size_t>(static_cast<const char*>(nul) - env) : len;
+    if (end - start == marker.size() && std::memcmp(env + start, marker.data(), marker.size()) == 0)
+      return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+// One pass over /proc: SIGKILL to every other process whose environment holds `marker`.
+// Returns how many were sent. No allocation (this runs in a forked child): getdents64 into a
+// stack buffer, each environment read into `scratch`; of a longer one only the first
+// scratch_size bytes are looked at.
+std::size_t kill_marked(std::string_view marker, char* scratch, std::size_t scratch_size) noexcept {
+  const int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return 0;
+  const pid_t self = ::getpid();
+  std::size_t killed = 0;
+  alignas(8) char entries[8192];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, dir, entries, sizeof entries);
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const linux_dirent64*>(entries + off);
+      off += d->d_reclen;
+      pid_t pid = 0;
+      const char* c = d->d_name;
+      for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
+      if (*c != '\0' || pid <= 1 || pid == self) continue;
+      char path[32];
+      std::snprintf(path, sizeof path, "/proc/%d/environ", static_cast<int>(pid));
+      const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // gone, or not ours to read
+      std::size_t len = 0;
+      for (ssize_t got;
+           len < scratch_size && (got = ::read(fd, scratch + len, scratch_size - len)) != 0;) {
+        if (got < 0) {
+          if (errno == EINTR) continue;
+          break;
+        }
+        len += static_cast<std::size_t>(got);
+      }
+      ::close(fd);
+      if (holds_entry(scratch, len, marker) && ::kill(pid, SIGKILL) == 0) ++killed;
+    }
+  }
+  ::close(dir);
+  return killed;
+}
+
+[[noreturn]] void guard(int read_fd, pid_t* groups, std::size_t capacity, std::string_view marker,
+                        char* scratch, std::size_t scratch_size) noexcept {
   ::setpgid(0, 0);
   ::prctl(PR_SET_NAME, "dtlaunch-guard");
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE})
@@ -52,22 +124,33 @@ void close_all_but_guard_fd() noexcept {
       groups[count++] = msg;
     }
   }
-  if (!disarmed)
+  if (!disarmed) {
     for (std::size_t i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
+    // A process killed in one round may have forked in the meantime: its child inherited the
+    // marker and is found in the next. Bounded, so that a fork bomb cannot keep us here.
+    if (!marker.empty())
+      for (int round = 0; round < 50 && kill_marked(marker, scratch, scratch_size) > 0; ++round) {
+      }
+  }
   ::_exit(0);
 }
 
 }  // namespace
 
-Guardian::Guardian(std::size_t capacity) {
+Guardian::Guardian(std::size_t capacity, std::string_view marker) {
   Pipe p = make_pipe();
-  std::vector<pid_t> groups(capacity == 0 ? 1 : capacity);  // the child's storage: no malloc there
+  // The child's storage, allocated here: no malloc there.
+  std::vector<pid_t> groups(capacity == 0 ? 1 : capacity);
+  const std::string marker_copy(marker);
+  // Not initialised: the pages stay untouched unless the guardian ever sweeps.
+  const std::size_t scratch_size = marker.empty() ? 1 : kEnvironScratch;
+  std::unique_ptr<char[]> scratch(new char[scratch_size]);
   {
     BlockAllSignals block;
     pid_ = ::fork();
     if (pid_ == 0) {
       SignalPipe::restore_in_child();
-      guard(p.read.get(), groups.data(), groups.size());
+      guard(p.read.get(), groups.data(), groups.size(), marker_copy, scratch.get(), scratch_size);
     }
   }
   if (pid_ < 0) throw Error::system("fork", errno);

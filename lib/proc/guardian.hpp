@@ -8,14 +8,18 @@
 // EOF without a "disarm" message, dtlaunch is gone however it died, and the guardian sends
 // SIGKILL to every group it was told about, then exits.
 //
-// What it does not cover: a descendant that left its worker's process group (setsid, setpgid)
-// outlives a SIGKILL of dtlaunch. While dtlaunch lives, the subreaper sweep (reaper.hpp) catches
-// those too; a PID namespace or a cgroup would be needed for the SIGKILL case.
+// A descendant that left its worker's process group (setsid, setpgid) is not in any of those
+// groups. Given a marker, an environment entry ("NAME=value") that every worker carries and its
+// descendants inherit, the guardian then also sweeps /proc and SIGKILLs every process whose
+// environment holds it, round after round until a round finds none. What escapes: a descendant
+// that replaced its whole environment (env -i) and left its group. While dtlaunch lives, the
+// subreaper sweep (reaper.hpp) catches that one too.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstddef>
+#include <string_view>
 
 #include "proc/fd.hpp"
 
@@ -23,8 +27,9 @@ namespace dtlaunch {
 
 class Guardian {
  public:
-  // Forks the guardian; it can watch up to `capacity` process groups. Throws Error::system.
-  explicit Guardian(std::size_t capacity);
+  // Forks the guardian; it can watch up to `capacity` process groups, and sweeps for `marker`
+  // unless it is empty. Throws Error::system.
+  explicit Guardian(std::size_t capacity, std::string_view marker = {});
   ~Guardian() { disarm(); }
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;

@@ -11,6 +11,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -86,7 +88,10 @@ class Attempt {
  public:
   Attempt(std::vector<WorkerProcess> specs, const SupervisorOptions& options, SignalPipe& signals,
           Console& console, LogFiles& logs)
-      : options_(options), signals_(signals), console_(console), guardian_(specs.size()) {
+      : options_(options),
+        signals_(signals),
+        console_(console),
+        guardian_(specs.size(), options.descendant_marker) {
     workers_.reserve(specs.size());
     for (WorkerProcess& spec : specs) {
       const int log_fd = logs.fd_for(spec.rank);
@@ -367,6 +372,18 @@ std::uint16_t find_free_port(const std::string& addr) {
     return ntohs(port);
   }
   throw Error::system("cannot bind a TCP port on '" + addr + "'", last_errno);
+}
+
+std::string supervisor_tag() {
+  std::uint64_t random = 0;
+  // The pid alone can recur (an earlier dtlaunch of the same pid whose orphans still run).
+  if (::getrandom(&random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
+    random =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char text[48];
+  std::snprintf(text, sizeof text, "%d-%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(random));
+  return text;
 }
 
 }  // namespace dtlaunch

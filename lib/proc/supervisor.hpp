@@ -37,6 +37,10 @@ struct SupervisorOptions {
   std::uint32_t max_restarts = 0;
   // Lines of output kept per worker for the failure report.
   std::size_t tail_lines = 20;
+  // An environment entry ("NAME=value") that every worker's environment carries: if dtlaunch
+  // is SIGKILLed, its guardian also kills every process whose environment holds it, which
+  // catches descendants that left their worker's process group (setsid). Empty: groups only.
+  std::string descendant_marker;
 };
 
 struct WorkerFailure {
@@ -79,5 +83,9 @@ RunResult run_workers(
 // before returning, so another process can still take the port before rank 0 binds it.
 // Throws Error (ExitCode::kBadInput) when addr does not resolve, Error::system otherwise.
 std::uint16_t find_free_port(const std::string& addr = "127.0.0.1");
+
+// What names this supervisor in its workers' environments (SupervisorOptions::descendant_marker):
+// "<pid>-<16 random hex digits>", unique among the processes of a machine.
+std::string supervisor_tag();
 
 }  // namespace dtlaunch

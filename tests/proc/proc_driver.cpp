@@ -79,6 +79,8 @@ int run(int argc, char** argv) {
   const std::string program_path = resolve(args[0]);
   const dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
   if (!port) port = dtlaunch::find_free_port();
+  const std::string tag = dtlaunch::supervisor_tag();
+  options.descendant_marker = "DTLAUNCH_SUPERVISOR=" + tag;
 
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<dtlaunch::WorkerProcess> workers;
@@ -97,6 +99,7 @@ int run(int argc, char** argv) {
       w.env.set("MASTER_ADDR", addr);
       w.env.set("MASTER_PORT", std::to_string(*port));
       w.env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
+      w.env.set("DTLAUNCH_SUPERVISOR", tag);
       workers.push_back(std::move(w));
     }
     return workers;

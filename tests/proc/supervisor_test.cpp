@@ -184,15 +184,18 @@ TEST_CASE("descendants of the workers are killed and reaped when the group ends"
 
 TEST_CASE("SIGKILL of the supervisor kills the workers and their children", "[proc]") {
   const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
+  // group: the forked child stays in the worker's process group (the guardian's group kill);
+  // setsid: it is in a session of its own (the guardian's sweep for DTLAUNCH_SUPERVISOR).
+  const std::string session = GENERATE(as<std::string>{}, "group", "setsid");
+  INFO("launcher: " << launcher << ", child: " << session);
   TempDir dir;
   const std::string pids = dir / "pids";
   become_subreaper();
   // Each worker: a shell's background command, and a forked child of the worker itself.
-  Child driver(
-      {launcher, "--nproc-per-node", "3", "--", "/bin/sh", "-c",
-       "sleep 300 & echo $! >> " + pids + "; exec " + kHelper + " tree " + pids + " group sleep"},
-      dir / "out", dir / "err");
+  Child driver({launcher, "--nproc-per-node", "3", "--", "/bin/sh", "-c",
+                "sleep 300 & echo $! >> " + pids + "; exec " + kHelper + " tree " + pids + " " +
+                    session + " sleep"},
+               dir / "out", dir / "err");
   REQUIRE(eventually([&] { return read_pids(pids).size() == 6; }));
   std::vector<pid_t> tree = read_pids(pids);
   for (pid_t pid : children_of(driver.pid()))
@@ -201,8 +204,8 @@ TEST_CASE("SIGKILL of the supervisor kills the workers and their children", "[pr
 
   driver.signal(SIGKILL);
   CHECK(driver.wait_for(5s) == 128 + SIGKILL);
-  // Workers die by PR_SET_PDEATHSIG, grandchildren by the guardian's kill of their groups;
-  // all of them come back to this subreaper test process, which reaps them.
+  // Workers die by PR_SET_PDEATHSIG, grandchildren by the guardian's kill of their groups or
+  // its sweep; all of them come back to this subreaper test process, which reaps them.
   const std::vector<pid_t> alive = settle(5s);
   for (pid_t pid : alive) UNSCOPED_INFO("still alive: " << pid << " " << process_name(pid));
   CHECK(alive.empty());

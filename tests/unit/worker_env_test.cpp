@@ -62,6 +62,8 @@ TEST_CASE("worker env: every exported name is in the contract table, in table or
   o.gpu_bind = GpuBind::kIsolate;
   o.export_run_id = true;
   LaunchSpec spec = spec_for(env, o);
+  CHECK_FALSE(spec.supervisor_tag);  // a Slurm spec: the step's cgroup sweeps, not dtlaunch
+  spec.supervisor_tag = "4242-00000000deadbeef";  // what the local mode's shell adds
   EnvDelta delta = build_worker_env(spec, WorkerInfo{1, 1, 0}, env);
 
   std::vector<std::string> table;
@@ -80,6 +82,7 @@ TEST_CASE("worker env: every exported name is in the contract table, in table or
   CHECK(m["DTLAUNCH_CUDA_DEVICE"] == "0");
   CHECK(m["TORCHELASTIC_RUN_ID"] == "4242");
   CHECK(m["TORCHELASTIC_USE_AGENT_STORE"] == "<unset>");
+  CHECK(m["DTLAUNCH_SUPERVISOR"] == "4242-00000000deadbeef");
   // Every variable of the table is exported by some configuration (none is dead).
   std::set<std::string> seen;
   for (const auto& c : delta) seen.insert(c.name);
