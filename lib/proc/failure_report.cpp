@@ -12,6 +12,10 @@ std::string signal_name(int sig) {
   return "signal " + std::to_string(sig);
 }
 
+bool stopped_to_resume(int exit_code, int signal) {
+  return signal == 0 && exit_code == kExitStoppedToResume;
+}
+
 }  // namespace
 
 std::string describe_end(int exit_code, int signal, bool core_dumped) {
@@ -22,7 +26,7 @@ std::string describe_end(int exit_code, int signal, bool core_dumped) {
 }
 
 std::string describe_outcome(int exit_code, int signal) {
-  if (signal == 0 && exit_code == kExitStoppedToResume) return "stopped to be resumed (exit 75)";
+  if (stopped_to_resume(exit_code, signal)) return "stopped to be resumed (exit 75)";
   return "failed (" + describe_end(exit_code, signal, false) + ")";
 }
 
@@ -38,7 +42,7 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
   std::string text = "dtlaunch: rank " + std::to_string(failure.rank) + " (local " +
                      std::to_string(failure.local_rank) + ")";
   if (!host.empty()) text.append(" on ").append(host);
-  if (failure.signal == 0 && failure.exit_code == kExitStoppedToResume)
+  if (stopped_to_resume(failure.exit_code, failure.signal))
     text += " stopped to be resumed: exit 75 (EX_TEMPFAIL)";
   else
     text += " failed: " + describe_end(failure.exit_code, failure.signal, failure.core_dumped);

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -139,9 +138,9 @@ std::size_t kill_marked(std::string_view marker, char* scratch, std::size_t scra
 
 Guardian::Guardian(std::size_t capacity, std::string_view marker) {
   Pipe p = make_pipe();
-  // The child's storage, allocated here: no malloc there.
+  // The child's storage, allocated here: no malloc there. `marker` needs no copy: the fork
+  // copies the caller's string with everything else.
   std::vector<pid_t> groups(capacity == 0 ? 1 : capacity);
-  const std::string marker_copy(marker);
   // Not initialised: the pages stay untouched unless the guardian ever sweeps.
   const std::size_t scratch_size = marker.empty() ? 1 : kEnvironScratch;
   std::unique_ptr<char[]> scratch(new char[scratch_size]);
@@ -150,7 +149,7 @@ Guardian::Guardian(std::size_t capacity, std::string_view marker) {
     pid_ = ::fork();
     if (pid_ == 0) {
       SignalPipe::restore_in_child();
-      guard(p.read.get(), groups.data(), groups.size(), marker_copy, scratch.get(), scratch_size);
+      guard(p.read.get(), groups.data(), groups.size(), marker, scratch.get(), scratch_size);
     }
   }
   if (pid_ < 0) throw Error::system("fork", errno);

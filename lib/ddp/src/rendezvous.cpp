@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string_view>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -48,13 +49,32 @@ std::string first_line(const std::exception& e) {
   return nl == std::string::npos ? what : what.substr(0, nl);
 }
 
+// One non-blocking connect to `a`, waiting at most a second (and not past the deadline).
+// Returns 0 once accepted (the socket is closed at once), else the errno that says why not.
+int try_connect(const addrinfo& a, Clock::time_point deadline) {
+  const int fd = ::socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol);
+  if (fd < 0) return errno;
+  int err = ::connect(fd, a.ai_addr, a.ai_addrlen) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{fd, POLLOUT, 0};
+    socklen_t len = sizeof err;
+    if (::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 1, 1000))) != 1 ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+      err = ETIMEDOUT;
+  }
+  ::close(fd);
+  return err;
+}
+
 // Waits until something accepts TCP connections at env's MASTER_ADDR:MASTER_PORT, trying every
 // 5-100 ms, up to the deadline. TCPStore's client spends its whole timeout on a first connect
 // attempt and then backs off for seconds (LibTorch 2.6 reported a missing rank 0 2.5 times past
 // a 2 s timeout; 1.13 retries once a second), so a rank that starts before rank 0 listens would
 // arrive late and one whose rank 0 never comes would report well after the deadline. Returns ""
-// once a connection was accepted (and closed at once), else why the last attempt failed. A name
-// that the resolver says does not exist is an error at once: waiting would not fix a typo.
+// once a connection was accepted, else why the last attempt failed. A name that the resolver
+// says does not exist is an error at once: waiting would not fix a typo.
 std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline) {
   const std::string port = std::to_string(env.master_port);
   std::string reason = "no attempt was made";
@@ -64,38 +84,18 @@ std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline) 
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
-    if (int rc = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
-      if (rc == EAI_NONAME || rc == EAI_FAIL)
-        throw Error(ExitCode::kBadInput, "dtlaunch ddp: rank " + std::to_string(env.rank) +
-                                             " cannot resolve MASTER_ADDR '" + env.master_addr +
-                                             "': " + ::gai_strerror(rc));
+    const int rc = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found);
+    const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
+    if (rc == EAI_NONAME || rc == EAI_FAIL)
+      throw Error(ExitCode::kBadInput, "dtlaunch ddp: rank " + std::to_string(env.rank) +
+                                           " cannot resolve MASTER_ADDR '" + env.master_addr +
+                                           "': " + ::gai_strerror(rc));
+    if (rc != 0)
       reason = "cannot resolve MASTER_ADDR '" + env.master_addr + "': " + ::gai_strerror(rc);
-    } else {
-      for (addrinfo* a = found; a; a = a->ai_next) {
-        const int fd =
-            ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) continue;
-        int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
-        if (err == EINPROGRESS) {
-          const auto left =
-              std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-          pollfd p{fd, POLLOUT, 0};
-          const int ready =
-              ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 1, 1000)));
-          socklen_t len = sizeof err;
-          if (ready == 1)
-            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-          else
-            err = ETIMEDOUT;
-        }
-        ::close(fd);
-        if (err == 0) {
-          ::freeaddrinfo(found);
-          return "";
-        }
-        reason = "connect: " + std::string(std::strerror(err));
-      }
-      ::freeaddrinfo(found);
+    for (const addrinfo* a = rc == 0 ? found : nullptr; a; a = a->ai_next) {
+      const int err = try_connect(*a, deadline);
+      if (err == 0) return "";
+      reason = "connect: " + std::string(std::strerror(err));
     }
     const auto now = Clock::now();
     if (now >= deadline) return reason;
