@@ -3,9 +3,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
-#include "core/error.hpp"
+#include "core/exec_error.hpp"
 
 namespace dtlaunch {
 
@@ -24,13 +23,8 @@ void exec_program(const std::string& program_path, const std::vector<std::string
   argvp.push_back(nullptr);
 
   ::execve(program_path.c_str(), argvp.data(), envp.data());
-  const int error = errno;
-  if (error == ENOENT || error == ENOTDIR)
-    throw Error(ExitCode::kNotFound, program_path + ": no such file");
-  if (error == EACCES || error == ENOEXEC || error == EPERM || error == EISDIR)
-    throw Error(ExitCode::kNotExecutable,
-                program_path + ": cannot execute: " + std::strerror(error));
-  throw Error::system("exec " + program_path, error);
+  // Local mode's workers fail through the same mapping (proc/spawn.cpp).
+  throw exec_error(program_path, errno);
 }
 
 }  // namespace dtlaunch

@@ -9,8 +9,8 @@
 
 namespace dtlaunch {
 
-// execve(program_path, argv, env). Returns only by throwing: Error with 127 (ENOENT), 126 (not
-// executable) or 1 (anything else).
+// execve(program_path, argv, env). Returns only by throwing core/exec_error.hpp's Error: 127
+// for a program that is not there, 126 for every other exec failure.
 [[noreturn]] void exec_program(const std::string& program_path,
                                const std::vector<std::string>& argv, const EnvMap& env);
 

@@ -1,11 +1,13 @@
 #include "proc/spawn.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <memory>
 
 #include "core/error.hpp"
 #include "proc/signal_pipe.hpp"
@@ -14,21 +16,17 @@ namespace dtlaunch {
 
 namespace {
 
-// After fork only async-signal-safe calls: everything exec needs is built before.
-struct ExecArgs {
-  std::vector<std::string> env_strings;
-  std::vector<char*> argv, envp;
+// Everything the child needs, built before the clone: between clone and exec the child runs
+// in our memory and makes only async-signal-safe calls.
+struct ChildArgs {
+  const char* path = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  int devnull = -1, out = -1, err = -1;
+  pid_t parent = 0;
+  const BlockAllSignals* block = nullptr;
+  int exec_errno = 0;  // written by the child when execve fails; read once it has exited
 };
-
-ExecArgs prepare(const WorkerProcess& worker) {
-  ExecArgs a;
-  a.env_strings = worker.env.to_strings();
-  for (const std::string& s : worker.argv) a.argv.push_back(const_cast<char*>(s.c_str()));
-  a.argv.push_back(nullptr);
-  for (std::string& s : a.env_strings) a.envp.push_back(s.data());
-  a.envp.push_back(nullptr);
-  return a;
-}
 
 // Makes `from` the descriptor `to` in the child, without close-on-exec.
 void move_fd(int from, int to) {
@@ -39,52 +37,69 @@ void move_fd(int from, int to) {
   }
 }
 
+int child_main(void* arg) {
+  auto* a = static_cast<ChildArgs*>(arg);
+  SignalPipe::restore_in_child();
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The supervisor may have died before prctl took effect; then nobody would kill us.
+  if (::getppid() != a->parent) ::_exit(1);
+  move_fd(a->devnull, 0);
+  move_fd(a->out, 1);
+  move_fd(a->err, 2);
+  a->block->unblock_in_child();
+  ::execve(a->path, a->argv, a->envp);
+  a->exec_errno = errno;
+  ::_exit(127);
+}
+
+// The child's stack while it shares our memory. One is enough: CLONE_VFORK suspends us until
+// the child has exec'd or exited, so two children never use it at once.
+constexpr std::size_t kChildStack = 256 << 10;
+
+char* child_stack_top() {
+  alignas(64) static char stack[kChildStack];
+  return stack + sizeof stack;
+}
+
 }  // namespace
 
 StartedWorker start_worker(const WorkerProcess& worker, int devnull) {
-  ExecArgs args = prepare(worker);
-  Pipe out = make_pipe(), err = make_pipe(), status = make_pipe();
-  const pid_t parent = ::getpid();
+  std::vector<std::string> env_strings = worker.env.to_strings();
+  std::vector<char*> argv, envp;
+  argv.reserve(worker.argv.size() + 1);
+  for (const std::string& s : worker.argv) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  envp.reserve(env_strings.size() + 1);
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  Pipe out = make_pipe(), err = make_pipe();
+  ChildArgs args;
+  args.path = worker.program_path.c_str();
+  args.argv = argv.data();
+  args.envp = envp.data();
+  args.devnull = devnull;
+  args.out = out.write.get();
+  args.err = err.write.get();
+  args.parent = ::getpid();
   pid_t pid;
   {
     BlockAllSignals block;
-    pid = ::fork();
-    if (pid == 0) {
-      SignalPipe::restore_in_child();
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      // The supervisor may have died before prctl took effect; then nobody would kill us.
-      if (::getppid() != parent) ::_exit(1);
-      move_fd(devnull, 0);
-      move_fd(out.write.get(), 1);
-      move_fd(err.write.get(), 2);
-      block.unblock_in_child();
-      ::execve(worker.program_path.c_str(), args.argv.data(), args.envp.data());
-      const int e = errno;
-      [[maybe_unused]] const ssize_t n = ::write(status.write.get(), &e, sizeof e);
-      ::_exit(127);
-    }
+    args.block = &block;
+    // CLONE_VM | CLONE_VFORK, as posix_spawn does (which cannot set PR_SET_PDEATHSIG): a fork
+    // would copy our page tables for every worker and make each of our later writes a
+    // copy-on-write fault, a cost that grows with our memory, itself growing with the number
+    // of workers: start-up was quadratic in the workers. We resume once the child has exec'd.
+    pid = ::clone(child_main, child_stack_top(), CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
   }
-  if (pid < 0) throw Error::system("fork", errno);
-  // Also here, so the group exists before we signal it whichever side runs first. EACCES once
-  // the child has exec'd: it did it itself, then.
-  ::setpgid(pid, pid);
+  if (pid < 0) throw Error::system("clone", errno);
   StartedWorker started;
   started.pid = pid;
+  started.exec_errno = args.exec_errno;
   started.out = std::move(out.read);
   started.err = std::move(err.read);
-  started.exec_status = std::move(status.read);
   return started;
-}
-
-int wait_exec(StartedWorker& worker) {
-  int e = 0;
-  ssize_t n;
-  do {
-    n = ::read(worker.exec_status.get(), &e, sizeof e);
-  } while (n < 0 && errno == EINTR);
-  worker.exec_status.reset();
-  return n == static_cast<ssize_t>(sizeof e) ? e : 0;
 }
 
 }  // namespace dtlaunch

@@ -14,17 +14,15 @@ namespace dtlaunch {
 struct StartedWorker {
   pid_t pid = -1;  // also its process group id
   UniqueFd out, err;
-  // EOF once the exec succeeded (the write end is close-on-exec); an int errno if it failed.
-  UniqueFd exec_status;
+  // 0 once the worker runs the program; execve's errno when it could not (the child has then
+  // exited 127 and must still be reaped).
+  int exec_errno = 0;
 };
 
-// Forks and execs `worker` with stdin from devnull (the pipes' write ends and every other
-// descriptor of ours are close-on-exec). The child sets PR_SET_PDEATHSIG(SIGKILL), which fires
-// when the *thread* that forked it ends: call it from the thread that supervises.
-// Throws Error::system when fork fails; an exec failure is read later with wait_exec.
+// Starts `worker` with stdin from devnull (the pipes' write ends and every other descriptor of
+// ours are close-on-exec) and returns once it has exec'd or failed to. The child sets
+// PR_SET_PDEATHSIG(SIGKILL), which fires when the *thread* that started it ends: call it from
+// the thread that supervises. Throws Error::system when clone fails.
 StartedWorker start_worker(const WorkerProcess& worker, int devnull);
-
-// Blocks until the worker's exec has happened (returns 0) or failed (returns its errno).
-int wait_exec(StartedWorker& worker);
 
 }  // namespace dtlaunch

@@ -24,6 +24,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/exec_error.hpp"
 #include "proc/failure_report.hpp"
 #include "proc/guardian.hpp"
 #include "proc/output_relay.hpp"
@@ -143,10 +144,8 @@ class Attempt {
   void start_all() {
     UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (!devnull) throw Error::system("/dev/null", errno);
-    std::vector<StartedWorker> started;
-    started.reserve(workers_.size());
-    // Fork them all first and only then wait for their execs, so that the workers' start-up
-    // overlaps instead of running one after the other.
+    // Each start returns once its worker has exec'd; loading the program and its libraries
+    // then overlaps with the next starts.
     for (Worker& w : workers_) {
       StartedWorker s = start_worker(w.spec, devnull.get());
       w.pid = s.pid;
@@ -154,15 +153,7 @@ class Attempt {
       guardian_.watch(s.pid);
       w.out_fd = std::move(s.out);
       w.err_fd = std::move(s.err);
-      started.push_back(std::move(s));
-    }
-    for (std::size_t i = 0; i < started.size(); ++i) {
-      const int e = wait_exec(started[i]);
-      if (e == 0) continue;
-      const ExitCode code =
-          (e == ENOENT || e == ENOTDIR) ? ExitCode::kNotFound : ExitCode::kNotExecutable;
-      throw Error(code,
-                  "cannot execute '" + workers_[i].spec.program_path + "': " + std::strerror(e));
+      if (s.exec_errno != 0) throw exec_error(w.spec.program_path, s.exec_errno);
     }
   }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "../support/arg_max.hpp"
 #include "../unit/slurm_env.hpp"
 #include "dtlaunch_catch.hpp"
 #include "run_process.hpp"
@@ -188,6 +189,32 @@ TEST_CASE("blackbox: a program that is missing or not executable gets 127 / 126"
                 std::string(plain) + ": cannot execute: Permission denied");
   ::unlink(plain);
   check_refused(launch(slurm_step_env(), {}), 2, "no program given");
+}
+
+// The exec failures only execve itself finds, with the same statuses and lines as local mode
+// (tests/proc/supervisor_test.cpp has the same cases there).
+TEST_CASE("blackbox: under Slurm, a missing #! interpreter and E2BIG give 126, as a shell") {
+  char script[] = "/tmp/dtlaunch-test-interp-XXXXXX";
+  const int fd = ::mkstemp(script);
+  REQUIRE(fd >= 0);
+  const std::string text = "#!/nonexistent/interpreter\nexit 0\n";
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::fchmod(fd, 0755);
+  ::close(fd);
+  check_refused(launch(slurm_step_env(), {script}), 126,
+                std::string(script) +
+                    ": cannot execute: /nonexistent/interpreter: bad interpreter: No such file "
+                    "or directory");
+  ::unlink(script);
+
+  // dtlaunch's own execve fits with 16 bytes to spare; the program's adds the launch variables.
+  const EnvMap env = slurm_step_env();
+  const std::vector<std::string> args = {kDtlaunch, "/bin/true"};
+  const std::string pad = dtlaunch_test::arg_max_padding(kDtlaunch, args, env.to_strings(), 16);
+  check_refused(
+      run_process({"/usr/bin/prlimit", dtlaunch_test::kSmallStack, kDtlaunch, "/bin/true", pad},
+                  env),
+      126, "/bin/true: cannot execute: Argument list too long");
 }
 
 TEST_CASE("blackbox: outside Slurm without --nproc-per-node the error says what to do") {

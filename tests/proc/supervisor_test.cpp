@@ -11,8 +11,11 @@
 #include <regex>
 #include <thread>
 
+#include "../support/arg_max.hpp"
 #include "dtlaunch_catch.hpp"
 #include "harness.hpp"
+
+extern char** environ;
 
 using namespace proctest;
 using namespace std::chrono_literals;
@@ -151,16 +154,46 @@ TEST_CASE("a program that cannot be executed: 127 / 126, nothing left", "[proc]"
     int status;
     std::string message;
   };
-  for (const Case& c : {Case{dir / "missing", 127, "No such file or directory"},
-                        Case{not_executable, 126, "Permission denied"}}) {
+  for (const Case& c : {Case{dir / "missing", 127, ": no such file"},
+                        Case{not_executable, 126, ": cannot execute: Permission denied"}}) {
     const Ran ran = run_launcher(launcher, {"--nproc-per-node", "3", "--", c.program}, dir);
     CHECK(ran.status == c.status);
-    if (launcher == PROC_DRIVER) {  // the library's own exec failure path
-      CHECK(ran.err.find("cannot execute '" + c.program + "': " + c.message) != std::string::npos);
-    } else {  // the launcher checks the program before anything starts: one line naming it
-      CHECK(ran.err.find(c.program) != std::string::npos);
-      CHECK(std::count(ran.err.begin(), ran.err.end(), '\n') == 1);
-    }
+    // The library's own exec failure path (the driver), or the launcher's check of the program
+    // before anything starts: one line naming it, worded alike.
+    CHECK(ran.err.find(c.program + c.message) != std::string::npos);
+    if (launcher != PROC_DRIVER) CHECK(std::count(ran.err.begin(), ran.err.end(), '\n') == 1);
+  }
+}
+
+// The exec failures only execve itself finds, worded and numbered as under Slurm
+// (tests/blackbox/launcher_test.cpp has the same cases for the Slurm path).
+TEST_CASE("exec failures: a missing #! interpreter and E2BIG give 126, as a shell", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  const std::string prefix = launcher == PROC_DRIVER ? "proc_driver: " : "dtlaunch: ";
+  TempDir dir;
+  SECTION("#! names an interpreter that does not exist") {
+    const std::string script = dir / "script";
+    std::ofstream(script) << "#!/nonexistent/interpreter -x\nexit 0\n";
+    ::chmod(script.c_str(), 0755);
+    const Ran ran = run_launcher(launcher, {"--nproc-per-node", "2", "--", script}, dir);
+    CHECK(ran.status == 126);
+    CHECK(ran.err.find(prefix + script +
+                       ": cannot execute: /nonexistent/interpreter: bad interpreter: No such "
+                       "file or directory\n") != std::string::npos);
+  }
+  SECTION("the worker's argv and environment are just over the kernel's limit") {
+    // The launcher's own execve fits, with 16 bytes to spare; its worker's adds the launch
+    // variables (hundreds of bytes) and loses only the launcher's name and options.
+    const std::vector<std::string> args = {launcher, "--nproc-per-node", "1", "--", "/bin/true"};
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    const std::string pad = dtlaunch_test::arg_max_padding(launcher, args, env, 16);
+    const Ran ran = run_program(
+        concat(concat({"/usr/bin/prlimit", dtlaunch_test::kSmallStack}, args), {pad}), dir);
+    CHECK(ran.status == 126);
+    CHECK(ran.err.find(prefix + "/bin/true: cannot execute: Argument list too long\n") !=
+          std::string::npos);
   }
 }
 
