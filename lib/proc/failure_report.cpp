@@ -25,6 +25,15 @@ std::string describe_end(int exit_code, int signal, bool core_dumped) {
   return text;
 }
 
+bool is_stopped_to_resume(const WorkerFailure& failure) {
+  return stopped_to_resume(failure.exit_code, failure.signal);
+}
+
+std::string duration_text(std::chrono::milliseconds ms) {
+  if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + " s";
+  return std::to_string(ms.count()) + " ms";
+}
+
 std::string describe_outcome(int exit_code, int signal) {
   if (stopped_to_resume(exit_code, signal)) return "stopped to be resumed (exit 75)";
   return "failed (" + describe_end(exit_code, signal, false) + ")";
@@ -46,6 +55,10 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
     text += " stopped to be resumed: exit 75 (EX_TEMPFAIL)";
   else
     text += " failed: " + describe_end(failure.exit_code, failure.signal, failure.core_dumped);
+  if (failure.ignored_signal != 0) {
+    text += " (from dtlaunch: still running " + duration_text(failure.grace) + " after " +
+            signal_name(failure.ignored_signal) + ")";
+  }
   const std::size_t n = failure.last_lines.size();
   if (n == 0) {
     text += "; it wrote nothing\n";

@@ -2,6 +2,7 @@
 // host), how (exit N or the signal's name) and what it said last. Pure formatting.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,12 @@ int exit_status_of(const WorkerFailure& failure);
 // though it still ends the group.
 inline constexpr int kExitStoppedToResume = 75;
 
+// Whether the failure is such a stop: it ends the group and is never restarted.
+bool is_stopped_to_resume(const WorkerFailure& failure);
+
+// "30 s", "400 ms".
+std::string duration_text(std::chrono::milliseconds ms);
+
 // "failed (exit 3)", "failed (killed by SIGSEGV)", or "stopped to be resumed (exit 75)".
 std::string describe_outcome(int exit_code, int signal);
 
@@ -28,7 +35,9 @@ std::string describe_outcome(int exit_code, int signal);
 //     [rank 3] loading shard 12
 //     [rank 3] RuntimeError: shard 12 is missing
 // An empty host leaves out " on <host>". Exit 75 reads "stopped to be resumed: exit 75
-// (EX_TEMPFAIL)" instead of "failed: exit 75".
+// (EX_TEMPFAIL)" instead of "failed: exit 75". A worker that dtlaunch killed at the end of the
+// grace period reads "failed: killed by SIGKILL (from dtlaunch: still running 30 s after
+// SIGTERM)": its status is 137, and the report says why.
 std::string format_failure_report(const WorkerFailure& failure, std::string_view host);
 
 // The line-prefix of a rank's relayed output, "[rank 3] ".

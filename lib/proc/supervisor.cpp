@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <unordered_map>
 
 #include "core/error.hpp"
 #include "core/exec_error.hpp"
@@ -38,7 +39,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::vector<int> kForwarded = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+// Caught while workers run: the first five are forwarded; SIGTSTP and SIGCONT make the group
+// stop and continue with dtlaunch, as a shell's job would.
+const std::vector<int> kCaught = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT};
 
 bool is_termination(int sig) {
   return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
@@ -49,9 +52,9 @@ std::string signal_text(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-std::string duration_text(std::chrono::milliseconds ms) {
-  if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + " s";
-  return std::to_string(ms.count()) + " ms";
+// "1 worker", "3 workers".
+std::string workers_text(std::size_t n) {
+  return std::to_string(n) + (n == 1 ? " worker" : " workers");
 }
 
 std::string host_name() {
@@ -73,6 +76,8 @@ struct Worker {
   pid_t pid = -1;  // also its process group; valid as a group id only while not reaped
   bool running = false;
   int wait_status = 0;
+  // dtlaunch sent it SIGKILL because it was still running when the grace period ended.
+  bool killed_after_grace = false;
   LineTail tail;
   UniqueFd out_fd, err_fd;
   std::unique_ptr<StreamRelay> out, err;
@@ -135,6 +140,10 @@ class Attempt {
         f.exit_code = WEXITSTATUS(w.wait_status);
       }
       f.last_lines = w.tail.lines();
+      if (w.killed_after_grace && f.signal == SIGKILL) {
+        f.ignored_signal = stop_signal_;
+        f.grace = options_.grace;
+      }
       result.failure = std::move(f);
     }
     return result;
@@ -150,6 +159,7 @@ class Attempt {
       StartedWorker s = start_worker(w.spec, devnull.get());
       w.pid = s.pid;
       w.running = true;
+      index_of_pid_.emplace(s.pid, static_cast<std::size_t>(&w - workers_.data()));
       guardian_.watch(s.pid);
       w.out_fd = std::move(s.out);
       w.err_fd = std::move(s.err);
@@ -179,8 +189,7 @@ class Attempt {
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
       throw Error::system("poll", errno);
 
-    for (int sig : signals_.drain())
-      if (sig != SIGCHLD) forward(sig);
+    for (int sig : signals_.drain()) on_signal(sig);
     for (std::size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       auto [w, is_err] = owners[i - 1];
@@ -189,11 +198,27 @@ class Attempt {
     // Reaping on every pass, not only on SIGCHLD, makes a lost signal byte harmless.
     reap();
     if (deadline_ && Clock::now() >= *deadline_) {
-      deadline_.reset();
-      killed_ = true;
-      for (Worker& w : workers_)
-        if (w.running) ::kill(-w.pid, SIGKILL);
+      const std::size_t n = kill_running();
+      if (n > 0) {
+        console_.write(STDERR_FILENO, "dtlaunch: " + workers_text(n) + " still running " +
+                                          duration_text(options_.grace) + " after " +
+                                          signal_text(stop_signal_) + ": sent SIGKILL\n");
+      }
     }
+  }
+
+  // SIGKILL now to every worker still running; returns how many. Disarms the grace period.
+  std::size_t kill_running() {
+    deadline_.reset();
+    killed_ = true;
+    std::size_t n = 0;
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      ::kill(-w.pid, SIGKILL);
+      w.killed_after_grace = true;
+      ++n;
+    }
+    return n;
   }
 
   // Reads what is there once; at EOF relays the partial last line and closes the pipe.
@@ -208,17 +233,58 @@ class Attempt {
     }
   }
 
-  void forward(int sig) {
+  void on_signal(int sig) {
+    switch (sig) {
+      case SIGCHLD:
+        return;  // reaped on every pass anyway
+      case SIGTSTP:
+        return stop_like_a_job();
+      case SIGCONT:
+        return continue_like_a_job();
+      default:
+        break;
+    }
+    // The same SIGINT/SIGTERM/SIGHUP a second time while the workers are being stopped: "stop
+    // now", as torchrun and most supervisors take it (Ctrl-C twice). A different one is still
+    // forwarded once: a worker may handle SIGHUP and SIGTERM differently.
+    const std::uint32_t bit = 1U << sig;
+    const bool again = (termination_seen_ & bit) != 0;
+    if (is_termination(sig)) termination_seen_ |= bit;
+    if (is_termination(sig) && again && !killed_) {
+      const std::size_t n = kill_running();
+      console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
+                                        " again: sent SIGKILL to the " + workers_text(n) +
+                                        " still running\n");
+      return;
+    }
     for (Worker& w : workers_)
       if (w.running) ::kill(-w.pid, sig);
-    if (!is_termination(sig)) return;
-    if (!terminated_) {
-      console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
-                                        ", passed it to the workers; SIGKILL in " +
-                                        duration_text(options_.grace) + " if they do not exit\n");
-    }
+    if (!is_termination(sig) || terminated_) return;
+    console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
+                                      ", passed it to the workers; SIGKILL in " +
+                                      duration_text(options_.grace) +
+                                      " if they do not exit (or on a second signal)\n");
     terminated_ = true;
+    if (!deadline_) stop_signal_ = sig;
     arm_deadline();
+  }
+
+  // Ctrl-Z: the workers are in process groups of their own, which the terminal does not stop.
+  // Stop them (SIGSTOP: a worker cannot ignore it, so the whole job really stops), then
+  // ourselves, so that the shell sees a stopped job; `fg` or `bg` continues us (SIGCONT).
+  void stop_like_a_job() {
+    for (Worker& w : workers_)
+      if (w.running) ::kill(-w.pid, SIGSTOP);
+    const Clock::time_point stopped_at = Clock::now();
+    ::kill(::getpid(), SIGSTOP);
+    // Time spent stopped is not grace time: the workers could not use it.
+    if (deadline_) *deadline_ += Clock::now() - stopped_at;
+    continue_like_a_job();
+  }
+
+  void continue_like_a_job() {
+    for (Worker& w : workers_)
+      if (w.running) ::kill(-w.pid, SIGCONT);
   }
 
   void arm_deadline() {
@@ -226,21 +292,26 @@ class Attempt {
   }
 
   void reap() {
+    // Everything that has exited is reaped before any failure is acted on, so that a worker
+    // that exited at the same time is not counted among those that get SIGTERM.
+    std::optional<std::size_t> failed;
     for (;;) {
       int status;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) return;  // 0: none exited; -1 ECHILD: no child at all
+      if (pid <= 0) break;  // 0: none exited; -1 ECHILD: no child at all
       if (pid == guardian_.pid()) guardian_.mark_reaped();
-      for (std::size_t i = 0; i < workers_.size(); ++i) {
-        Worker& w = workers_[i];
-        if (w.pid != pid || !w.running) continue;
-        w.running = false;
-        w.wait_status = status;
-        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (failed && !first_failure_) on_first_failure(i);
-      }
+      const auto it = index_of_pid_.find(pid);
       // Any other pid was an orphan re-parented to us (we are a subreaper): reaped, done.
+      if (it == index_of_pid_.end()) continue;
+      const std::size_t index = it->second;
+      index_of_pid_.erase(it);
+      Worker& w = workers_[index];
+      w.running = false;
+      w.wait_status = status;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && !first_failure_ && !failed) failed = index;
     }
+    if (failed) on_first_failure(*failed);
   }
 
   void on_first_failure(std::size_t index) {
@@ -248,6 +319,7 @@ class Attempt {
     // After a SIGINT/SIGTERM/SIGHUP the others already have it and may be saving state: the
     // armed grace period alone bounds their exit.
     if (terminated_) return;
+    stop_signal_ = SIGTERM;
     std::size_t others = 0;
     for (Worker& w : workers_) {
       if (!w.running) continue;
@@ -261,7 +333,8 @@ class Attempt {
                                       describe_outcome(WIFEXITED(st) ? WEXITSTATUS(st) : -1,
                                                        WIFSIGNALED(st) ? WTERMSIG(st) : 0) +
                                       "; sent SIGTERM to the " + std::to_string(others) +
-                                      " other workers, SIGKILL in " +
+                                      " other " + (others == 1 ? "worker" : "workers") +
+                                      " still running, SIGKILL in " +
                                       duration_text(options_.grace) + "\n");
     arm_deadline();
   }
@@ -294,7 +367,10 @@ class Attempt {
   Console& console_;
   Guardian guardian_;
   std::vector<Worker> workers_;
+  std::unordered_map<pid_t, std::size_t> index_of_pid_;  // the workers not yet reaped
   std::optional<std::size_t> first_failure_;
+  std::uint32_t termination_seen_ = 0;  // bit N: signal N was received
+  int stop_signal_ = SIGTERM;           // what the workers got before the grace period's SIGKILL
   std::optional<Clock::time_point> deadline_;
   bool killed_ = false;  // the deadline passed and SIGKILL was sent: never re-armed
   bool finished_ = false;
@@ -308,7 +384,7 @@ RunResult run_workers(
     const SupervisorOptions& options) {
   ensure_standard_fds_open();
   LogFiles logs(options.log_dir);
-  SignalPipe signals(kForwarded);
+  SignalPipe signals(kCaught);
   SubreaperScope subreaper;
   Console console;
   const std::string host = host_name();
@@ -327,7 +403,11 @@ RunResult run_workers(
     result.exit_status = attempt.failure ? exit_status_of(*attempt.failure) : 0;
     if (!attempt.failure) return result;
     console.write(STDERR_FILENO, format_failure_report(*attempt.failure, host));
-    if (attempt.terminated || restart >= options.max_restarts) return result;
+    // Exit 75 asks to be run again later (after a requeue), not now: the group ends and 75 is
+    // passed through, as it is without --max-restarts.
+    if (attempt.terminated || restart >= options.max_restarts ||
+        is_stopped_to_resume(*attempt.failure))
+      return result;
     console.write(STDERR_FILENO, "dtlaunch: restarting all " + std::to_string(count) +
                                      " workers (restart " + std::to_string(restart + 1) + " of " +
                                      std::to_string(options.max_restarts) + ")\n");

@@ -50,6 +50,11 @@ struct WorkerFailure {
   int signal = 0;      // 0 if it exited
   bool core_dumped = false;
   std::vector<std::string> last_lines;  // oldest first, at most tail_lines, stdout and stderr
+  // Non-zero when dtlaunch sent the SIGKILL that ended it: it was still running `grace` after
+  // this signal (the SIGTERM that followed another worker's failure, or the SIGINT, SIGTERM or
+  // SIGHUP that dtlaunch forwarded).
+  int ignored_signal = 0;
+  std::chrono::milliseconds grace{0};
 };
 
 struct RunResult {

@@ -55,6 +55,10 @@ TEST_CASE("format_failure_report names rank, host, how, and the last lines", "[u
        "h",
        "dtlaunch: rank 1 (local 1) on h stopped to be resumed: exit 75 (EX_TEMPFAIL); its last "
        "line:\n  [rank 1] stop: Terminated received; checkpoint c.pt saved\n"},
+      {{2, 2, -1, SIGKILL, false, {}, SIGTERM, std::chrono::milliseconds(30000)},
+       "h",
+       "dtlaunch: rank 2 (local 2) on h failed: killed by SIGKILL (from dtlaunch: still running "
+       "30 s after SIGTERM); it wrote nothing\n"},
   };
   for (const Case& c : cases)
     CHECK(dtlaunch::format_failure_report(c.failure, c.host) == c.expected);

@@ -83,8 +83,9 @@ TEST_CASE("exit status and failure report of a group", "[proc]") {
               sh("if [ $RANK = 1 ]; then echo loading; echo about to fail >&2; exit 3; fi; "
                  "sleep 30")),
        3,
-       "dtlaunch: rank 1 failed \\(exit 3\\); sent SIGTERM to the 2 other workers, SIGKILL in 20 "
-       "s\n(.|\n)*dtlaunch: rank 1 \\(local 1\\) on \\S+ failed: exit 3; its last 2 lines:\n"
+       "dtlaunch: rank 1 failed \\(exit 3\\); sent SIGTERM to the 2 other workers still running, "
+       "SIGKILL in 20 s\n(.|\n)*dtlaunch: rank 1 \\(local 1\\) on \\S+ failed: exit 3; its last 2 "
+       "lines:\n"
        "  \\[rank 1\\] loading\n  \\[rank 1\\] about to fail\n",
        10},
       {"exit 75 is a stop to be resumed, not a failure, and is passed through",
@@ -92,7 +93,8 @@ TEST_CASE("exit status and failure report of a group", "[proc]") {
               sh("if [ $RANK = 1 ]; then echo checkpoint saved; exit 75; fi; sleep 30")),
        75,
        "dtlaunch: rank 1 stopped to be resumed \\(exit 75\\); sent SIGTERM to the 1 other "
-       "workers(.|\n)*dtlaunch: rank 1 \\(local 1\\) on \\S+ stopped to be resumed: exit 75 "
+       "worker still running, SIGKILL in 30 s\n(.|\n)*dtlaunch: rank 1 \\(local 1\\) on \\S+ "
+       "stopped to be resumed: exit 75 "
        "\\(EX_TEMPFAIL\\); its last line:\n  \\[rank 1\\] checkpoint saved\n",
        10},
       {"killed by SIGSEGV",
@@ -295,9 +297,14 @@ TEST_CASE("SIGTERM to the supervisor: workers that ignore it are killed after th
   }));
   driver.signal(SIGTERM);
   CHECK(driver.wait_for(10s) == 128 + SIGKILL);
-  CHECK(std::regex_search(
-      read_file(dir / "err"),
-      std::regex("rank [01] \\(local [01]\\) on \\S+ failed: killed by SIGKILL")));
+  // 137 is the truth (SIGKILL ended them); the report says why it came.
+  const std::string err = read_file(dir / "err");
+  INFO(err);
+  CHECK(err.find("dtlaunch: 2 workers still running 300 ms after SIGTERM: sent SIGKILL\n") !=
+        std::string::npos);
+  CHECK(std::regex_search(err, std::regex("rank [01] \\(local [01]\\) on \\S+ failed: killed by "
+                                          "SIGKILL \\(from dtlaunch: still running 300 ms after "
+                                          "SIGTERM\\); its last line:\n")));
   CHECK(settle(5s).empty());
 }
 
@@ -509,5 +516,137 @@ TEST_CASE("workers inherit an ignored SIGHUP (nohup) but never an ignored SIGCHL
       dir / "out", dir / "err", {SIGHUP, SIGCHLD});
   CHECK(driver.wait_for(10s) == 0);
   CHECK(read_file(dir / "out") == "[rank 0] SigIgn:\t0000000000000001\n");  // SIGHUP (1) only
+  CHECK(settle(5s).empty());
+}
+
+namespace {
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' zombie), ' ' when gone.
+char process_state(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const std::size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() ? ' ' : stat[paren + 2];
+}
+
+// The driver's children that are workers (not its guardian).
+std::vector<pid_t> workers_of(pid_t driver) {
+  std::vector<pid_t> workers;
+  for (pid_t pid : children_of(driver))
+    if (process_name(pid) != "dtlaunch-guard") workers.push_back(pid);
+  return workers;
+}
+
+}  // namespace
+
+TEST_CASE("exit 75 ends the group and is passed through, even with --max-restarts", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  become_subreaper();
+  // The checkpoint-on-request worker: SIGUSR1 -> exit 75. Each attempt marks itself ready.
+  Child driver({launcher, "--nproc-per-node", "2", "--max-restarts", "2", "--", "/bin/sh", "-c",
+                "trap 'exit 75' USR1; touch " + dir.path() +
+                    "/ready.$TORCHELASTIC_RESTART_COUNT.$RANK; while :; do sleep 0.05; done"},
+               dir / "out", dir / "err");
+  REQUIRE(eventually([&] {
+    return std::filesystem::exists(dir / "ready.0.0") && std::filesystem::exists(dir / "ready.0.1");
+  }));
+  driver.signal(SIGUSR1);
+  CHECK(driver.wait_for(10s) == 75);
+  const std::string err = read_file(dir / "err");
+  INFO(err);
+  CHECK(err.find("restarting") == std::string::npos);
+  CHECK(err.find("stopped to be resumed: exit 75 (EX_TEMPFAIL)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "ready.1.0"));
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE("a worker that exited with the failed one is not counted as sent SIGTERM", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  become_subreaper();
+  // Rank 0 fails, rank 1 succeeds, at the same moment: both exit once "go" exists.
+  Child driver({launcher, "--nproc-per-node", "2", "--", "/bin/sh", "-c",
+                "touch " + dir.path() + "/ready.$RANK; while [ ! -e " + dir.path() +
+                    "/go ]; do sleep 0.01; done; [ $RANK = 0 ] && exit 3; exit 0"},
+               dir / "out", dir / "err");
+  REQUIRE(eventually([&] {
+    return std::filesystem::exists(dir / "ready.0") && std::filesystem::exists(dir / "ready.1");
+  }));
+  // Both exit while the supervisor is stopped: it finds two zombies when it runs again.
+  const std::vector<pid_t> workers = workers_of(driver.pid());
+  REQUIRE(workers.size() == 2);
+  driver.signal(SIGSTOP);
+  std::ofstream(dir / "go") << "";
+  CHECK(eventually([&] {
+    for (pid_t pid : workers)
+      if (process_state(pid) != 'Z') return false;
+    return true;
+  }));
+  driver.signal(SIGCONT);
+  CHECK(driver.wait_for(10s) == 3);
+  const std::string err = read_file(dir / "err");
+  INFO(err);
+  CHECK(err.find("sent SIGTERM") == std::string::npos);
+  CHECK(err.find("rank 0 (local 0) on ") != std::string::npos);
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE("the same termination signal twice: SIGKILL at once, not after the grace", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  const int sig = GENERATE(SIGINT, SIGTERM);
+  INFO("launcher: " << launcher << ", signal " << sig);
+  TempDir dir;
+  become_subreaper();
+  // Workers that take the first signal and go on (saving state that takes too long).
+  Child driver({launcher, "--nproc-per-node", "2", "--grace", "60", "--", "/bin/sh", "-c",
+                "trap 'echo got it' INT TERM; echo ready; while :; do sleep 0.05; done"},
+               dir / "out", dir / "err");
+  REQUIRE(eventually([&] {
+    return split_lines(read_file(dir / "out")).size() == 2;  // "[rank N] ready" twice
+  }));
+  driver.signal(sig);
+  REQUIRE(eventually([&] {
+    return read_file(dir / "out").find("got it") != std::string::npos &&
+           read_file(dir / "err").find("passed it to the workers") != std::string::npos;
+  }));
+  driver.signal(sig);
+  CHECK(driver.wait_for(10s) == 128 + SIGKILL);
+  const std::string err = read_file(dir / "err");
+  INFO(err);
+  CHECK(err.find(" again: sent SIGKILL to the 2 workers still running\n") != std::string::npos);
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE("Ctrl-Z stops the workers with the supervisor; SIGCONT continues them", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  become_subreaper();
+  Child driver({launcher, "--nproc-per-node", "2", "--", kHelper, "record", dir.path()},
+               dir / "out", dir / "err");
+  REQUIRE(eventually([&] {
+    return read_file(dir / "rank0.txt") == "ready\n" && read_file(dir / "rank1.txt") == "ready\n";
+  }));
+  const std::vector<pid_t> workers = workers_of(driver.pid());
+  REQUIRE(workers.size() == 2);
+  auto all_in = [&](char state) {
+    return [&, state] {
+      if (process_state(driver.pid()) != state) return false;
+      for (pid_t pid : workers)
+        if (process_state(pid) != state) return false;
+      return true;
+    };
+  };
+  driver.signal(SIGTSTP);
+  CHECK(eventually(all_in('T')));
+  driver.signal(SIGCONT);
+  CHECK(eventually(all_in('S')));
+  driver.signal(SIGTERM);  // the recorders exit 0 on SIGTERM
+  CHECK(driver.wait_for(10s) == 0);
+  // Stopped and continued, not signalled: a worker records only the SIGTERM.
+  for (int rank : {0, 1})
+    CHECK(read_file(dir / ("rank" + std::to_string(rank) + ".txt")) == "ready\nTERM\n");
   CHECK(settle(5s).empty());
 }
