@@ -2,6 +2,8 @@
 // file without it, and the tail kept for the failure report.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -18,14 +20,25 @@ namespace dtlaunch {
 // processes no relayed line is ever torn apart by another writer.
 inline constexpr std::size_t kMaxRelayedLine = 4000;
 
-// dtlaunch's own stdout and stderr. A destination whose reader went away (EPIPE) is dropped
-// and the workers' output is still drained, so that they never block on a full pipe.
+// dtlaunch's own stdout and stderr. A destination that cannot be written is dropped and the
+// workers' output is still drained, so that they never block on a full pipe and the run goes
+// on. A reader that went away (EPIPE: `dtlaunch ... | head`) is dropped silently; any other
+// error (a full disk: ENOSPC, EIO, EFBIG, ...) is said once on stderr, naming the file.
 class Console {
  public:
   void write(int fd, std::string_view text);
+  // One line of dtlaunch's own about its output (text ends in '\n'), on stderr if it works.
+  void warn(std::string_view text) { write(STDERR_FILENO, text); }
 
  private:
   bool closed_[3] = {false, false, false};
+};
+
+// A rank's log file; `failed` once a write failed (then it is not written again).
+struct LogFile {
+  UniqueFd fd;
+  std::string path;
+  bool failed = false;
 };
 
 // One file per rank, <dir>/rank-<R>.log, created on first use and kept open across restarts.
@@ -33,23 +46,25 @@ class LogFiles {
  public:
   // Creates dir if missing. Throws Error (kBadInput) naming the directory when it cannot.
   explicit LogFiles(std::optional<std::string> dir);
-  // The file of `rank` (truncated when first opened), or -1 without a log directory.
-  int fd_for(std::uint32_t rank);
+  // The file of `rank` (truncated when first opened), or nullptr without a log directory.
+  // Stays valid as long as this object.
+  LogFile* for_rank(std::uint32_t rank);
 
  private:
   std::optional<std::string> dir_;
-  std::map<std::uint32_t, UniqueFd> files_;
+  std::map<std::uint32_t, LogFile> files_;
 };
 
 // One stream (stdout or stderr) of one worker. Lines are batched into writes of at most
 // PIPE_BUF bytes, each holding whole prefixed lines only.
 class StreamRelay {
  public:
-  StreamRelay(Console& console, int console_fd, std::string prefix, int log_fd, LineTail& tail)
+  // log: the rank's file, or nullptr.
+  StreamRelay(Console& console, int console_fd, std::string prefix, LogFile* log, LineTail& tail)
       : console_(console),
         console_fd_(console_fd),
         prefix_(std::move(prefix)),
-        log_fd_(log_fd),
+        log_(log),
         tail_(tail) {}
 
   void feed(std::string_view data);
@@ -62,7 +77,7 @@ class StreamRelay {
   Console& console_;
   int console_fd_;
   std::string prefix_;
-  int log_fd_;
+  LogFile* log_;
   LineTail& tail_;
   LineSplitter splitter_{kMaxRelayedLine};
   std::string console_batch_, log_batch_;

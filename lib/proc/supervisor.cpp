@@ -100,11 +100,11 @@ class Attempt {
         guardian_(specs.size(), options.descendant_marker) {
     workers_.reserve(specs.size());
     for (WorkerProcess& spec : specs) {
-      const int log_fd = logs.fd_for(spec.rank);
+      LogFile* log = logs.for_rank(spec.rank);
       Worker& w = workers_.emplace_back(std::move(spec), options.tail_lines);
       const std::string prefix = rank_prefix(w.spec.rank);
-      w.out = std::make_unique<StreamRelay>(console_, STDOUT_FILENO, prefix, log_fd, w.tail);
-      w.err = std::make_unique<StreamRelay>(console_, STDERR_FILENO, prefix, log_fd, w.tail);
+      w.out = std::make_unique<StreamRelay>(console_, STDOUT_FILENO, prefix, log, w.tail);
+      w.err = std::make_unique<StreamRelay>(console_, STDERR_FILENO, prefix, log, w.tail);
     }
   }
 

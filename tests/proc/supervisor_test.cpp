@@ -650,3 +650,47 @@ TEST_CASE("Ctrl-Z stops the workers with the supervisor; SIGCONT continues them"
     CHECK(read_file(dir / ("rank" + std::to_string(rank) + ".txt")) == "ready\nTERM\n");
   CHECK(settle(5s).empty());
 }
+
+TEST_CASE("output that cannot be written: one warning per destination, the run goes on", "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  become_subreaper();
+  const std::vector<std::string> program =
+      sh("for i in 1 2 3; do echo out $i; echo err $i >&2; "
+         "sleep 0.02; done; echo done $RANK > " +
+         dir.path() + "/done.$RANK");
+  SECTION("stdout on a full device") {
+    Child driver(concat({launcher, "--nproc-per-node", "2", "--"}, program), "/dev/full",
+                 dir / "err");
+    CHECK(driver.wait_for(10s) == 0);
+    const std::string err = read_file(dir / "err");
+    INFO(err);
+    const std::string warning =
+        "dtlaunch: cannot write the workers' output to stdout (/dev/full): No space left on "
+        "device; dropping it from now on, the workers go on\n";
+    CHECK(err.find(warning) != std::string::npos);
+    CHECK(err.find(warning) == err.rfind(warning));            // once
+    CHECK(err.find("[rank 1] err 3\n") != std::string::npos);  // stderr still relayed
+  }
+  SECTION("a rank's log file on a full device") {
+    const std::string logs = dir / "logs";
+    std::filesystem::create_directories(logs);
+    std::filesystem::create_symlink("/dev/full", logs + "/rank-0.log");
+    Child driver(concat({launcher, "--nproc-per-node", "2", "--log-dir", logs, "--"}, program),
+                 dir / "out", dir / "err");
+    CHECK(driver.wait_for(10s) == 0);
+    const std::string err = read_file(dir / "err");
+    INFO(err);
+    const std::string warning = "dtlaunch: cannot write '" + logs +
+                                "/rank-0.log': No space left on device; this log stops here, "
+                                "the workers go on\n";
+    CHECK(err.find(warning) != std::string::npos);
+    CHECK(err.find(warning) == err.rfind(warning));
+    CHECK(err.find("rank-1.log") == std::string::npos);
+    CHECK(split_lines(read_file(logs + "/rank-1.log")).size() == 6);
+    CHECK(read_file(dir / "out").find("[rank 0] out 3\n") != std::string::npos);
+  }
+  for (int rank : {0, 1}) CHECK(std::filesystem::exists(dir / ("done." + std::to_string(rank))));
+  CHECK(settle(5s).empty());
+}
