@@ -4,7 +4,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <filesystem>
+#include <string>
 
 #include "core/error.hpp"
 
@@ -19,6 +23,25 @@ Pipe make_pipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw Error::system("pipe", errno);
   return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+UniqueFd move_at_or_above(UniqueFd fd, int base) {
+  if (!fd || fd.get() >= base) return fd;
+  const int moved = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, base);
+  if (moved < 0) return fd;
+  return UniqueFd(moved);  // the original is closed as `fd` goes
+}
+
+int fd_table_top() {
+  int top = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = 0;
+    const std::string name = entry.path().filename();
+    const auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), fd);
+    if (err == std::errc() && end == name.data() + name.size()) top = std::max(top, fd + 1);
+  }
+  return top;
 }
 
 bool write_all(int fd, std::string_view data) {

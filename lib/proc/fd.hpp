@@ -36,6 +36,13 @@ struct Pipe {
 // Throws Error::system.
 Pipe make_pipe();
 
+// The descriptor moved to the lowest free number >= base (close-on-exec), or fd itself when
+// that fails (no free number there under RLIMIT_NOFILE).
+UniqueFd move_at_or_above(UniqueFd fd, int base);
+
+// 1 + the highest descriptor open now (0 when none), from /proc/self/fd.
+int fd_table_top();
+
 // Writes all of data, retrying short writes and EINTR, and waiting in poll() when fd is
 // non-blocking. Returns false on any other error (EPIPE: the reader is gone).
 bool write_all(int fd, std::string_view data);

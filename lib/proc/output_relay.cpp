@@ -39,7 +39,8 @@ void Console::write(int fd, std::string_view text) {
        errno_text(e) + "; dropping it from now on, the workers go on\n");
 }
 
-LogFiles::LogFiles(std::optional<std::string> dir) : dir_(std::move(dir)) {
+LogFiles::LogFiles(std::optional<std::string> dir, int fd_base)
+    : dir_(std::move(dir)), fd_base_(fd_base) {
   if (!dir_) return;
   std::error_code ec;
   std::filesystem::create_directories(*dir_, ec);
@@ -54,7 +55,7 @@ LogFile* LogFiles::for_rank(std::uint32_t rank) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(ExitCode::kBadInput, "log file '" + path + "': " + errno_text(errno));
   LogFile& file = files_[rank];
-  file.fd = UniqueFd(fd);
+  file.fd = move_at_or_above(UniqueFd(fd), fd_base_);
   file.path = path;
   return &file;
 }

@@ -44,14 +44,16 @@ struct LogFile {
 // One file per rank, <dir>/rank-<R>.log, created on first use and kept open across restarts.
 class LogFiles {
  public:
-  // Creates dir if missing. Throws Error (kBadInput) naming the directory when it cannot.
-  explicit LogFiles(std::optional<std::string> dir);
+  // Creates dir if missing. Throws Error (kBadInput) naming the directory when it cannot. The
+  // files' descriptors go at or above fd_base (move_at_or_above).
+  explicit LogFiles(std::optional<std::string> dir, int fd_base = 0);
   // The file of `rank` (truncated when first opened), or nullptr without a log directory.
   // Stays valid as long as this object.
   LogFile* for_rank(std::uint32_t rank);
 
  private:
   std::optional<std::string> dir_;
+  int fd_base_;
   std::map<std::uint32_t, LogFile> files_;
 };
 

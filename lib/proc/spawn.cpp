@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <memory>
@@ -25,7 +27,9 @@ struct ChildArgs {
   int devnull = -1, out = -1, err = -1;
   pid_t parent = 0;
   const BlockAllSignals* block = nullptr;
-  int exec_errno = 0;  // written by the child when execve fails; read once it has exited
+  int copy_below = 0;   // > 0: we share the parent's descriptor table until we unshare it
+  int exec_errno = 0;   // written by the child when execve fails; read once it has exited
+  int setup_errno = 0;  // written by the child when it could not get a table of its own
 };
 
 // Makes `from` the descriptor `to` in the child, without close-on-exec.
@@ -39,6 +43,14 @@ void move_fd(int from, int to) {
 
 int child_main(void* arg) {
   auto* a = static_cast<ChildArgs*>(arg);
+  // With CLONE_FILES, a table of our own before anything else: only the descriptors below
+  // copy_below, not the hundreds of pipes the supervisor holds for the other workers.
+  if (a->copy_below > 0 &&
+      ::close_range(static_cast<unsigned>(a->copy_below), ~0U, CLOSE_RANGE_UNSHARE) != 0 &&
+      ::unshare(CLONE_FILES) != 0) {
+    a->setup_errno = errno;
+    ::_exit(127);
+  }
   SignalPipe::restore_in_child();
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -64,7 +76,7 @@ char* child_stack_top() {
 
 }  // namespace
 
-StartedWorker start_worker(const WorkerProcess& worker, int devnull) {
+StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below) {
   std::vector<std::string> env_strings = worker.env.to_strings();
   std::vector<char*> argv, envp;
   argv.reserve(worker.argv.size() + 1);
@@ -83,6 +95,7 @@ StartedWorker start_worker(const WorkerProcess& worker, int devnull) {
   args.out = out.write.get();
   args.err = err.write.get();
   args.parent = ::getpid();
+  if (std::max({devnull, args.out, args.err}) < copy_below) args.copy_below = copy_below;
   pid_t pid;
   {
     BlockAllSignals block;
@@ -91,9 +104,16 @@ StartedWorker start_worker(const WorkerProcess& worker, int devnull) {
     // would copy our page tables for every worker and make each of our later writes a
     // copy-on-write fault, a cost that grows with our memory, itself growing with the number
     // of workers: start-up was quadratic in the workers. We resume once the child has exec'd.
-    pid = ::clone(child_main, child_stack_top(), CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+    const int files = args.copy_below > 0 ? CLONE_FILES : 0;
+    pid = ::clone(child_main, child_stack_top(), CLONE_VM | CLONE_VFORK | files | SIGCHLD, &args);
   }
   if (pid < 0) throw Error::system("clone", errno);
+  if (args.setup_errno != 0) {
+    int status;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    throw Error::system("unshare", args.setup_errno);
+  }
   StartedWorker started;
   started.pid = pid;
   started.exec_errno = args.exec_errno;

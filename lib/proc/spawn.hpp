@@ -23,6 +23,11 @@ struct StartedWorker {
 // ours are close-on-exec) and returns once it has exec'd or failed to. The child sets
 // PR_SET_PDEATHSIG(SIGKILL), which fires when the *thread* that started it ends: call it from
 // the thread that supervises. Throws Error::system when clone fails.
-StartedWorker start_worker(const WorkerProcess& worker, int devnull);
+//
+// copy_below > 0 says that every descriptor the worker may inherit (devnull, the pipes' write
+// ends, those dtlaunch itself inherited) is below it, and everything at or above it is ours and
+// close-on-exec: the child then copies only that part of the descriptor table. Otherwise it
+// copies all of it, and exec closes ours, which costs as much as we hold (two per worker).
+StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below = 0);
 
 }  // namespace dtlaunch

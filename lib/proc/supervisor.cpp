@@ -92,9 +92,11 @@ struct AttemptResult {
 
 class Attempt {
  public:
+  // high_fds: where the descriptors held for the workers go (start_worker's copy_below).
   Attempt(std::vector<WorkerProcess> specs, const SupervisorOptions& options, SignalPipe& signals,
-          Console& console, LogFiles& logs)
-      : options_(options),
+          Console& console, LogFiles& logs, int high_fds)
+      : high_fds_(high_fds),
+        options_(options),
         signals_(signals),
         console_(console),
         guardian_(specs.size(), options.descendant_marker) {
@@ -156,13 +158,14 @@ class Attempt {
     // Each start returns once its worker has exec'd; loading the program and its libraries
     // then overlaps with the next starts.
     for (Worker& w : workers_) {
-      StartedWorker s = start_worker(w.spec, devnull.get());
+      StartedWorker s = start_worker(w.spec, devnull.get(), high_fds_);
       w.pid = s.pid;
       w.running = true;
       index_of_pid_.emplace(s.pid, static_cast<std::size_t>(&w - workers_.data()));
       guardian_.watch(s.pid);
-      w.out_fd = std::move(s.out);
-      w.err_fd = std::move(s.err);
+      // Up out of the part of the table that the next workers' starts copy.
+      w.out_fd = move_at_or_above(std::move(s.out), high_fds_);
+      w.err_fd = move_at_or_above(std::move(s.err), high_fds_);
       if (s.exec_errno != 0) throw exec_error(w.spec.program_path, s.exec_errno);
     }
   }
@@ -362,6 +365,7 @@ class Attempt {
     }
   }
 
+  const int high_fds_;
   const SupervisorOptions& options_;
   SignalPipe& signals_;
   Console& console_;
@@ -383,7 +387,12 @@ RunResult run_workers(
     const std::function<std::vector<WorkerProcess>(std::uint32_t restart_count)>& make_workers,
     const SupervisorOptions& options) {
   ensure_standard_fds_open();
-  LogFiles logs(options.log_dir);
+  // Every descriptor we hold per worker (pipes, log files) goes at or above high_fds, and
+  // everything below it, what we inherited included, stays where it is: a worker's start then
+  // copies a table that does not grow with the number of workers (spawn.hpp). 64 leaves room
+  // for the few descriptors of our own opened below it (signal pipe, guardian, /dev/null).
+  const int high_fds = fd_table_top() + 64;
+  LogFiles logs(options.log_dir, high_fds);
   SignalPipe signals(kCaught);
   SubreaperScope subreaper;
   Console console;
@@ -395,7 +404,7 @@ RunResult run_workers(
     const std::size_t count = specs.size();
     AttemptResult attempt;
     {
-      Attempt a(std::move(specs), options, signals, console, logs);
+      Attempt a(std::move(specs), options, signals, console, logs, high_fds);
       attempt = a.run();
     }
     result.restarts = restart;

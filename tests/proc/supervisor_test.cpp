@@ -1,5 +1,6 @@
 // run_workers with real processes and real signals, through proc_driver. Every run checks that
 // nothing of the driver's tree is left (run_driver: the test is a child subreaper).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -692,5 +693,38 @@ TEST_CASE("output that cannot be written: one warning per destination, the run g
     CHECK(read_file(dir / "out").find("[rank 0] out 3\n") != std::string::npos);
   }
   for (int rank : {0, 1}) CHECK(std::filesystem::exists(dir / ("done." + std::to_string(rank))));
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE("a worker has exactly the descriptors the supervisor inherited, none of its own",
+          "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  become_subreaper();
+  // One inherited descriptor high up, as a shell's `exec 200>file` gives: the supervisor keeps
+  // its own per-worker descriptors above those it inherited, and must pass all of these on.
+  const int inherited = ::open("/dev/null", O_RDONLY);
+  REQUIRE(inherited >= 0);
+  REQUIRE(::dup2(inherited, 200) == 200);
+  ::close(inherited);
+  // ls itself, not a shell's pipeline, whose own pipes would come and go in the listing.
+  const std::vector<std::string> list = {"/bin/ls", "/proc/self/fd"};
+  Child direct(list, dir / "direct.out", dir / "direct.err");
+  CHECK(direct.wait_for(10s) == 0);
+  Child driver(concat({launcher, "--nproc-per-node", "3", "--"}, list), dir / "out", dir / "err");
+  CHECK(driver.wait_for(10s) == 0);
+  ::close(200);
+  const std::vector<std::string> expected = split_lines(read_file(dir / "direct.out"));
+  const std::string out = read_file(dir / "out");
+  INFO("stderr: " << read_file(dir / "err") << "\nstdout:\n" << out);
+  CHECK(std::count(expected.begin(), expected.end(), "200") == 1);
+  for (int rank : {0, 1, 2}) {
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    std::vector<std::string> listed;
+    for (const std::string& line : split_lines(out))
+      if (line.rfind(prefix, 0) == 0) listed.push_back(line.substr(prefix.size()));
+    CHECK(listed == expected);
+  }
   CHECK(settle(5s).empty());
 }
