@@ -201,7 +201,7 @@ class Attempt {
     // Reaping on every pass, not only on SIGCHLD, makes a lost signal byte harmless.
     reap();
     if (deadline_ && Clock::now() >= *deadline_) {
-      const std::size_t n = kill_running();
+      const std::size_t n = kill_running(true);
       if (n > 0) {
         console_.write(STDERR_FILENO, "dtlaunch: " + workers_text(n) + " still running " +
                                           duration_text(options_.grace) + " after " +
@@ -211,14 +211,15 @@ class Attempt {
   }
 
   // SIGKILL now to every worker still running; returns how many. Disarms the grace period.
-  std::size_t kill_running() {
+  // at_deadline: because the grace period is over (the report then says so).
+  std::size_t kill_running(bool at_deadline) {
     deadline_.reset();
     killed_ = true;
     std::size_t n = 0;
     for (Worker& w : workers_) {
       if (!w.running) continue;
       ::kill(-w.pid, SIGKILL);
-      w.killed_after_grace = true;
+      w.killed_after_grace = at_deadline;
       ++n;
     }
     return n;
@@ -254,7 +255,7 @@ class Attempt {
     const bool again = (termination_seen_ & bit) != 0;
     if (is_termination(sig)) termination_seen_ |= bit;
     if (is_termination(sig) && again && !killed_) {
-      const std::size_t n = kill_running();
+      const std::size_t n = kill_running(false);
       console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
                                         " again: sent SIGKILL to the " + workers_text(n) +
                                         " still running\n");

@@ -617,6 +617,7 @@ TEST_CASE("the same termination signal twice: SIGKILL at once, not after the gra
   const std::string err = read_file(dir / "err");
   INFO(err);
   CHECK(err.find(" again: sent SIGKILL to the 2 workers still running\n") != std::string::npos);
+  CHECK(err.find("from dtlaunch: still running") == std::string::npos);  // not the grace's
   CHECK(settle(5s).empty());
 }
 
