@@ -49,6 +49,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
   } else {
     spec = spec_from_local(options, env, system, [] { return find_free_port("127.0.0.1"); });
     spec.supervisor_tag = supervisor_tag();
+    if (!spec.run_identity && spec.nnodes == 1) spec.run_identity = "local-" + *spec.supervisor_tag;
   }
   const std::string who = mode == Mode::kSlurm ? "rank " + std::to_string(rank)
                                                : "node " + std::to_string(spec.node_rank);

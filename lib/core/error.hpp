@@ -28,7 +28,8 @@ class Error : public std::runtime_error {
 
   // Named factories, so that each kind of message is worded once.
   static Error usage(std::string_view what);
-  // A variable of the environment is present but wrong: names the variable, quotes the value.
+  // A variable (or option) is present but wrong: names it and quotes an escaped excerpt of the
+  // value, so that a megabyte of binary in a variable still gives one short line.
   static Error bad_env(std::string_view name, std::string_view value, std::string_view why);
   static Error missing_env(std::string_view name, std::string_view why = {});
   static Error inconsistent(std::string_view what);

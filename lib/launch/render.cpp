@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "core/text.hpp"
+
 namespace dtlaunch {
 
 std::string shell_quote(const std::string& text) {
@@ -16,9 +18,15 @@ std::string shell_quote(const std::string& text) {
 }
 
 namespace {
+// JSON text must be UTF-8, but argv and the environment are bytes. Valid UTF-8 is kept; every
+// other byte becomes \udcXX, the lone surrogate of Python's "surrogateescape" (PEP 383), so the
+// output always parses and json.loads(...).encode("utf-8", "surrogateescape") gives the bytes.
 std::string json_string(const std::string& text) {
   std::string out = "\"";
-  for (unsigned char c : text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    char buf[8];
     switch (c) {
       case '"':
         out += "\\\"";
@@ -37,16 +45,24 @@ std::string json_string(const std::string& text) {
         break;
       default:
         if (c < 0x20) {
-          char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out += buf;
-        } else {
+        } else if (c < 0x80) {
           out += static_cast<char>(c);
+        } else if (std::size_t length = utf8_sequence_length(std::string_view(text).substr(i))) {
+          out.append(text, i, length);
+          i += length;
+          continue;
+        } else {
+          std::snprintf(buf, sizeof buf, "\\udc%02x", c);
+          out += buf;
         }
     }
+    ++i;
   }
   return out + "\"";
 }
+
 }  // namespace
 
 std::string render_shell(const std::vector<PlannedWorker>& workers,
