@@ -22,8 +22,8 @@ constexpr const char* kFooter = R"(Examples:
   dtlaunch hostnames 'gpu[001-003,007]'        # expand a Slurm hostlist
   dtlaunch hostlist gpu001 gpu002 gpu003       # compress host names
 
-Exit status: 0 success; 2 bad command line, environment or hostlist (nothing started);
-126 program not executable; 127 program not found; 1 system error; in local mode the first
+Exit status: 0 success; 2 bad command line, environment or hostlist (nothing started); 3 --preflight
+found a problem (nothing started); 126 program not executable; 127 program not found; 1 system error; in local mode the first
 failed worker's status (128+N when killed by signal N). docs/cli.md has the details.)";
 
 // CLI11 reports bad usage with its own exit codes (100+); ours is 2, with one line.
@@ -100,14 +100,15 @@ std::chrono::milliseconds seconds_option(const char* flag, const std::string& te
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
 
-int run_launcher(int argc, char** argv) {
+int run_launcher(int argc, char** argv, bool doctor) {
   using namespace dtlaunch;
   CLI::App app{
       "Launch distributed PyTorch/LibTorch workers under Slurm or locally.\n\n"
       "  dtlaunch [OPTIONS] [--] PROGRAM [ARGS...]\n"
       "  dtlaunch hostnames EXPR...    expand Slurm hostlists, one host per line\n"
       "  dtlaunch hostlist NAME...     compress host names into a hostlist\n"
-      "  dtlaunch env-table            the table of exported and removed variables\n\n"
+      "  dtlaunch env-table            the table of exported and removed variables\n"
+      "  dtlaunch doctor [OPTIONS] [PROGRAM...]   check that the job can start (see --help)\n\n"
       "Under srun every task execs PROGRAM with RANK, WORLD_SIZE, MASTER_ADDR, ... set "
       "from Slurm's environment; with --nproc-per-node dtlaunch spawns and supervises "
       "the workers itself.",
@@ -122,9 +123,32 @@ int run_launcher(int argc, char** argv) {
   std::string nproc, nnodes, node_rank, max_restarts = "0", master_port, gpus_per_node;
   std::string grace = "30", master_addr, log_dir, port_range, run_id;
 
-  app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
-  app.add_option("--format", format, "--dry-run output: shell (export lines) or json")
-      ->check(CLI::IsMember({"shell", "json"}));
+  std::string check_timeout = "60";
+  bool preflight = false;
+  if (doctor) {
+    app.description(
+        "Check that a job can start, starting nothing: every task reports to rank 0 at "
+        "MASTER_ADDR:MASTER_PORT and rank 0 prints what would stop the job (docs/doctor.md).\n\n"
+        "  srun <the job's options> dtlaunch doctor [OPTIONS] [PROGRAM [ARGS...]]\n"
+        "  dtlaunch doctor --nproc-per-node N [OPTIONS] [PROGRAM [ARGS...]]");
+    app.name("dtlaunch doctor");
+    app.footer("Exit status: 0 healthy (warnings allowed), 3 a problem found, 2 bad input.");
+    format = "table";
+    app.add_option("--timeout", check_timeout, "seconds to wait for every task (default 60)")
+        ->type_name("SECONDS");
+    app.add_option("--format", format, "report format: table (default) or json")
+        ->check(CLI::IsMember({"table", "json"}));
+  } else {
+    app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
+    app.add_option("--format", format, "--dry-run output: shell (export lines) or json")
+        ->check(CLI::IsMember({"shell", "json"}));
+    app.add_flag("--preflight", preflight,
+                 "run dtlaunch doctor's checks first; start the program only if they pass "
+                 "(exit 3 otherwise)");
+    app.add_option("--preflight-timeout", check_timeout,
+                   "seconds the preflight waits for every task (default 60)")
+        ->type_name("SECONDS");
+  }
   app.add_flag("-v,--verbose", flags.verbose,
                "log every decision to stderr, prefixed with the rank");
   app.add_option("--mode", mode,
@@ -207,6 +231,11 @@ int run_launcher(int argc, char** argv) {
     options.node_rank = count_option("--node-rank", node_rank, 0, 1 << 20);
   options.max_restarts = count_option("--max-restarts", max_restarts, 0, 1000);
   options.grace = seconds_option("--grace", grace, 86400);
+  flags.check = doctor ? Check::kDoctor : preflight ? Check::kPreflight : Check::kNone;
+  flags.check_json = format == "json";
+  flags.check_timeout =
+      seconds_option(doctor ? "--timeout" : "--preflight-timeout", check_timeout, 86400);
+  options.program_optional = doctor;
   if (app.count("--log-dir")) options.log_dir = log_dir;
   options.argv = app.remaining();
   if (!options.argv.empty() && options.argv.front() == "--") {
@@ -230,7 +259,9 @@ int main(int argc, char** argv) {
       for (const auto& entry : kSubcommandHelp)
         if (std::strcmp(argv[1], entry[0]) == 0)
           return run_subcommand(argv[1], std::vector<std::string>(argv + 2, argv + argc));
-    return run_launcher(argc, argv);
+    if (argc >= 2 && std::strcmp(argv[1], "doctor") == 0)
+      return run_launcher(argc - 1, argv + 1, true);
+    return run_launcher(argc, argv, false);
   } catch (const dtlaunch::Error& e) {
     std::cerr << "dtlaunch: " << e.what() << "\n";
     return e.exit_status();

@@ -1,5 +1,7 @@
 #include "core/text.hpp"
 
+#include <cstdio>
+
 namespace dtlaunch {
 
 std::size_t utf8_sequence_length(std::string_view text) noexcept {
@@ -66,6 +68,51 @@ std::string excerpt(std::string_view text, std::size_t max_bytes, char quote_cha
   }
   if (i < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
+}
+
+// JSON text must be UTF-8, but argv and the environment are bytes. Valid UTF-8 is kept; every
+// other byte becomes \udcXX, the lone surrogate of Python's "surrogateescape" (PEP 383), so the
+// output always parses and json.loads(...).encode("utf-8", "surrogateescape") gives the bytes.
+std::string json_quote(std::string_view text) {
+  std::string out = "\"";
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    char buf[8];
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20) {
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else if (c < 0x80) {
+          out += static_cast<char>(c);
+        } else if (std::size_t length = utf8_sequence_length(text.substr(i))) {
+          out.append(text.substr(i, length));
+          i += length;
+          continue;
+        } else {
+          std::snprintf(buf, sizeof buf, "\\udc%02x", c);
+          out += buf;
+        }
+    }
+    ++i;
+  }
+  return out + "\"";
 }
 
 }  // namespace dtlaunch

@@ -18,4 +18,9 @@ std::string excerpt(std::string_view text, std::size_t max_bytes = 80, char quot
 // forms, surrogates and code points above U+10FFFF are invalid, as RFC 3629 says.
 std::size_t utf8_sequence_length(std::string_view text) noexcept;
 
+// `text` as a JSON string, quotes included. Valid UTF-8 is kept; every other byte becomes \udcXX,
+// the lone surrogate of Python's "surrogateescape" (PEP 383): the output always parses, and
+// json.loads(...).encode("utf-8", "surrogateescape") gives the bytes back.
+std::string json_quote(std::string_view text);
+
 }  // namespace dtlaunch

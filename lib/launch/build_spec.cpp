@@ -256,10 +256,10 @@ void choose_omp(LaunchSpec& spec, const EnvMap& env, std::optional<std::string> 
 
 void finish(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
             std::optional<std::uint64_t> job_id) {
-  if (options.argv.empty())
+  if (options.argv.empty() && !options.program_optional)
     throw Error::usage("no program given: dtlaunch [options] PROGRAM [ARGS...]");
   spec.argv = options.argv;
-  spec.program_path = resolve_program(options.argv.front(), env);
+  if (!options.argv.empty()) spec.program_path = resolve_program(options.argv.front(), env);
   spec.max_restarts = options.max_restarts;
   if (options.export_run_id)
     spec.run_id = options.run_id ? *options.run_id : job_id ? num(*job_id) : std::string("none");

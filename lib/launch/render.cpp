@@ -17,54 +17,6 @@ std::string shell_quote(const std::string& text) {
   return out + "'";
 }
 
-namespace {
-// JSON text must be UTF-8, but argv and the environment are bytes. Valid UTF-8 is kept; every
-// other byte becomes \udcXX, the lone surrogate of Python's "surrogateescape" (PEP 383), so the
-// output always parses and json.loads(...).encode("utf-8", "surrogateescape") gives the bytes.
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    char buf[8];
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else if (c < 0x80) {
-          out += static_cast<char>(c);
-        } else if (std::size_t length = utf8_sequence_length(std::string_view(text).substr(i))) {
-          out.append(text, i, length);
-          i += length;
-          continue;
-        } else {
-          std::snprintf(buf, sizeof buf, "\\udc%02x", c);
-          out += buf;
-        }
-    }
-    ++i;
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
 std::string render_shell(const std::vector<PlannedWorker>& workers,
                          const std::vector<std::string>& argv) {
   std::string out;
@@ -87,7 +39,7 @@ std::string render_shell(const std::vector<PlannedWorker>& workers,
 std::string render_json(const std::vector<PlannedWorker>& workers,
                         const std::vector<std::string>& argv) {
   std::string out = "{\"argv\": [";
-  for (std::size_t i = 0; i < argv.size(); ++i) out += (i ? ", " : "") + json_string(argv[i]);
+  for (std::size_t i = 0; i < argv.size(); ++i) out += (i ? ", " : "") + json_quote(argv[i]);
   out += "], \"workers\": [";
   for (std::size_t w = 0; w < workers.size(); ++w) {
     const PlannedWorker& worker = workers[w];
@@ -97,14 +49,14 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
     bool first = true;
     for (const EnvChange& change : worker.changes) {
       if (!change.value) continue;
-      out += (first ? "" : ", ") + json_string(change.name) + ": " + json_string(*change.value);
+      out += (first ? "" : ", ") + json_quote(change.name) + ": " + json_quote(*change.value);
       first = false;
     }
     out += "}, \"unset\": [";
     first = true;
     for (const EnvChange& change : worker.changes) {
       if (change.value) continue;
-      out += (first ? "" : ", ") + json_string(change.name);
+      out += (first ? "" : ", ") + json_quote(change.name);
       first = false;
     }
     out += "]}";
