@@ -61,7 +61,6 @@ doctor::TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker
   r.omp_num_threads = value("OMP_NUM_THREADS");
   r.program.path = spec.program_path;
   r.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
-  doctor::probe_node(r);
   return r;
 }
 
@@ -72,7 +71,13 @@ int run_checks(const LaunchSpec& spec, const std::vector<PlannedWorker>& planned
                std::ostream& out) {
   const auto deadline = doctor::Clock::now() + flags.check_timeout;
   std::vector<doctor::TaskReport> mine;
-  for (const PlannedWorker& w : planned) mine.push_back(report_of(spec, w, env));
+  for (const PlannedWorker& w : planned) {
+    mine.push_back(report_of(spec, w, env));
+    if (mine.size() == 1)
+      doctor::probe_node(mine.front());
+    else
+      doctor::copy_node_facts(mine.front(), mine.back());
+  }
   const bool hosts_rank0 = planned.front().rank == 0;
   if (!hosts_rank0) {
     try {

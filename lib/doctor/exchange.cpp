@@ -233,7 +233,6 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
   std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().rank));
   auto pause = std::chrono::milliseconds(20);
   std::string last_failure = "no attempt was made";
-  bool ever_resolved = false;
   for (;;) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -243,8 +242,6 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
     const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
     if (rc != 0) {
       last_failure = "name not resolved (" + std::string(::gai_strerror(rc)) + ")";
-    } else {
-      ever_resolved = true;
     }
     for (const addrinfo* a = rc == 0 ? found : nullptr; a; a = a->ai_next) {
       Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
@@ -257,7 +254,9 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
             ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
           err = ETIMEDOUT;
       }
-      const std::string resolved = resolve(addr).empty() ? addr : resolve(addr).front();
+      char numeric[NI_MAXHOST] = "";
+      ::getnameinfo(a->ai_addr, a->ai_addrlen, numeric, sizeof numeric, nullptr, 0, NI_NUMERICHOST);
+      const std::string resolved = numeric[0] ? numeric : addr;
       if (err != 0) {
         last_failure = describe_connect_error(err) + " at " + resolved + ":" + std::to_string(port);
         continue;
@@ -320,7 +319,6 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
         std::min<Clock::duration>(pause * spread(jitter) / 100, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
-  (void)ever_resolved;
   throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + " on " +
                                       mine.front().host + " cannot reach rank 0 at " + where +
                                       ": " + last_failure);

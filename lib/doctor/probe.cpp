@@ -79,15 +79,25 @@ FileIdentity identify_file(const std::string& path) {
   FileIdentity id{path, 0, ""};
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return id;
-  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a, 64 bits: enough to tell builds apart
+  // FNV-1a's constants over 8-byte words, with a rotation so that every bit of a word reaches
+  // the high half: 64 bits that tell builds apart, at about memory speed (a 500 MB binary is
+  // hashed in well under a second, where byte-wise FNV-1a takes several).
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
   std::vector<unsigned char> buffer(1 << 20);
   for (;;) {
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    id.size += static_cast<std::uint64_t>(n);
-    for (ssize_t i = 0; i < n; ++i)
-      hash = (hash ^ buffer[static_cast<std::size_t>(i)]) * 0x100000001b3ULL;
+    const auto bytes = static_cast<std::size_t>(n);
+    id.size += bytes;
+    std::size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, buffer.data() + i, 8);
+      hash = (hash ^ word) * 0x100000001b3ULL;
+      hash ^= hash >> 29;
+    }
+    for (; i < bytes; ++i) hash = (hash ^ buffer[i]) * 0x100000001b3ULL;
   }
   ::close(fd);
   char text[17];
@@ -114,6 +124,19 @@ void probe_node(TaskReport& r) {
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   r.launcher = identify_file(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "");
   r.sent_unix_ms = unix_ms();
+}
+
+void copy_node_facts(const TaskReport& from, TaskReport& to) {
+  to.host = from.host;
+  to.host_resolves_to = from.host_resolves_to;
+  to.master_resolves_to = from.master_resolves_to;
+  to.cpus = from.cpus;
+  to.shm_bytes = from.shm_bytes;
+  to.memlock_bytes = from.memlock_bytes;
+  to.infiniband_devices = from.infiniband_devices;
+  to.program = from.program;
+  to.launcher = from.launcher;
+  to.sent_unix_ms = from.sent_unix_ms;
 }
 
 }  // namespace dtlaunch::doctor

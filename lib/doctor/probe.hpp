@@ -17,10 +17,15 @@ namespace dtlaunch::doctor {
 // who the task is and what it was told.
 void probe_node(TaskReport& report);
 
+// The node facts of `from` (everything probe_node fills) copied into `to`: the workers of one
+// launcher share a node, and hashing the program once is enough.
+void copy_node_facts(const TaskReport& from, TaskReport& to);
+
 // The addresses `name` resolves to on this node, numeric; empty when it does not resolve.
 std::vector<std::string> resolve(const std::string& name);
 
-// Size and 64-bit content hash of a file (FNV-1a over its bytes); hash "" when unreadable.
+// Size and 64-bit content hash of a file (FNV-1a's constants over 8-byte words); hash "" when
+// unreadable.
 FileIdentity identify_file(const std::string& path);
 
 // The current wall clock in ms since the epoch.
