@@ -125,6 +125,9 @@ std::string describe_connect_error(int error) {
     case EHOSTUNREACH:
     case ENETUNREACH:
       return "no route to host";
+    case EACCES:
+    case EPERM:
+      return "blocked by a firewall or route rule";
     default:
       return std::strerror(error);
   }
