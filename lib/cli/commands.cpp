@@ -1,14 +1,18 @@
 #include "cli/commands.hpp"
 
+#include <iostream>
+#include <optional>
 #include <ostream>
 #include <string_view>
 
 #include "cli/log.hpp"
 #include "core/error.hpp"
+#include "doctor/probe.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/build_spec.hpp"
 #include "launch/contract.hpp"
 #include "launch/exec.hpp"
+#include "launch/gpu.hpp"
 #include "launch/render.hpp"
 #include "launch/worker_env.hpp"
 #include "proc/supervisor.hpp"
@@ -33,6 +37,69 @@ std::vector<PlannedWorker> plan_workers(const LaunchSpec& spec, const EnvMap& en
   return workers;
 }
 
+// Every task's report, from the environment its worker would get: the checks see exactly
+// what the program will.
+doctor::TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker,
+                             const EnvMap& env) {
+  const EnvMap final_env = apply_env(env, worker.changes);
+  auto value = [&](std::string_view name) { return std::string(final_env.get(name).value_or("")); };
+  doctor::TaskReport r;
+  r.rank = worker.rank;
+  r.local_rank = worker.local_rank;
+  r.node_rank = spec.node_rank;
+  r.world_size = spec.world_size;
+  r.nnodes = spec.nnodes;
+  r.master_addr = spec.master.addr;
+  r.master_port = spec.master.port;
+  r.run_id = value("DTLAUNCH_RUN_ID");
+  r.visible_devices = std::string(final_env.get_raw("CUDA_VISIBLE_DEVICES").value_or(""));
+  if (auto device = choose_device(spec.gpu, worker.local_rank, spec.local_world_size))
+    r.bound_device = device->id;
+  r.gpu_sharing_allowed = spec.gpu.allow_sharing;
+  r.gpu_isolated_by_slurm = spec.gpu.isolated_by_slurm;
+  r.gpus_on_node = static_cast<std::uint32_t>(spec.gpu.visible.size());
+  r.omp_num_threads = value("OMP_NUM_THREADS");
+  r.program.path = spec.program_path;
+  r.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
+  return r;
+}
+
+// Runs the checks for this launcher's workers; returns 0 or 3. The task (or node) that hosts
+// rank 0 judges and prints; the others report and get the same status back.
+int run_checks(const LaunchSpec& spec, const std::vector<PlannedWorker>& planned,
+               const doctor::Expectation& expected, const EnvMap& env, const RunFlags& flags,
+               std::ostream& out) {
+  const auto deadline = doctor::Clock::now() + flags.check_timeout;
+  std::vector<doctor::TaskReport> mine;
+  for (const PlannedWorker& w : planned) {
+    mine.push_back(report_of(spec, w, env));
+    if (mine.size() == 1)
+      doctor::probe_node(mine.front());
+    else
+      doctor::copy_node_facts(mine.front(), mine.back());
+  }
+  const bool hosts_rank0 = planned.front().rank == 0;
+  if (!hosts_rank0) {
+    try {
+      return doctor::report_to_rank0(spec.master.addr, spec.master.port, std::move(mine), deadline);
+    } catch (const Error& e) {
+      std::cerr << "dtlaunch doctor: " << e.what() << "\n";
+      return static_cast<int>(ExitCode::kProblem);
+    }
+  }
+  const doctor::Verdict verdict =
+      doctor::serve(expected, std::move(mine), spec.master.port, deadline);
+  const std::string report =
+      flags.check_json ? doctor::render_json(verdict) : doctor::render_table(verdict);
+  if (flags.check == Check::kDoctor) {
+    out << report;
+    out.flush();
+  } else if (!verdict.ok() || !verdict.problems.empty() || flags.verbose) {
+    std::cerr << report;  // stdout belongs to the program that a passing preflight starts
+  }
+  return verdict.ok() ? 0 : static_cast<int>(ExitCode::kProblem);
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
@@ -41,14 +108,16 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
   const Mode mode = resolve_mode(options, env);
   std::uint32_t rank = 0, local_rank = 0;
   LaunchSpec spec;
+  std::optional<SlurmStep> step;
   if (mode == Mode::kSlurm) {
-    SlurmStep step = read_slurm_step(env);
-    rank = step.procid;
-    local_rank = step.localid;
-    spec = spec_from_slurm(step, options, env, system);
+    step = read_slurm_step(env);
+    rank = step->procid;
+    local_rank = step->localid;
+    spec = spec_from_slurm(*step, options, env, system);
   } else {
     spec = spec_from_local(options, env, system, [] { return find_free_port("127.0.0.1"); });
     spec.supervisor_tag = supervisor_tag();
+    if (!spec.run_identity && spec.nnodes == 1) spec.run_identity = "local-" + *spec.supervisor_tag;
   }
   const std::string who = mode == Mode::kSlurm ? "rank " + std::to_string(rank)
                                                : "node " + std::to_string(spec.node_rank);
@@ -56,6 +125,13 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
 
   std::vector<PlannedWorker> planned = plan_workers(spec, env, 0, rank, local_rank);
   log_notes(spec.notes, who, speaks_for_job, flags.verbose);
+  if (flags.check != Check::kNone && !flags.dry_run) {
+    const doctor::Expectation expected =
+        step ? doctor::slurm_expectation(step->hosts, step->tasks_per_node, step->distribution)
+             : doctor::local_expectation(spec.nnodes, spec.local_world_size);
+    const int status = run_checks(spec, planned, expected, env, flags, out);
+    if (flags.check == Check::kDoctor || status != 0) return status;
+  }
   if (flags.dry_run) {
     out << (flags.format == OutputFormat::kJson ? render_json(planned, spec.argv)
                                                 : render_shell(planned, spec.argv));

@@ -2,6 +2,7 @@
 // and maps the one Error type to an exit status; everything else happens here.
 #pragma once
 
+#include <chrono>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -13,14 +14,24 @@ namespace dtlaunch {
 
 enum class OutputFormat { kShell, kJson };
 
+// `dtlaunch doctor` and --preflight (docs/doctor.md): every task reports to rank 0 at
+// MASTER_ADDR:MASTER_PORT before anything starts.
+enum class Check { kNone, kDoctor, kPreflight };
+
 struct RunFlags {
   bool dry_run = false;
   OutputFormat format = OutputFormat::kShell;
   bool verbose = false;
+  Check check = Check::kNone;
+  std::chrono::milliseconds check_timeout{std::chrono::seconds(60)};
+  bool check_json = false;  // doctor: --format json
 };
 
 // The launch: under Slurm it execs and so does not return on success; in local mode it returns
 // the supervised group's exit status; with dry_run it prints the plan to `out` and returns 0.
+// With Check::kDoctor it starts nothing and returns 0 (healthy) or 3 (a problem found), rank 0
+// printing the report on `out`; with kPreflight it does the same checks first and returns 3
+// without starting anything when they fail.
 // Throws Error for anything wrong, before anything was started.
 int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
                std::ostream& out);

@@ -16,6 +16,12 @@ EnvMap EnvMap::from_environ(const char* const* envp) {
 }
 
 std::optional<std::string_view> EnvMap::get(std::string_view name) const {
+  auto value = get_raw(name);
+  if (!value || value->empty()) return std::nullopt;
+  return value;
+}
+
+std::optional<std::string_view> EnvMap::get_raw(std::string_view name) const {
   auto it = vars_.find(name);
   if (it == vars_.end()) return std::nullopt;
   return std::string_view(it->second);

@@ -19,9 +19,15 @@ class EnvMap {
   // for a repeated name the first one wins, as getenv() does.
   static EnvMap from_environ(const char* const* envp);
 
-  // The value, or nullopt when unset. A variable set to the empty string is present.
+  // The value, or nullopt when unset. A variable set to the empty string counts as unset, as
+  // it does for most shells' ${VAR:-default}: "OMP_NUM_THREADS=" must get the default, not
+  // pass an empty value on (docs/environment.md).
   std::optional<std::string_view> get(std::string_view name) const;
-  bool contains(std::string_view name) const { return vars_.find(name) != vars_.end(); }
+  bool contains(std::string_view name) const { return get(name).has_value(); }
+  // The value even when empty, for the few variables whose empty value means something of its
+  // own (CUDA_VISIBLE_DEVICES= hides every GPU) and for removing inherited entries.
+  std::optional<std::string_view> get_raw(std::string_view name) const;
+  bool has_entry(std::string_view name) const { return vars_.find(name) != vars_.end(); }
   void set(std::string name, std::string value) { vars_[std::move(name)] = std::move(value); }
   void erase(std::string_view name);
 

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/text.hpp"
+
 namespace dtlaunch {
 
 Error Error::usage(std::string_view what) {
@@ -10,7 +12,7 @@ Error Error::usage(std::string_view what) {
 
 Error Error::bad_env(std::string_view name, std::string_view value, std::string_view why) {
   std::string msg;
-  msg.append(name).append("='").append(value).append("': ").append(why);
+  msg.append(name).append("='").append(excerpt(value)).append("': ").append(why);
   return Error(ExitCode::kBadInput, std::move(msg));
 }
 

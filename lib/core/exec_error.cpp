@@ -8,6 +8,8 @@
 #include <fstream>
 #include <optional>
 
+#include "core/text.hpp"
+
 namespace dtlaunch {
 
 namespace {
@@ -33,7 +35,7 @@ Error exec_error(const std::string& program_path, int errno_value) {
   // ENOTDIR: a component of the path is a file, so the program is not there either (as the
   // launcher's own PATH lookup reports it).
   if ((errno_value == ENOENT || errno_value == ENOTDIR) && !exists)
-    return Error(ExitCode::kNotFound, program_path + ": no such file");
+    return Error(ExitCode::kNotFound, excerpt(program_path, 300) + ": no such file");
   std::string why = std::strerror(errno_value);
   // The kernel reports a missing or unusable #! interpreter as the program's own ENOENT or
   // EACCES; a shell names the interpreter, and so do we.
@@ -41,12 +43,13 @@ Error exec_error(const std::string& program_path, int errno_value) {
   if (errno_value == ENOENT ||
       (errno_value == EACCES && ::access(program_path.c_str(), X_OK) == 0)) {
     if (const auto interpreter = hashbang_interpreter(program_path)) {
-      why = *interpreter + ": bad interpreter: " + why;
+      why = excerpt(*interpreter, 300) + ": bad interpreter: " + why;
     } else if (errno_value == ENOENT) {
       why = "required file not found (its ELF interpreter, the dynamic loader, is missing)";
     }
   }
-  return Error(ExitCode::kNotExecutable, program_path + ": cannot execute: " + why);
+  // The paths are quoted as the launcher's own checks quote them (core/text.hpp).
+  return Error(ExitCode::kNotExecutable, excerpt(program_path, 300) + ": cannot execute: " + why);
 }
 
 }  // namespace dtlaunch

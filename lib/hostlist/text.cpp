@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "core/text.hpp"
+
 namespace dtlaunch::hostlist::detail {
 
 int digits_of(std::uint64_t v) noexcept {
@@ -75,38 +77,7 @@ bool nat_equal(std::string_view a, std::string_view b) noexcept {
 }
 
 std::string quote(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      default:
-        if (u < 0x20 || u == 0x7f) {
-          out += "\\x";
-          out.push_back(kHex[u >> 4]);
-          out.push_back(kHex[u & 0xf]);
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-  return out;
+  return '"' + excerpt(text, text.size(), '"') + '"';
 }
 
 void fail(std::string_view expr, std::size_t offset, Reason reason, std::string_view what) {

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/gpu.hpp"
 #include "launch/port.hpp"
@@ -15,6 +16,24 @@ namespace {
 
 std::string num(std::uint64_t v) {
   return std::to_string(v);
+}
+
+// Bytes of SLURM_HOSTFILE read, at most, to find the first host.
+constexpr std::size_t kHostfileReadLimit = 64 * 1024;
+
+// The first host of a hostlist expression, without expanding the rest ("n[1-99999999]" is one
+// valid line of a hostfile). Throws the hostlist parser's error for an invalid expression.
+std::string first_host(std::string_view expr) {
+  struct Found {
+    std::string host;
+  };
+  hostlist::count(expr);  // validates the whole expression, expanding nothing
+  try {
+    hostlist::for_each_host(expr, [](std::string_view host) { throw Found{std::string(host)}; });
+  } catch (Found& found) {
+    return std::move(found.host);
+  }
+  return {};
 }
 
 void note(LaunchSpec& spec, Note::Level level, bool rank0_only, std::string text) {
@@ -37,46 +56,93 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
 
   const std::string ask = "; pass --master-addr HOST (the node that runs rank 0)";
   if (!step.hostfile)
-    throw Error::inconsistent("SLURM_DISTRIBUTION=" + step.distribution +
+    throw Error::inconsistent("SLURM_DISTRIBUTION=" + excerpt(step.distribution) +
                               " but SLURM_HOSTFILE is not set, so the node of rank 0 is unknown" +
                               ask);
-  auto text = system.read_text_file(*step.hostfile);
+  // Only the first host matters, and it is near the top: a bounded read, so that a hostfile
+  // that is /dev/zero or gigabytes of something else is an error, not a memory blow-up.
+  auto text = system.read_file_head(*step.hostfile, kHostfileReadLimit + 1);
   if (!text)
     throw Error::bad_env("SLURM_HOSTFILE", *step.hostfile,
                          "cannot be read on this node, so the node of rank 0 is unknown" + ask);
+  const bool cut = text->size() > kHostfileReadLimit;
   std::string_view rest = *text;
+  std::size_t line_number = 0;
   while (!rest.empty()) {
     std::size_t eol = rest.find('\n');
+    if (eol == std::string_view::npos && cut)
+      throw Error::bad_env("SLURM_HOSTFILE", *step.hostfile,
+                           "no host in its first " + num(kHostfileReadLimit / 1024) +
+                               " KiB (line " + num(line_number + 1) +
+                               " is longer than that): not a Slurm hostfile?" + ask);
     std::string_view line = rest.substr(0, eol);
     rest = eol == std::string_view::npos ? std::string_view{} : rest.substr(eol + 1);
+    ++line_number;
     if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
     while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r'))
       line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
-    std::vector<std::string> first = hostlist::expand(line);
+    std::string first;
+    try {
+      first = first_host(line);
+    } catch (const Error& e) {
+      throw Error(ExitCode::kBadInput, "SLURM_HOSTFILE='" + excerpt(*step.hostfile) + "' line " +
+                                           num(line_number) + ": " + e.what());
+    }
     if (first.empty()) continue;
-    auto it = std::find(step.hosts.begin(), step.hosts.end(), first.front());
+    auto it = std::find(step.hosts.begin(), step.hosts.end(), first);
     if (it == step.hosts.end())
       throw Error::bad_env(
           "SLURM_HOSTFILE", *step.hostfile,
-          "first host '" + first.front() + "' is not in the step's node list" + ask);
+          "first host '" + excerpt(first) + "' is not in the step's node list" + ask);
     return static_cast<std::uint32_t>(it - step.hosts.begin());
   }
   throw Error::bad_env("SLURM_HOSTFILE", *step.hostfile, "has no host" + ask);
 }
 
+// What can be a host name (letters, digits, '-', '_' and dot-separated labels, as /etc/hosts
+// and DNS take them) or a numeric IPv4/IPv6 address. Anything else, "n[1]" from a hostlist typo,
+// a blank or a newline, would be accepted here and fail only at rendezvous, on every rank.
+std::string host_address_problem(std::string_view text) {
+  if (text.size() > 253) return "longer than a host name can be (253 characters)";
+  if (text.find(':') != std::string_view::npos) {  // IPv6, optionally with a %zone
+    const std::string_view address = text.substr(0, text.find('%'));
+    if (address.find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos)
+      return "not an IPv6 address";
+    return {};
+  }
+  if (text.front() == '-' || text.front() == '.') return "a host name cannot begin with '-' or '.'";
+  if (text.find("..") != std::string_view::npos) return "a host name has no empty label ('..')";
+  for (char c : text) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok)
+      return "'" + excerpt(std::string_view(&c, 1)) + "' cannot be part of a host name or address";
+  }
+  return {};
+}
+
+void check_master_addr(std::string_view source, std::string_view addr) {
+  if (std::string problem = host_address_problem(addr); !problem.empty())
+    throw Error::bad_env(source, addr, problem);
+}
+
 void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
-                        const std::function<std::string()>& derived, std::string_view derived_why) {
+                        const std::function<std::string()>& derived, std::string_view derived_why,
+                        std::string_view derived_source) {
   if (options.master_addr) {
     if (options.master_addr->empty()) throw Error::usage("--master-addr: empty address");
+    check_master_addr("--master-addr", *options.master_addr);
     spec.master.addr = *options.master_addr;
     note(spec, Note::Level::kInfo, true, "MASTER_ADDR=" + spec.master.addr + " from --master-addr");
-  } else if (auto inherited = env.get("MASTER_ADDR"); inherited && !inherited->empty()) {
+  } else if (auto inherited = env.get("MASTER_ADDR")) {
+    check_master_addr("MASTER_ADDR", *inherited);
     spec.master.addr = std::string(*inherited);
     note(spec, Note::Level::kInfo, true,
          "MASTER_ADDR=" + spec.master.addr + " kept: it was already set in the environment");
   } else {
     spec.master.addr = derived();
+    check_master_addr(derived_source, spec.master.addr);
     note(spec, Note::Level::kDebug, true,
          "MASTER_ADDR=" + spec.master.addr + " (" + std::string(derived_why) + ")");
   }
@@ -91,7 +157,7 @@ bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const EnvM
          "MASTER_PORT=" + num(spec.master.port) + " from --master-port");
     return true;
   }
-  if (auto inherited = env.get("MASTER_PORT"); inherited && !inherited->empty()) {
+  if (auto inherited = env.get("MASTER_PORT")) {
     spec.master.port = parse_port("MASTER_PORT", *inherited);
     note(spec, Note::Level::kInfo, true,
          "MASTER_PORT=" + num(spec.master.port) + " kept: it was already set in the environment");
@@ -125,14 +191,19 @@ void choose_slurm_port(LaunchSpec& spec, const SlurmStep& step, const LaunchOpti
 }
 
 GpuPlan make_gpu_plan(const LaunchOptions& options, const EnvMap& env, const System& system,
-                      std::optional<std::uint32_t> gpus_per_task) {
+                      std::optional<std::uint32_t> gpus_per_task, Mode mode) {
   GpuPlan plan;
   plan.bind = options.gpu_bind;
   plan.allow_sharing = options.allow_gpu_sharing;
+  plan.mode = mode;
   if (plan.bind == GpuBind::kNone) return plan;
-  if (auto cvd = env.get("CUDA_VISIBLE_DEVICES")) {
+  const std::string narrowed =
+      options.gpus_per_node ? " narrowed by --gpus-per-node=" + num(*options.gpus_per_node) : "";
+  // CUDA reads an empty list as "no device", so here empty is not unset.
+  if (auto cvd = env.get_raw("CUDA_VISIBLE_DEVICES")) {
     plan.visible = parse_visible_devices(*cvd);
     plan.from_cuda_visible_devices = true;
+    plan.counted_from = "CUDA_VISIBLE_DEVICES='" + excerpt(*cvd) + "'" + narrowed;
     if (options.gpus_per_node) {
       if (*options.gpus_per_node > plan.visible.size())
         throw Error::bad_env(
@@ -147,17 +218,29 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const EnvMap& env, const Sys
     std::uint32_t count = 0;
     if (options.gpus_per_node) {
       count = *options.gpus_per_node;
-    } else if (auto slurm_gpus = env.get("SLURM_STEP_GPUS") ? env.get("SLURM_STEP_GPUS")
-                                                            : env.get("SLURM_JOB_GPUS")) {
-      count = static_cast<std::uint32_t>(parse_visible_devices(*slurm_gpus).size());
+      plan.counted_from = "--gpus-per-node=" + num(count);
+    } else if (auto step_gpus = env.get("SLURM_STEP_GPUS")) {
+      count =
+          static_cast<std::uint32_t>(parse_visible_devices(*step_gpus, "SLURM_STEP_GPUS").size());
+      plan.counted_from = "SLURM_STEP_GPUS='" + excerpt(*step_gpus) + "'";
+    } else if (auto job_gpus = env.get("SLURM_JOB_GPUS")) {
+      count = static_cast<std::uint32_t>(parse_visible_devices(*job_gpus, "SLURM_JOB_GPUS").size());
+      plan.counted_from = "SLURM_JOB_GPUS='" + excerpt(*job_gpus) + "'";
     } else {
       count = system.count_gpu_device_files();
+      plan.counted_from = "/dev/nvidia0.." + num(count ? count - 1 : 0) + " on this node";
     }
     for (std::uint32_t i = 0; i < count; ++i) plan.visible.push_back(num(i));
   }
   plan.isolated_by_slurm = gpus_per_task && plan.from_cuda_visible_devices &&
                            !plan.visible.empty() && plan.visible.size() == *gpus_per_task;
   return plan;
+}
+
+std::string slurm_run_identity(const SlurmStep& step) {
+  std::string id = "slurm-" + num(step.job_id) + "." + num(step.step_id);
+  if (step.het_offset) id += "+" + num(step.het_offset);
+  return id;
 }
 
 void choose_omp(LaunchSpec& spec, const EnvMap& env, std::optional<std::string> cpus_per_task) {
@@ -173,10 +256,10 @@ void choose_omp(LaunchSpec& spec, const EnvMap& env, std::optional<std::string> 
 
 void finish(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
             std::optional<std::uint64_t> job_id) {
-  if (options.argv.empty())
+  if (options.argv.empty() && !options.program_optional)
     throw Error::usage("no program given: dtlaunch [options] PROGRAM [ARGS...]");
   spec.argv = options.argv;
-  spec.program_path = resolve_program(options.argv.front(), env);
+  if (!options.argv.empty()) spec.program_path = resolve_program(options.argv.front(), env);
   spec.max_restarts = options.max_restarts;
   if (options.export_run_id)
     spec.run_id = options.run_id ? *options.run_id : job_id ? num(*job_id) : std::string("none");
@@ -230,16 +313,18 @@ LaunchSpec spec_from_slurm(const SlurmStep& step, const LaunchOptions& options, 
   auto derive = [&] {
     const std::uint32_t rank0_node = node_of_rank0(step, system);
     if (step.procid == 0 && step.nodeid != rank0_node)
-      throw Error::inconsistent("rank 0 runs on node " + num(step.nodeid) + " (" +
-                                step.hosts[step.nodeid] + ") but SLURM_DISTRIBUTION=" +
-                                (step.distribution.empty() ? "<unset>" : step.distribution) +
-                                " places it on " + step.hosts[rank0_node] +
-                                "; pass --master-addr HOST");
+      throw Error::inconsistent(
+          "rank 0 runs on node " + num(step.nodeid) + " (" + step.hosts[step.nodeid] +
+          ") but SLURM_DISTRIBUTION=" +
+          (step.distribution.empty() ? "<unset>" : excerpt(step.distribution)) + " places it on " +
+          step.hosts[rank0_node] + "; pass --master-addr HOST");
     return step.hosts[rank0_node];
   };
-  choose_master_addr(spec, options, env, derive, "the node of rank 0 in the step's node list");
+  choose_master_addr(spec, options, env, derive, "the node of rank 0 in the step's node list",
+                     "MASTER_ADDR derived from the step's node list");
   choose_slurm_port(spec, step, options, env, system);
-  spec.gpu = make_gpu_plan(options, env, system, step.gpus_per_task);
+  spec.run_identity = slurm_run_identity(step);
+  spec.gpu = make_gpu_plan(options, env, system, step.gpus_per_task, Mode::kSlurm);
   choose_omp(spec, env, step.cpus_per_task);
   finish(spec, options, env, step.job_id);
   return spec;
@@ -277,9 +362,10 @@ LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, cons
     spec.node_rank = step.procid;
     choose_master_addr(
         spec, options, env, [&] { return step.hosts[node_of_rank0(step, system)]; },
-        "the node of Slurm task 0");
+        "the node of Slurm task 0", "MASTER_ADDR derived from the step's node list");
     choose_slurm_port(spec, step, options, env, system);
-    spec.gpu = make_gpu_plan(options, env, system, std::nullopt);
+    spec.run_identity = slurm_run_identity(step);
+    spec.gpu = make_gpu_plan(options, env, system, std::nullopt, Mode::kLocal);
     choose_omp(spec, env, std::nullopt);
     job_id = step.job_id;
   } else {
@@ -295,12 +381,22 @@ LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, cons
                          " needs --master-addr HOST (the machine of node rank 0), the same on "
                          "every launcher");
     choose_master_addr(
-        spec, options, env, [] { return std::string("127.0.0.1"); }, "standalone: loopback");
+        spec, options, env, [] { return std::string("127.0.0.1"); }, "standalone: loopback",
+        "MASTER_ADDR");
+    // Standalone, the supervisor's own tag names the run (the command layer adds it).
+    if (!standalone && options.run_id) spec.run_identity = "local-" + *options.run_id;
     need_free_port = !choose_user_port(spec, options, env);
+    // Only Slurm's hashed port uses the range, but a wrong one is still a mistake to report
+    // in either mode, not one that waits for the day the job moves under Slurm.
+    const PortRange range = port_range(options, env);
+    if (options.port_range || env.get("DTLAUNCH_PORT_RANGE"))
+      note(spec, Note::Level::kDebug, true,
+           "port range " + num(range.lo) + "-" + num(range.hi) +
+               " unused: local mode takes --master-port or a free port from the kernel");
     if (need_free_port && !standalone)
       throw Error::usage("--nnodes " + num(spec.nnodes) +
                          " needs --master-port P, the same on every launcher");
-    spec.gpu = make_gpu_plan(options, env, system, std::nullopt);
+    spec.gpu = make_gpu_plan(options, env, system, std::nullopt, Mode::kLocal);
     choose_omp(spec, env, std::nullopt);
   }
   if (std::uint64_t{spec.nnodes} * nproc > UINT32_MAX) throw Error::usage("world size overflows");

@@ -40,6 +40,12 @@ constexpr std::array kExported = {
                 "job id; only with --export-run-id, because PyTorch Lightning then treats the "
                 "job as torchrun-launched and turns off its Slurm requeue",
                 "--run-id, else SLURM_JOB_ID, else 'none'"},
+    ExportedVar{"DTLAUNCH_RUN_ID",
+                "identity of the run: the DDP runtime refuses, on both sides, a rank whose run "
+                "differs from rank 0's (two jobs that share MASTER_ADDR:MASTER_PORT by accident)",
+                "slurm-JOB.STEP (+HET offset) under Slurm; local mode: local-<supervisor tag>, or "
+                "local-<--run-id> with --nnodes > 1 (unset without --run-id, and an inherited "
+                "value is removed)"},
     ExportedVar{"TORCH_NCCL_ASYNC_ERROR_HANDLING",
                 "lets NCCL errors abort the job instead of hanging", "1, unless already set"},
     ExportedVar{"OMP_NUM_THREADS", "threads per worker for OpenMP/MKL/torch intra-op",

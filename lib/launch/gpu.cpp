@@ -3,10 +3,11 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace dtlaunch {
 
-std::vector<std::string> parse_visible_devices(std::string_view text) {
+std::vector<std::string> parse_visible_devices(std::string_view text, std::string_view source) {
   std::vector<std::string> ids;
   if (text == "NoDevFiles") return ids;
   std::size_t pos = 0;
@@ -16,8 +17,17 @@ std::vector<std::string> parse_visible_devices(std::string_view text) {
     std::string_view id = text.substr(pos, comma - pos);
     while (!id.empty() && id.front() == ' ') id.remove_prefix(1);
     while (!id.empty() && id.back() == ' ') id.remove_suffix(1);
-    // CUDA ignores everything from the first empty or negative entry on.
+    // CUDA ignores everything from the first empty or negative entry on: "-1" is the usual way
+    // to hide every device, so these end the list quietly.
     if (id.empty() || id.front() == '-') break;
+    // Anything else CUDA cannot parse also ends its list, silently: "a,b" shows no GPU to CUDA,
+    // and counting it as two would bind ranks to devices that do not exist.
+    const bool index = id.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!index && !id.starts_with("GPU-") && !id.starts_with("MIG-"))
+      throw Error::bad_env(source, text,
+                           "entry '" + excerpt(id) +
+                               "' is not a device index, GPU-<uuid> or MIG-<id>; CUDA would see no "
+                               "device from it on");
     ids.emplace_back(id);
     pos = comma + 1;
   }
@@ -26,12 +36,14 @@ std::vector<std::string> parse_visible_devices(std::string_view text) {
 
 namespace {
 std::string too_few_message(const GpuPlan& plan, std::uint32_t local_world_size) {
-  std::string where =
-      plan.from_cuda_visible_devices ? "CUDA_VISIBLE_DEVICES lists " : "this node has ";
-  return where + std::to_string(plan.visible.size()) + " GPU(s) for " +
-         std::to_string(local_world_size) +
-         " tasks on this node: ask Slurm for one GPU per task (--gpus-per-node=" +
-         std::to_string(local_world_size) +
+  const std::string gpus = std::to_string(plan.visible.size());
+  const std::string ranks = std::to_string(local_world_size);
+  std::string text =
+      gpus + " GPU(s) (" + plan.counted_from + ") for " + ranks + " ranks on this node: ";
+  if (plan.mode == Mode::kLocal)
+    return text + "pass --nproc-per-node " + gpus +
+           " or fewer, or --allow-gpu-sharing to put several ranks on one GPU";
+  return text + "ask Slurm for one GPU per task (--gpus-per-node=" + ranks +
          " or --gpus-per-task=1), or pass --allow-gpu-sharing to put several ranks on one GPU";
 }
 }  // namespace

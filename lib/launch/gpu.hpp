@@ -13,9 +13,11 @@
 namespace dtlaunch {
 
 // CUDA_VISIBLE_DEVICES as a list of device ids. "" and "NoDevFiles" (what Slurm sets for a step
-// without GPUs) mean no device; CUDA itself stops at the first invalid entry, and a leading
-// "-1" hides all devices, so both are read the same way here.
-std::vector<std::string> parse_visible_devices(std::string_view text);
+// without GPUs) mean no device; an empty or negative entry ends the list, as it does for CUDA
+// ("-1" hides all devices). An entry that is none of an index, GPU-<uuid> or MIG-<id> ("a,b")
+// is an error naming `source`: CUDA would silently see no device from it on.
+std::vector<std::string> parse_visible_devices(std::string_view text,
+                                               std::string_view source = "CUDA_VISIBLE_DEVICES");
 
 struct DeviceChoice {
   std::uint32_t index = 0;  // within GpuPlan::visible: what cudaSetDevice needs in share mode

@@ -37,6 +37,7 @@ struct LaunchOptions {
   std::optional<std::string> log_dir;
 
   std::vector<std::string> argv;  // the program and its arguments, untouched
+  bool program_optional = false;  // `dtlaunch doctor` may check a job without a program
 };
 
 }  // namespace dtlaunch

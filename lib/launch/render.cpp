@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "core/text.hpp"
+
 namespace dtlaunch {
 
 std::string shell_quote(const std::string& text) {
@@ -14,40 +16,6 @@ std::string shell_quote(const std::string& text) {
   }
   return out + "'";
 }
-
-namespace {
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-}  // namespace
 
 std::string render_shell(const std::vector<PlannedWorker>& workers,
                          const std::vector<std::string>& argv) {
@@ -71,7 +39,7 @@ std::string render_shell(const std::vector<PlannedWorker>& workers,
 std::string render_json(const std::vector<PlannedWorker>& workers,
                         const std::vector<std::string>& argv) {
   std::string out = "{\"argv\": [";
-  for (std::size_t i = 0; i < argv.size(); ++i) out += (i ? ", " : "") + json_string(argv[i]);
+  for (std::size_t i = 0; i < argv.size(); ++i) out += (i ? ", " : "") + json_quote(argv[i]);
   out += "], \"workers\": [";
   for (std::size_t w = 0; w < workers.size(); ++w) {
     const PlannedWorker& worker = workers[w];
@@ -81,14 +49,14 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
     bool first = true;
     for (const EnvChange& change : worker.changes) {
       if (!change.value) continue;
-      out += (first ? "" : ", ") + json_string(change.name) + ": " + json_string(*change.value);
+      out += (first ? "" : ", ") + json_quote(change.name) + ": " + json_quote(*change.value);
       first = false;
     }
     out += "}, \"unset\": [";
     first = true;
     for (const EnvChange& change : worker.changes) {
       if (change.value) continue;
-      out += (first ? "" : ", ") + json_string(change.name);
+      out += (first ? "" : ", ") + json_quote(change.name);
       first = false;
     }
     out += "]}";

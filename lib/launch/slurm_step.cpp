@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/tasks_per_node.hpp"
 
@@ -64,13 +65,34 @@ SlurmContext detect_slurm(const EnvMap& env) {
 }
 
 SlurmStep read_slurm_step(const EnvMap& env) {
-  if (detect_slurm(env) != SlurmContext::kStep) {
-    std::string ntasks(env.get("SLURM_NTASKS").value_or("?"));
-    throw Error(ExitCode::kBadInput,
-                "SLURM_STEP_ID is not set: dtlaunch runs in a Slurm job (SLURM_NTASKS=" + ntasks +
-                    ") but outside an srun step, so the other ranks would never start and rank 0 "
-                    "would wait forever; launch it as 'srun dtlaunch PROGRAM' (or use the local "
-                    "mode: 'dtlaunch --nproc-per-node N PROGRAM')");
+  switch (detect_slurm(env)) {
+    case SlurmContext::kStep:
+      break;
+    case SlurmContext::kNone:
+      throw Error(ExitCode::kBadInput,
+                  "--mode slurm, but this is not a Slurm job (no SLURM_JOB_ID, SLURM_STEP_ID or "
+                  "SLURM_PROCID in the environment): run it as 'srun dtlaunch PROGRAM' inside a "
+                  "job, or use the local mode: 'dtlaunch --nproc-per-node N PROGRAM'");
+    case SlurmContext::kJobWithoutStep: {
+      // The classic mistake: the batch script runs the launcher itself. With several tasks the
+      // others would never start; with one, nothing hangs, but the step's variables (node
+      // list, tasks per node, step id for the port) are still the job's, not a step's.
+      auto ntasks = env.get("SLURM_NTASKS");
+      if (!ntasks) ntasks = env.get("SLURM_NPROCS");
+      const std::string tasks = ntasks ? excerpt(*ntasks) : std::string("unset");
+      if (ntasks && *ntasks != "1")
+        throw Error(
+            ExitCode::kBadInput,
+            "SLURM_STEP_ID is not set: dtlaunch runs in a Slurm job of SLURM_NTASKS=" + tasks +
+                " tasks but outside an srun step (in the batch script itself?), so the "
+                "other ranks would never start and rank 0 would wait for them; launch it "
+                "as 'srun dtlaunch PROGRAM'");
+      throw Error(ExitCode::kBadInput,
+                  "SLURM_STEP_ID is not set: dtlaunch runs in a Slurm job (SLURM_NTASKS=" + tasks +
+                      ") but outside an srun step (in the batch script itself?); launch it as "
+                      "'srun dtlaunch PROGRAM', or for one process on this node without srun "
+                      "use the local mode: 'dtlaunch --nproc-per-node 1 PROGRAM'");
+    }
   }
   SlurmStep step;
   step.procid = require_u32(env, {"SLURM_PROCID"}, "the global rank of this task");
@@ -91,8 +113,15 @@ SlurmStep read_slurm_step(const EnvMap& env) {
                            "the hosts of the step");
   note_fallback(step, nodelist, "SLURM_STEP_NODELIST");
   try {
+    // Counted before it is expanded: a node list of billions of hosts is an error, not an
+    // allocation of billions of strings.
+    const std::uint64_t hosts = hostlist::count(nodelist.value);
+    if (hosts != step.nnodes)
+      throw Error::inconsistent(std::string(nodelist.name) + " has " + num(hosts) +
+                                " host(s) but " + std::string(nnodes.name) + "=" +
+                                num(step.nnodes));
     step.hosts = hostlist::expand(nodelist.value);
-  } catch (const Error& e) {
+  } catch (const hostlist::ParseError& e) {
     throw Error(ExitCode::kBadInput, std::string(nodelist.name) + ": " + e.what());
   }
 
@@ -115,46 +144,49 @@ SlurmStep read_slurm_step(const EnvMap& env) {
     if (n == 0) throw Error::bad_env("SLURM_CPUS_PER_TASK", *cpus, "must be at least 1");
     step.cpus_per_task = std::string(*cpus);
   }
-  if (auto cvd = env.get("CUDA_VISIBLE_DEVICES")) step.cuda_visible_devices = std::string(*cvd);
   if (auto gpt = env.get("SLURM_GPUS_PER_TASK")) {
     // --gpus-per-task=[type:]N
     std::string_view count = *gpt;
     if (auto colon = count.rfind(':'); colon != std::string_view::npos)
       count = count.substr(colon + 1);
-    step.gpus_per_task =
-        static_cast<std::uint32_t>(parse_uint_var("SLURM_GPUS_PER_TASK", count, 1u << 16));
+    auto n = parse_uint(count, 1u << 16);
+    if (!n)
+      throw Error::bad_env("SLURM_GPUS_PER_TASK", *gpt,
+                           "expected [TYPE:]N with N a number of GPUs up to 65536");
+    step.gpus_per_task = static_cast<std::uint32_t>(*n);
   } else if (auto bind = env.get("SLURMD_TRES_BIND")) {
     // A plain `srun --gpus-per-task=N` exports no SLURM_GPUS_PER_TASK (only an sbatch/salloc
     // allocation does), but slurmd says how it bound the task's GPUs: gpu:per_task:N gives each
     // task its own N GPUs; gpu:single:K binds each task to one GPU (K tasks per GPU).
     std::string_view b = *bind;
-    if (b.starts_with("gpu:per_task:"))
-      step.gpus_per_task =
-          static_cast<std::uint32_t>(parse_uint_var("SLURMD_TRES_BIND", b.substr(13), 1u << 16));
-    else if (b.starts_with("gpu:single:"))
+    if (b.starts_with("gpu:per_task:")) {
+      auto n = parse_uint(b.substr(13), 1u << 16);
+      if (!n)
+        throw Error::bad_env("SLURMD_TRES_BIND", b,
+                             "expected gpu:per_task:N with N a number of GPUs up to 65536");
+      step.gpus_per_task = static_cast<std::uint32_t>(*n);
+    } else if (b.starts_with("gpu:single:")) {
       step.gpus_per_task = 1;
+    }
   }
 
   // Cross-checks: a wrong world or local size is a rendezvous that waits for ranks that never
   // come, so every disagreement is fatal here, before anything is exported.
   const std::string ntasks_name(ntasks.name), nnodes_name(nnodes.name);
-  const std::string nodelist_name(nodelist.name), tpn_name(tpn.name);
+  const std::string tpn_name(tpn.name);
   if (step.ntasks == 0) throw Error::bad_env(ntasks.name, ntasks.value, "a step has no tasks");
   if (step.procid >= step.ntasks)
     throw Error::inconsistent("SLURM_PROCID=" + num(step.procid) + " is not below " + ntasks_name +
                               "=" + num(step.ntasks));
-  if (step.hosts.size() != step.nnodes)
-    throw Error::inconsistent(nodelist_name + " has " + num(step.hosts.size()) + " host(s) but " +
-                              nnodes_name + "=" + num(step.nnodes));
   if (step.tasks_per_node.size() != step.nnodes)
-    throw Error::inconsistent(tpn_name + "='" + std::string(tpn.value) + "' describes " +
+    throw Error::inconsistent(tpn_name + "='" + excerpt(tpn.value) + "' describes " +
                               num(step.tasks_per_node.size()) + " node(s) but " + nnodes_name +
                               "=" + num(step.nnodes));
   std::uint64_t total =
       std::accumulate(step.tasks_per_node.begin(), step.tasks_per_node.end(), std::uint64_t{0});
   if (total != step.ntasks)
-    throw Error::inconsistent(tpn_name + "='" + std::string(tpn.value) + "' adds up to " +
-                              num(total) + " tasks but " + ntasks_name + "=" + num(step.ntasks));
+    throw Error::inconsistent(tpn_name + "='" + excerpt(tpn.value) + "' adds up to " + num(total) +
+                              " tasks but " + ntasks_name + "=" + num(step.ntasks));
   if (step.nodeid >= step.nnodes)
     throw Error::inconsistent("SLURM_NODEID=" + num(step.nodeid) + " is not below " + nnodes_name +
                               "=" + num(step.nnodes));

@@ -29,11 +29,10 @@ struct SlurmStep {
   std::vector<std::uint32_t> tasks_per_node;  // one count per host
   std::uint64_t job_id = 0;
   std::uint64_t step_id = 0;
-  std::uint64_t het_offset = 0;              // SLURM_HET_JOB_OFFSET, 0 outside het jobs
-  std::string distribution;                  // SLURM_DISTRIBUTION, may be empty
-  std::optional<std::string> hostfile;       // SLURM_HOSTFILE
-  std::optional<std::string> cpus_per_task;  // SLURM_CPUS_PER_TASK, validated
-  std::optional<std::string> cuda_visible_devices;
+  std::uint64_t het_offset = 0;                // SLURM_HET_JOB_OFFSET, 0 outside het jobs
+  std::string distribution;                    // SLURM_DISTRIBUTION, may be empty
+  std::optional<std::string> hostfile;         // SLURM_HOSTFILE
+  std::optional<std::string> cpus_per_task;    // SLURM_CPUS_PER_TASK, validated
   std::optional<std::uint32_t> gpus_per_task;  // SLURM_GPUS_PER_TASK
   std::vector<Note> notes;                     // which fallbacks were used
 };

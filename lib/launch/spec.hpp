@@ -34,6 +34,11 @@ struct GpuPlan {
   bool allow_sharing = false;
   // Slurm gave each task its own GPU(s) (--gpus-per-task): index 0 of what this task sees.
   bool isolated_by_slurm = false;
+  // Where `visible` came from, for messages: "CUDA_VISIBLE_DEVICES='3,5' narrowed by ...".
+  std::string counted_from;
+  // Who sets the ranks per node, for the advice when there are too few GPUs: Slurm's options
+  // under Slurm, --nproc-per-node in local mode.
+  Mode mode = Mode::kSlurm;
 };
 
 struct LaunchSpec {
@@ -48,6 +53,12 @@ struct LaunchSpec {
   std::optional<std::string> omp_num_threads;  // set only where the user has not
   std::uint32_t max_restarts = 0;
   std::optional<std::string> run_id;  // exported as TORCHELASTIC_RUN_ID when present
+  // Exported as DTLAUNCH_RUN_ID: what the DDP runtime compares at check-in, so that a rank of
+  // another job that reaches the same MASTER_ADDR:MASTER_PORT is refused instead of joining.
+  // "slurm-JOB.STEP[+HET]" under Slurm, "local-<supervisor tag>" for a standalone local launch,
+  // "local-<--run-id>" for several local launchers; unset (and removed) when nothing names the
+  // run (several local launchers without --run-id).
+  std::optional<std::string> run_identity;
   // Local mode: this dtlaunch's identity (supervisor_tag()), exported as DTLAUNCH_SUPERVISOR.
   std::optional<std::string> supervisor_tag;
   std::vector<std::string> argv;  // argv[0] as the user wrote it

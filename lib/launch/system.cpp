@@ -1,24 +1,39 @@
 #include "launch/system.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/text.hpp"
 
 namespace dtlaunch {
 
-std::optional<std::string> LiveSystem::read_text_file(const std::string& path) const {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+std::optional<std::string> LiveSystem::read_file_head(const std::string& path,
+                                                      std::size_t max_bytes) const {
+  // O_NONBLOCK: a FIFO named by a variable must not block the launch (a read then fails).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::nullopt;
+  std::string text(max_bytes, '\0');
+  std::size_t used = 0;
+  while (used < max_bytes) {
+    const ssize_t n = ::read(fd, text.data() + used, max_bytes - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    used += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(used);
+  return text;
 }
 
 std::uint32_t LiveSystem::count_gpu_device_files() const {
@@ -32,7 +47,7 @@ std::uint32_t LiveSystem::count_gpu_device_files() const {
 }
 
 std::optional<PortRange> LiveSystem::ephemeral_port_range() const {
-  auto text = read_text_file("/proc/sys/net/ipv4/ip_local_port_range");
+  auto text = read_file_head("/proc/sys/net/ipv4/ip_local_port_range", 64);
   if (!text) return std::nullopt;
   std::istringstream in(*text);
   unsigned lo = 0, hi = 0;
@@ -65,8 +80,9 @@ std::string resolve_program(const std::string& program, const EnvMap& env) {
     int error = 0;
     if (is_regular_executable(program, error)) return program;
     if (error == ENOENT || error == ENOTDIR)
-      throw Error(ExitCode::kNotFound, program + ": no such file");
-    throw Error(ExitCode::kNotExecutable, program + ": cannot execute: " + std::strerror(error));
+      throw Error(ExitCode::kNotFound, excerpt(program, 300) + ": no such file");
+    throw Error(ExitCode::kNotExecutable,
+                excerpt(program, 300) + ": cannot execute: " + std::strerror(error));
   }
   // As execvp: search PATH (an unset PATH means the confstr default), remember a candidate that
   // exists but is not executable, so that the error says which one.
@@ -88,9 +104,9 @@ std::string resolve_program(const std::string& program, const EnvMap& env) {
     pos = colon + 1;
   }
   if (not_executable)
-    throw Error(ExitCode::kNotExecutable,
-                *not_executable + ": cannot execute: " + std::strerror(not_executable_error));
-  throw Error(ExitCode::kNotFound, program + ": command not found in PATH");
+    throw Error(ExitCode::kNotExecutable, excerpt(*not_executable, 300) + ": cannot execute: " +
+                                              std::strerror(not_executable_error));
+  throw Error(ExitCode::kNotFound, excerpt(program, 300) + ": command not found in PATH");
 }
 
 }  // namespace dtlaunch

@@ -2,6 +2,7 @@
 // the decisions stay pure and testable; LiveSystem reads the real machine.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,8 +15,11 @@ namespace dtlaunch {
 class System {
  public:
   virtual ~System() = default;
-  // Contents of a small text file (SLURM_HOSTFILE), or nullopt when it cannot be read.
-  virtual std::optional<std::string> read_text_file(const std::string& path) const = 0;
+  // At most the first max_bytes bytes of a file (SLURM_HOSTFILE, /proc files), or nullopt when
+  // it cannot be read. Bounded because a path from the environment may name /dev/zero or a
+  // multi-gigabyte file: the caller asks for one byte more than it accepts to see that it was cut.
+  virtual std::optional<std::string> read_file_head(const std::string& path,
+                                                    std::size_t max_bytes) const = 0;
   // GPUs the driver exposes on this node (/dev/nvidia0, /dev/nvidia1, ...).
   virtual std::uint32_t count_gpu_device_files() const = 0;
   // /proc/sys/net/ipv4/ip_local_port_range, when readable.
@@ -24,7 +28,8 @@ class System {
 
 class LiveSystem final : public System {
  public:
-  std::optional<std::string> read_text_file(const std::string& path) const override;
+  std::optional<std::string> read_file_head(const std::string& path,
+                                            std::size_t max_bytes) const override;
   std::uint32_t count_gpu_device_files() const override;
   std::optional<PortRange> ephemeral_port_range() const override;
 };

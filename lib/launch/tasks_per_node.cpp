@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/text.hpp"
 
 namespace dtlaunch {
 
@@ -18,7 +19,7 @@ std::vector<std::uint32_t> parse_tasks_per_node(std::string_view variable, std::
     std::size_t comma = text.find(',', pos);
     if (comma == std::string_view::npos) comma = text.size();
     std::string_view item = text.substr(pos, comma - pos);
-    std::string where = " in item '" + std::string(item) + "'";
+    std::string where = " in item '" + excerpt(item) + "'";
     if (item.empty()) throw fail("empty item at offset " + std::to_string(pos));
 
     std::string_view count_text = item;

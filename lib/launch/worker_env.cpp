@@ -34,6 +34,10 @@ EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
   set_num("TORCHELASTIC_RESTART_COUNT", worker.restart_count);
   set_num("TORCHELASTIC_MAX_RESTARTS", spec.max_restarts);
   if (spec.run_id) set("TORCHELASTIC_RUN_ID", *spec.run_id);
+  if (spec.run_identity)
+    set("DTLAUNCH_RUN_ID", *spec.run_identity);
+  else if (inherited.has_entry("DTLAUNCH_RUN_ID"))
+    delta.push_back({"DTLAUNCH_RUN_ID", {}});  // an outer launch's would refuse our own ranks
   set_unless_inherited("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (spec.omp_num_threads) set_unless_inherited("OMP_NUM_THREADS", *spec.omp_num_threads);
 
@@ -44,7 +48,7 @@ EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
     } else {
       set_num("DTLAUNCH_CUDA_DEVICE", device->index);
     }
-  } else if (inherited.contains("DTLAUNCH_CUDA_DEVICE")) {
+  } else if (inherited.has_entry("DTLAUNCH_CUDA_DEVICE")) {
     // A value left by an outer launch would point this worker at a device it was not given.
     delta.push_back({"DTLAUNCH_CUDA_DEVICE", {}});
   }
@@ -52,7 +56,7 @@ EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
   if (spec.supervisor_tag) set(std::string(kSupervisorVar), *spec.supervisor_tag);
 
   for (const RemovedVar& removed : removed_vars())
-    if (inherited.contains(removed.name)) delta.push_back({std::string(removed.name), {}});
+    if (inherited.has_entry(removed.name)) delta.push_back({std::string(removed.name), {}});
   return delta;
 }
 

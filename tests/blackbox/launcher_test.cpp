@@ -48,6 +48,7 @@ void check_refused(const ProcessResult& r, int status, const std::string& needle
   CHECK(r.err.rfind("dtlaunch: ", 0) == 0);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK(r.err.find(needle) != std::string::npos);
+  CHECK(r.err.size() < 600);  // a value of any size is quoted as a short excerpt
 }
 
 }  // namespace
@@ -95,7 +96,8 @@ TEST_CASE("blackbox: --dry-run prints the exact changes and argv and runs nothin
         "export ROLE_RANK='5'\nexport ROLE_WORLD_SIZE='6'\nexport ROLE_NAME='default'\n"
         "export NODE_RANK='2'\nexport NNODES='3'\nexport MASTER_ADDR='node1'\n"
         "export MASTER_PORT='29555'\nexport TORCHELASTIC_RESTART_COUNT='0'\n"
-        "export TORCHELASTIC_MAX_RESTARTS='0'\nexport TORCH_NCCL_ASYNC_ERROR_HANDLING='1'\n"
+        "export TORCHELASTIC_MAX_RESTARTS='0'\nexport DTLAUNCH_RUN_ID='slurm-4242.0'\n"
+        "export TORCH_NCCL_ASYNC_ERROR_HANDLING='1'\n"
         "export OMP_NUM_THREADS='1'\nexport DTLAUNCH_CUDA_DEVICE='1'\n"
         "exec '" +
             kChild + "' 'x'\\''y'\n");
@@ -148,7 +150,69 @@ TEST_CASE("blackbox: each bad input is one line, a distinct status, and nothing 
        "SLURM_STEP_TASKS_PER_NODE='2(x)'"},
       {"missing rank", {}, {"SLURM_PROCID"}, {}, 2, "SLURM_PROCID is not set"},
       {"bad user port", {{"MASTER_PORT", "0"}}, {}, {}, 2, "MASTER_PORT='0'"},
-      {"too few GPUs", {{"CUDA_VISIBLE_DEVICES", "0"}}, {}, {}, 2, "lists 1 GPU(s) for 2 tasks"},
+      {"too few GPUs",
+       {{"CUDA_VISIBLE_DEVICES", "0"}},
+       {},
+       {},
+       2,
+       "1 GPU(s) (CUDA_VISIBLE_DEVICES='0') for 2 ranks on this node: ask Slurm"},
+      {"too few GPUs once narrowed",
+       {{"CUDA_VISIBLE_DEVICES", "3,5"}},
+       {},
+       {"--gpus-per-node", "1"},
+       2,
+       "1 GPU(s) (CUDA_VISIBLE_DEVICES='3,5' narrowed by --gpus-per-node=1) for 2 ranks"},
+      {"GPU list CUDA cannot read",
+       {{"CUDA_VISIBLE_DEVICES", "a,b"}},
+       {},
+       {},
+       2,
+       "CUDA_VISIBLE_DEVICES='a,b': entry 'a' is not a device index"},
+      {"hostfile that never ends",
+       {{"SLURM_DISTRIBUTION", "arbitrary"}, {"SLURM_HOSTFILE", "/dev/zero"}},
+       {},
+       {},
+       2,
+       "SLURM_HOSTFILE='/dev/zero': no host in its first 64 KiB"},
+      {"huge rank value",
+       {{"SLURM_PROCID", std::string(120000, '7')}},
+       {},
+       {},
+       2,
+       "SLURM_PROCID='77777777777777777777"},
+      {"binary rank value", {{"SLURM_PROCID", "1\x1b[2J\xff"}}, {}, {}, 2, "'1\\x1b[2J\\xff'"},
+      {"GPUs per task without a count",
+       {{"SLURMD_TRES_BIND", "gpu:per_task:"}},
+       {},
+       {},
+       2,
+       "SLURMD_TRES_BIND='gpu:per_task:'"},
+      {"batch script of one task",
+       {{"SLURM_NTASKS", "1"}},
+       {"SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS"},
+       {},
+       2,
+       "'dtlaunch --nproc-per-node 1 PROGRAM'"},
+      {"host name from a bad node list",
+       {{"SLURM_STEP_NODELIST", "n[[1-3]]"}},
+       {},
+       {},
+       2,
+       "MASTER_ADDR derived from the step's node list='n[1]': '[' cannot be part"},
+      {"control characters in --master-addr",
+       {},
+       {},
+       {"--master-addr", "host\nname"},
+       2,
+       "--master-addr='host\\nname'"},
+      {"blank in MASTER_ADDR", {{"MASTER_ADDR", "a b"}}, {}, {}, 2, "MASTER_ADDR='a b'"},
+      {"port out of range",
+       {},
+       {},
+       {"--master-port", "99999999999999999999"},
+       2,
+       "--master-port='99999999999999999999': expected an integer in 1..65535"},
+      {"empty port option", {}, {}, {"--master-port", ""}, 2, "--master-port=''"},
       {"batch script without srun",
        {},
        {"SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS"},
@@ -157,7 +221,8 @@ TEST_CASE("blackbox: each bad input is one line, a distinct status, and nothing 
        "outside an srun step"},
       {"unknown option", {}, {}, {"--bogus"}, 2, "--bogus"},
       {"bad gpu-bind", {}, {}, {"--gpu-bind", "all"}, 2, "--gpu-bind"},
-      {"negative nproc", {}, {}, {"--nproc-per-node", "-1"}, 2, "--nproc-per-node -1"},
+      {"negative nproc", {}, {}, {"--nproc-per-node", "-1"}, 2, "--nproc-per-node='-1'"},
+      {"huge grace", {}, {}, {"--grace", "1e300"}, 2, "--grace='1e300': expected seconds"},
       {"nproc inside a multi-task step", {}, {}, {"--nproc-per-node", "4"}, 2, "would start 24"},
       {"mode slurm with nproc",
        {},
@@ -242,4 +307,93 @@ TEST_CASE("blackbox: docs/environment.md holds the table the binary prints") {
       "regenerate with: build/apps/dtlaunch/dtlaunch env-table, and paste "
       "into " DOCS_ENVIRONMENT_PAGE);
   CHECK(text.str().find(r.out) != std::string::npos);
+}
+
+TEST_CASE("blackbox: bad input in local mode and outside Slurm is refused with one line") {
+  const EnvMap plain{{"PATH", "/usr/bin:/bin"}};
+  check_refused(launch(plain, {"--port-range", "1-2", "--nproc-per-node", "1", kChild}), 2,
+                "--port-range='1-2': need 1024 <= LO <= HI <= 65535");
+  EnvMap with_range = plain;
+  with_range.set("DTLAUNCH_PORT_RANGE", "9-x");
+  check_refused(launch(with_range, {"--nproc-per-node", "1", kChild}), 2,
+                "DTLAUNCH_PORT_RANGE='9-x'");
+  EnvMap one_gpu = plain;
+  one_gpu.set("CUDA_VISIBLE_DEVICES", "0");
+  check_refused(launch(one_gpu, {"--nproc-per-node", "2", kChild}), 2,
+                "1 GPU(s) (CUDA_VISIBLE_DEVICES='0') for 2 ranks on this node: pass "
+                "--nproc-per-node 1 or fewer, or --allow-gpu-sharing");
+  check_refused(launch(EnvMap{}, {"--mode", "slurm", kChild}), 2,
+                "--mode slurm, but this is not a Slurm job");
+}
+
+TEST_CASE("blackbox: an empty variable counts as unset") {
+  EnvMap env = slurm_step_env(1, 1, 0);
+  env.set("OMP_NUM_THREADS", "");
+  env.set("MASTER_PORT", "");
+  env.set("MASTER_ADDR", "");
+  ProcessResult r = launch(env, {kChild});
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_status == 0);
+  auto vars = parse_lines(r.out);
+  CHECK(vars["OMP_NUM_THREADS"] == "1");  // not "", which OpenMP reads as "every core"
+  CHECK(vars["MASTER_ADDR"] == "node1");
+  CHECK(vars["MASTER_PORT"] ==
+        parse_lines(launch(slurm_step_env(1, 1, 0), {kChild}).out)["MASTER_PORT"]);
+  // CUDA_VISIBLE_DEVICES is the exception: CUDA reads an empty list as "no device".
+  env = slurm_step_env(1, 1, 0);
+  env.set("CUDA_VISIBLE_DEVICES", "");
+  r = launch(env, {kChild});
+  REQUIRE(r.exit_status == 0);
+  CHECK(parse_lines(r.out).count("DTLAUNCH_CUDA_DEVICE") == 0);
+}
+
+TEST_CASE("blackbox: --dry-run --format json escapes bytes that are not UTF-8") {
+  const std::string arg = "caf\xc3\xa9 \xff\xfe x";
+  ProcessResult r = launch(slurm_step_env(), {"--dry-run", "--format", "json", kChild, arg});
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out.find("\"caf\xc3\xa9 \\udcff\\udcfe x\"") != std::string::npos);
+  for (char c : r.out) CHECK(c != '\xff');
+}
+
+TEST_CASE("blackbox: a hostfile of random bytes is named in a short error") {
+  char path[] = "/tmp/dtlaunch-test-hostfile-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  std::string junk;
+  for (int i = 0; i < 200000; ++i) junk.push_back(static_cast<char>((i * 7919 + 13) % 251 + 1));
+  REQUIRE(::write(fd, junk.data(), junk.size()) == static_cast<ssize_t>(junk.size()));
+  ::close(fd);
+  EnvMap env = slurm_step_env();
+  env.set("SLURM_DISTRIBUTION", "arbitrary");
+  env.set("SLURM_HOSTFILE", path);
+  check_refused(launch(env, {kChild}), 2, "SLURM_HOSTFILE='" + std::string(path) + "'");
+  ::unlink(path);
+}
+
+TEST_CASE("blackbox: DTLAUNCH_RUN_ID names the run for the runtime's check-in") {
+  auto run_id = [](const EnvMap& env, std::vector<std::string> args) {
+    args.push_back(kChild);
+    ProcessResult r = launch(env, args);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.exit_status == 0);
+    auto vars = parse_lines(r.out);
+    for (const auto& [key, value] : vars)  // local mode prefixes each line with "[rank N] "
+      if (key == "DTLAUNCH_RUN_ID" || key.ends_with("] DTLAUNCH_RUN_ID")) return value;
+    return std::string("<unset>");
+  };
+  CHECK(run_id(slurm_step_env(3, 1, 1), {}) == "slurm-4242.0");
+  EnvMap het = slurm_step_env();
+  het.set("SLURM_HET_JOB_OFFSET", "1");
+  CHECK(run_id(het, {}) == "slurm-4242.0+1");
+  const EnvMap plain{{"PATH", "/usr/bin:/bin"}, {"DTLAUNCH_RUN_ID", "outer"}};
+  const std::string standalone = run_id(plain, {"--nproc-per-node", "1"});
+  CHECK(standalone.rfind("local-", 0) == 0);
+  CHECK(standalone != run_id(plain, {"--nproc-per-node", "1"}));  // every launch its own
+  const std::vector<std::string> two_nodes = {"--nnodes",         "2",  "--node-rank",   "1",
+                                              "--master-addr",    "h0", "--master-port", "29500",
+                                              "--nproc-per-node", "1"};
+  std::vector<std::string> named = two_nodes;
+  named.insert(named.end(), {"--run-id", "exp7"});
+  CHECK(run_id(plain, named) == "local-exp7");
+  CHECK(run_id(plain, two_nodes) == "<unset>");  // and the outer launch's value is removed
 }

@@ -22,7 +22,9 @@ TEST_CASE("dtlaunch hostnames prints what scontrol show hostnames prints", "[hos
   const Scontrol scontrol;
   for (std::string_view expr :
        {"gpu[001-004,010]", "n[9-11],n[009-11]", "a[1-2]b[3-4]c[5-6]", "a1 a2\ta3,,a4", "a[1, 2]",
-        "n[1-3],n[2-4]", "1[2-3]", "a\r1,a2", "n[1-65536]", ""}) {
+        "n[1-3],n[2-4]", "1[2-3]", "a\r1,a2", "n[1-65536]", "",
+        // Verbatim, not through CLI11, which reads "[...]" as a vector and "-n1" as an option.
+        "[1-3]", "[1-2],[5-6]", "-n1"}) {
     INFO(printable(expr));
     const SlurmAnswer slurm = scontrol.hostnames(expr);
     REQUIRE(slurm.valid);
@@ -42,7 +44,8 @@ TEST_CASE("dtlaunch hostnames follows current Slurm for suffixes and newlines", 
 TEST_CASE("dtlaunch hostnames refuses with one line and exit status 2", "[hostlist][cli]") {
   const Scontrol scontrol;
   for (std::string_view expr : {"n[1-3", "n[5-3]", "n[1-65537]", "n[99999999999999999999]",
-                                "n[18446744073709551614-18446744073709551615]", "n[1x2]"}) {
+                                "n[18446744073709551614-18446744073709551615]", "n[1x2]", "[a,b]",
+                                "[]"}) {
     INFO(printable(expr));
     const ProcessResult ours = run_process({binary(), "hostnames", "ok[1-2]", std::string(expr)});
     CHECK(ours.exit_code == 2);
@@ -62,6 +65,8 @@ TEST_CASE("dtlaunch hostlist prints what scontrol show hostlist prints", "[hostl
       {"n8", "n9", "n010", "login1", "login2"},
       {"a3,a2", "a1"},
       {"gpu001,gpu002", "gpu004"},
+      {"[1-3]"},
+      {"[1-2]", "[5-6]"},
   };
   for (const auto& args : cases) {
     std::string joined;

@@ -74,3 +74,34 @@ TEST_CASE("python3-torch across two launchers (--nnodes 2 on loopback)", "[torch
   CHECK(ok == std::set<int>{0, 1, 2, 3});
   CHECK(settle(5s).empty());
 }
+
+#ifdef DTLAUNCH
+TEST_CASE("--preflight passes, then python3-torch binds and serves the very same port", "[torch]") {
+  // The doctor's listener must be gone before the program starts: PyTorch's TCPStore on rank 0
+  // binds MASTER_PORT right after the check, on both launchers.
+  TempDir dir;
+  become_subreaper();
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  std::vector<Child> nodes;
+  for (int node : {1, 0}) {
+    const std::string n = std::to_string(node);
+    nodes.emplace_back(
+        std::vector<std::string>{kLauncher, "--preflight", "--nproc-per-node", "2", "--nnodes", "2",
+                                 "--node-rank", n, "--master-addr", "127.0.0.1", "--master-port",
+                                 port, "--run-id", "preflight-torch", "--", "/usr/bin/python3",
+                                 kScript},
+        dir / ("node" + n + ".out"), dir / ("node" + n + ".err"));
+  }
+  std::set<int> ok;
+  for (int node : {0, 1}) {
+    const std::string n = std::to_string(node);
+    const std::optional<int> status = nodes[static_cast<std::size_t>(1 - node)].wait_for(120s);
+    const std::string out = read_file(dir / ("node" + n + ".out"));
+    INFO("node " << n << ":\n" << out << read_file(dir / ("node" + n + ".err")));
+    CHECK(status == 0);
+    for (int rank : ranks_ok(out, 4)) ok.insert(rank);
+  }
+  CHECK(ok == std::set<int>{0, 1, 2, 3});
+  CHECK(settle(5s).empty());
+}
+#endif

@@ -192,7 +192,7 @@ TEST_CASE("slurm spec: GPUs from CUDA_VISIBLE_DEVICES, device files or --gpus-pe
   env.set("CUDA_VISIBLE_DEVICES", "0");
   std::string msg;
   CHECK(status_of([&] { slurm_spec(env, with_program(), sys); }, &msg) == 2);
-  CHECK(msg.find("CUDA_VISIBLE_DEVICES lists 1 GPU(s) for 2 tasks") == 0);
+  CHECK(msg.find("1 GPU(s) (CUDA_VISIBLE_DEVICES='0') for 2 ranks on this node") == 0);
 
   // A plain srun --gpus-per-task=1 (or --gpu-bind=single:1) says so only in SLURMD_TRES_BIND.
   for (const char* bind : {"gpu:per_task:1", "gpu:single:1"}) {

@@ -14,10 +14,11 @@ class FakeSystem final : public System {
   std::uint32_t gpu_files = 0;
   std::optional<PortRange> ephemeral = PortRange{32768, 60999};
 
-  std::optional<std::string> read_text_file(const std::string& path) const override {
+  std::optional<std::string> read_file_head(const std::string& path,
+                                            std::size_t max_bytes) const override {
     auto it = files.find(path);
     if (it == files.end()) return std::nullopt;
-    return it->second;
+    return it->second.substr(0, max_bytes);
   }
   std::uint32_t count_gpu_device_files() const override { return gpu_files; }
   std::optional<PortRange> ephemeral_port_range() const override { return ephemeral; }

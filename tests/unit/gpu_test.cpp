@@ -25,10 +25,33 @@ TEST_CASE("CUDA_VISIBLE_DEVICES parsing follows CUDA's rules") {
        {"MIG-GPU-8932f937/1/0", "MIG-GPU-8932f937/2/0"}},
       {"MIG-c6a4d5c2-1e3a-5b7f-8e0d-0123456789ab", {"MIG-c6a4d5c2-1e3a-5b7f-8e0d-0123456789ab"}},
       {" 0, 1", {"0", "1"}},
+      {"0,1,", {"0", "1"}},
   };
   for (const Case& c : cases) {
     INFO("'" << c.text << "'");
     CHECK(parse_visible_devices(c.text) == c.expected);
+  }
+}
+
+TEST_CASE("CUDA_VISIBLE_DEVICES entries CUDA cannot read are refused, naming the entry") {
+  // CUDA would stop at them and see no device from there on, silently.
+  for (const char* text : {"a,b", "0,x", "gpu0", "0,1 2", "GPU", "cuda:0"}) {
+    INFO(text);
+    std::string msg;
+    try {
+      parse_visible_devices(text);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      msg = e.what();
+      CHECK(e.exit_status() == 2);
+    }
+    CHECK(msg.rfind("CUDA_VISIBLE_DEVICES='" + std::string(text) + "': entry '", 0) == 0);
+  }
+  try {
+    parse_visible_devices("1,z", "SLURM_STEP_GPUS");
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).rfind("SLURM_STEP_GPUS='1,z': entry 'z'", 0) == 0);
   }
 }
 
@@ -38,6 +61,11 @@ GpuPlan plan(S visible, GpuBind bind = GpuBind::kShare, bool from_env = true) {
   p.visible = std::move(visible);
   p.bind = bind;
   p.from_cuda_visible_devices = from_env;
+  if (from_env) {
+    std::string list;
+    for (const std::string& id : p.visible) list += (list.empty() ? "" : ",") + id;
+    p.counted_from = "CUDA_VISIBLE_DEVICES='" + list + "'";
+  }
   return p;
 }
 }  // namespace
@@ -90,9 +118,18 @@ TEST_CASE("device choice: fewer GPUs than local ranks is an error unless sharing
   } catch (const Error& e) {
     CHECK(e.exit_status() == 2);
     CHECK(std::string(e.what()) ==
-          "CUDA_VISIBLE_DEVICES lists 2 GPU(s) for 4 tasks on this node: ask Slurm for one GPU "
+          "2 GPU(s) (CUDA_VISIBLE_DEVICES='0,1') for 4 ranks on this node: ask Slurm for one GPU "
           "per task (--gpus-per-node=4 or --gpus-per-task=1), or pass --allow-gpu-sharing to put "
           "several ranks on one GPU");
+  }
+  p.mode = Mode::kLocal;  // the ranks per node are ours to set, not Slurm's
+  try {
+    check_gpu_plan(p, 4, notes);
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) ==
+          "2 GPU(s) (CUDA_VISIBLE_DEVICES='0,1') for 4 ranks on this node: pass --nproc-per-node "
+          "2 or fewer, or --allow-gpu-sharing to put several ranks on one GPU");
   }
   CHECK_THROWS_AS(choose_device(p, 3, 4), Error);
   p.allow_sharing = true;

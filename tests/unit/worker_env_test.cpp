@@ -48,6 +48,7 @@ TEST_CASE("worker env: the torchrun contract for a task of an srun step") {
       {"MASTER_PORT", port},
       {"TORCHELASTIC_RESTART_COUNT", "0"},
       {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"DTLAUNCH_RUN_ID", "slurm-4242.0"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"OMP_NUM_THREADS", "1"},
   };

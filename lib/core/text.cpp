@@ -1,0 +1,118 @@
+#include "core/text.hpp"
+
+#include <cstdio>
+
+namespace dtlaunch {
+
+std::size_t utf8_sequence_length(std::string_view text) noexcept {
+  if (text.empty()) return 0;
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char min_second = 0x80, max_second = 0xbf;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) min_second = 0xa0;  // overlong
+    if (lead == 0xed) max_second = 0x9f;  // UTF-16 surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) min_second = 0x90;  // overlong
+    if (lead == 0xf4) max_second = 0x8f;  // above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (text.size() < length || byte(1) < min_second || byte(1) > max_second) return 0;
+  for (std::size_t i = 2; i < length; ++i)
+    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
+  return length;
+}
+
+std::string excerpt(std::string_view text, std::size_t max_bytes, char quote_char) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size() && i < max_bytes) {
+    const char c = text[i];
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\\' || c == quote_char) {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20 || u == 0x7f) {
+      out += "\\x";
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xf]);
+    } else if (u >= 0x80) {
+      const std::size_t length = utf8_sequence_length(text.substr(i));
+      if (length == 0) {
+        out += "\\x";
+        out.push_back(kHex[u >> 4]);
+        out.push_back(kHex[u & 0xf]);
+      } else {
+        out.append(text.substr(i, length));
+        i += length;
+        continue;
+      }
+    } else {
+      out.push_back(c);
+    }
+    ++i;
+  }
+  if (i < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
+// JSON text must be UTF-8, but argv and the environment are bytes. Valid UTF-8 is kept; every
+// other byte becomes \udcXX, the lone surrogate of Python's "surrogateescape" (PEP 383), so the
+// output always parses and json.loads(...).encode("utf-8", "surrogateescape") gives the bytes.
+std::string json_quote(std::string_view text) {
+  std::string out = "\"";
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    char buf[8];
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20) {
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else if (c < 0x80) {
+          out += static_cast<char>(c);
+        } else if (std::size_t length = utf8_sequence_length(text.substr(i))) {
+          out.append(text.substr(i, length));
+          i += length;
+          continue;
+        } else {
+          std::snprintf(buf, sizeof buf, "\\udc%02x", c);
+          out += buf;
+        }
+    }
+    ++i;
+  }
+  return out + "\"";
+}
+
+}  // namespace dtlaunch

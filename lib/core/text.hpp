@@ -1,0 +1,26 @@
+// Quoting what the user gave us back to them. Values come from the environment, files and the
+// command line, so they can be megabytes long or hold bytes a terminal would act on: an error
+// line quotes a bounded, escaped excerpt, never the raw value.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace dtlaunch {
+
+// `text` with control characters, DEL, backslash and bytes that are not valid UTF-8 escaped
+// (\n, \t, \r, \\, \xNN; `quote_char` too, as \' or \"), valid UTF-8 kept as it is. Texts longer
+// than max_bytes are cut at a character boundary and end in "... (N bytes)".
+std::string excerpt(std::string_view text, std::size_t max_bytes = 80, char quote_char = '\'');
+
+// Length of the valid UTF-8 sequence that starts text (1-4), or 0 when it is not one: overlong
+// forms, surrogates and code points above U+10FFFF are invalid, as RFC 3629 says.
+std::size_t utf8_sequence_length(std::string_view text) noexcept;
+
+// `text` as a JSON string, quotes included. Valid UTF-8 is kept; every other byte becomes \udcXX,
+// the lone surrogate of Python's "surrogateescape" (PEP 383): the output always parses, and
+// json.loads(...).encode("utf-8", "surrogateescape") gives the bytes back.
+std::string json_quote(std::string_view text);
+
+}  // namespace dtlaunch

@@ -1,0 +1,330 @@
+// The doctor's TCP exchange. Rank 0 serves every task from one poll() loop (a thread per client
+// does not scale to thousands of tasks); the tasks retry with jittered back-off, because a
+// listen backlog that overflows at scale is a known failure of rendezvous servers.
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "doctor/probe.hpp"
+#include "proc/fd.hpp"
+
+namespace dtlaunch::doctor {
+namespace {
+
+constexpr std::string_view kReportMagic = "DTLAUNCH-DOCTOR 1 report\n";
+constexpr std::string_view kVerdictMagic = "DTLAUNCH-DOCTOR 1 verdict\n";
+constexpr std::size_t kMaxFrame = 64 * 1024;
+
+using Fd = UniqueFd;
+
+int millis_until(Clock::time_point deadline, int cap_ms) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<std::int64_t>(left, 0, cap_ms));
+}
+
+std::string frame(std::string_view magic, std::string_view body) {
+  const std::string payload = std::string(magic) + std::string(body);
+  const auto n = static_cast<std::uint32_t>(payload.size());
+  std::string out = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                     static_cast<char>(n >> 8), static_cast<char>(n)};
+  return out + payload;
+}
+
+// Takes one complete frame off the front of `buffer`, if there is one. Throws on a frame that
+// is too large or does not begin with `magic`: the peer does not speak this protocol.
+std::optional<std::string> take_frame(std::string& buffer, std::string_view magic) {
+  if (buffer.size() < 4) return std::nullopt;
+  const auto byte = [&](int i) {
+    return static_cast<std::uint32_t>(static_cast<unsigned char>(buffer[i]));
+  };
+  const std::uint32_t n = byte(0) << 24 | byte(1) << 16 | byte(2) << 8 | byte(3);
+  if (n > kMaxFrame || n < magic.size()) throw std::runtime_error("not a dtlaunch doctor frame");
+  if (buffer.size() < 4 + n) return std::nullopt;
+  std::string payload = buffer.substr(4, n);
+  buffer.erase(0, 4 + n);
+  if (!payload.starts_with(magic)) throw std::runtime_error("not a dtlaunch doctor frame");
+  return payload.substr(magic.size());
+}
+
+bool send_all(int fd, std::string_view data, Clock::time_point deadline) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, millis_until(deadline, 1000)) <= 0 && Clock::now() >= deadline)
+        return false;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+Fd listen_on(std::uint16_t port, int& error) {
+  // Every interface, as PyTorch's TCPStore binds: the program will listen the same way.
+  for (int family : {AF_INET6, AF_INET}) {
+    Fd fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (fd.get() < 0) {
+      error = errno;
+      continue;
+    }
+    const int one = 1, zero = 0;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_storage address{};
+    socklen_t length = 0;
+    if (family == AF_INET6) {
+      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      auto* a = reinterpret_cast<sockaddr_in6*>(&address);
+      a->sin6_family = AF_INET6;
+      a->sin6_addr = in6addr_any;
+      a->sin6_port = htons(port);
+      length = sizeof *a;
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&address);
+      a->sin_family = AF_INET;
+      a->sin_addr.s_addr = htonl(INADDR_ANY);
+      a->sin_port = htons(port);
+      length = sizeof *a;
+    }
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        ::listen(fd.get(), SOMAXCONN) != 0) {
+      error = errno;
+      if (error == EADDRINUSE) return Fd();
+      continue;
+    }
+    return fd;
+  }
+  return Fd();
+}
+
+std::string describe_connect_error(int error) {
+  switch (error) {
+    case ECONNREFUSED:
+      return "connection refused";
+    case ETIMEDOUT:
+      return "timed out";
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return "no route to host";
+    case EACCES:
+    case EPERM:
+      return "blocked by a firewall or route rule";
+    default:
+      return std::strerror(error);
+  }
+}
+
+}  // namespace
+
+Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
+              Clock::time_point deadline) {
+  for (TaskReport& r : own) r.received_unix_ms = unix_ms();
+  int error = 0;
+  Fd listener = listen_on(port, error);
+  if (listener.get() < 0) {
+    const TaskReport& r0 = own.front();
+    Verdict verdict;
+    verdict.reports = std::move(own);
+    verdict.problems.push_back(
+        {"port-in-use",
+         Severity::kError,
+         {0},
+         {r0.host},
+         "rank 0 cannot listen on port " + std::to_string(port) + " of " + r0.host + ": " +
+             std::strerror(error) +
+             " (another job or a stale process holds it; the program's rendezvous would fail "
+             "the same way)"});
+    return verdict;
+  }
+
+  struct Client {
+    Fd fd;
+    std::string in;
+    bool closed = false;
+  };
+  std::vector<Client> clients;
+  std::vector<TaskReport> reports = std::move(own);
+  std::vector<bool> seen(expected.world_size, false);
+  std::uint32_t distinct = 0;
+  auto count = [&](const TaskReport& r) {
+    if (r.rank < seen.size() && !seen[r.rank]) {
+      seen[r.rank] = true;
+      ++distinct;
+    }
+  };
+  for (const TaskReport& r : reports) count(r);
+
+  std::vector<pollfd> polled;
+  while (distinct < expected.world_size && Clock::now() < deadline) {
+    polled.assign(1, pollfd{listener.get(), POLLIN, 0});
+    for (const Client& c : clients) polled.push_back({c.closed ? -1 : c.fd.get(), POLLIN, 0});
+    if (::poll(polled.data(), polled.size(), millis_until(deadline, 200)) < 0 && errno != EINTR)
+      throw Error::system("doctor: poll", errno);
+    if (polled[0].revents & POLLIN) {
+      for (;;) {  // accept everything queued: the backlog is the scarce resource at scale
+        const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;
+        clients.push_back({Fd(fd), {}, false});
+      }
+    }
+    for (std::size_t i = 1; i < polled.size(); ++i) {
+      if (!(polled[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Client& c = clients[i - 1];
+      char buffer[16384];
+      const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
+      if (n <= 0) {
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) c.closed = true;
+        continue;
+      }
+      c.in.append(buffer, static_cast<std::size_t>(n));
+      try {
+        while (auto body = take_frame(c.in, kReportMagic)) {
+          TaskReport r = decode(*body);
+          r.received_unix_ms = unix_ms();
+          count(r);
+          reports.push_back(std::move(r));
+        }
+      } catch (const std::exception&) {
+        c.closed = true;  // not one of ours (a port scanner, a stale client): ignore it
+        c.fd.reset();
+      }
+    }
+  }
+
+  Verdict verdict = diagnose(expected, std::move(reports));
+  // The verdict goes back to every task, so that every task exits with the same status; then
+  // the clients close first, which leaves no TIME_WAIT on rank 0's port for the program.
+  listener.reset();
+  const std::string answer =
+      frame(kVerdictMagic, "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n");
+  const auto send_deadline = Clock::now() + std::chrono::seconds(2);
+  for (Client& c : clients)
+    if (c.fd.get() >= 0 && !c.closed) send_all(c.fd.get(), answer, send_deadline);
+  for (Client& c : clients) {
+    if (c.fd.get() < 0) continue;
+    pollfd p{c.fd.get(), POLLIN, 0};
+    char sink[256];
+    while (::poll(&p, 1, millis_until(send_deadline, 200)) > 0 &&
+           ::recv(c.fd.get(), sink, sizeof sink, 0) > 0) {
+    }
+  }
+  return verdict;
+}
+
+int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
+                    Clock::time_point deadline) {
+  const std::string where = addr + ":" + std::to_string(port);
+  std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().rank));
+  auto pause = std::chrono::milliseconds(20);
+  std::string last_failure = "no attempt was made";
+  for (;;) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found);
+    const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
+    if (rc != 0) {
+      last_failure = "name not resolved (" + std::string(::gai_strerror(rc)) + ")";
+    }
+    for (const addrinfo* a = rc == 0 ? found : nullptr; a; a = a->ai_next) {
+      Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+      if (fd.get() < 0) continue;
+      int err = ::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd.get(), POLLOUT, 0};
+        socklen_t len = sizeof err;
+        if (::poll(&p, 1, std::max(1, millis_until(deadline, 1000))) != 1 ||
+            ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+          err = ETIMEDOUT;
+      }
+      char numeric[NI_MAXHOST] = "";
+      ::getnameinfo(a->ai_addr, a->ai_addrlen, numeric, sizeof numeric, nullptr, 0, NI_NUMERICHOST);
+      const std::string resolved = numeric[0] ? numeric : addr;
+      if (err != 0) {
+        last_failure = describe_connect_error(err) + " at " + resolved + ":" + std::to_string(port);
+        continue;
+      }
+      // Connected: the address the connection left from is this node's route to rank 0.
+      sockaddr_storage local{};
+      socklen_t length = sizeof local;
+      std::string local_addr;
+      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+        char text[NI_MAXHOST] = "";
+        if (::getnameinfo(reinterpret_cast<sockaddr*>(&local), length, text, sizeof text, nullptr,
+                          0, NI_NUMERICHOST) == 0)
+          local_addr = text;
+      }
+      std::string out;
+      for (TaskReport& r : mine) {
+        r.local_addr = local_addr;
+        r.sent_unix_ms = unix_ms();
+        out += frame(kReportMagic, encode(r));
+      }
+      // Rank 0 may have started later than this task: wait for its verdict a little past our
+      // own deadline, since it judges at its own.
+      const auto answer_deadline = deadline + std::chrono::seconds(5);
+      if (!send_all(fd.get(), out, answer_deadline)) {
+        last_failure = "connection lost while sending to " + resolved;
+        continue;
+      }
+      std::string in;
+      for (;;) {
+        pollfd p{fd.get(), POLLIN, 0};
+        if (::poll(&p, 1, millis_until(answer_deadline, 1000)) <= 0) {
+          if (Clock::now() < answer_deadline) continue;
+          throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) +
+                                              ": connected to " + where +
+                                              " but no verdict came from rank 0 by the deadline");
+        }
+        char buffer[4096];
+        const ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0)
+          throw Error(ExitCode::kProblem,
+                      "rank " + std::to_string(mine.front().rank) + ": " + where +
+                          " closed the connection without a verdict: is something other than "
+                          "dtlaunch doctor listening there?");
+        in.append(buffer, static_cast<std::size_t>(n));
+        try {
+          if (auto body = take_frame(in, kVerdictMagic)) return body->find("status=0") == 0 ? 0 : 3;
+        } catch (const std::exception&) {
+          throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + ": " +
+                                              where +
+                                              " does not speak dtlaunch doctor's protocol "
+                                              "(another program on that port?)");
+        }
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::uniform_int_distribution<int> spread(50, 150);
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(pause * spread(jitter) / 100, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
+  throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + " on " +
+                                      mine.front().host + " cannot reach rank 0 at " + where +
+                                      ": " + last_failure);
+}
+
+}  // namespace dtlaunch::doctor

@@ -1,0 +1,48 @@
+// The I/O shell of the doctor: what a task can find out about its node, and the TCP exchange
+// between the tasks and rank 0 at the very MASTER_ADDR:MASTER_PORT the program will use.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "doctor/checks.hpp"
+#include "doctor/report.hpp"
+
+namespace dtlaunch::doctor {
+
+// Fills the node facts of `report` (host, name resolution, CPUs, /dev/shm, memlock,
+// InfiniBand, the identity of the program and of dtlaunch, the wall clock); the caller has set
+// who the task is and what it was told.
+void probe_node(TaskReport& report);
+
+// The node facts of `from` (everything probe_node fills) copied into `to`: the workers of one
+// launcher share a node, and hashing the program once is enough.
+void copy_node_facts(const TaskReport& from, TaskReport& to);
+
+// The addresses `name` resolves to on this node, numeric; empty when it does not resolve.
+std::vector<std::string> resolve(const std::string& name);
+
+// Size and 64-bit content hash of a file (FNV-1a's constants over 8-byte words); hash "" when
+// unreadable.
+FileIdentity identify_file(const std::string& path);
+
+// The current wall clock in ms since the epoch.
+std::int64_t unix_ms();
+
+using Clock = std::chrono::steady_clock;
+
+// Rank 0 (or node 0 in local mode): listens on `port`, takes `own` reports and those of every
+// task that connects until `expected.world_size` ranks have reported or the deadline passes,
+// judges them, tells every task the verdict and closes the listener before returning.
+Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
+              Clock::time_point deadline);
+
+// Any other task: reports to rank 0 at addr:port, retrying with jittered back-off up to the
+// deadline, and returns the exit status rank 0 decided (0 or 3). When rank 0 cannot be
+// reached, throws Error(kProblem) whose one line says why, with the address it tried.
+int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
+                    Clock::time_point deadline);
+
+}  // namespace dtlaunch::doctor

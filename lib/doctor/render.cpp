@@ -1,0 +1,159 @@
+// The report rank 0 prints (checks.hpp).
+#include <algorithm>
+#include <map>
+
+#include "core/text.hpp"
+#include "doctor/checks.hpp"
+
+namespace dtlaunch::doctor {
+namespace {
+
+std::string mib(std::uint64_t bytes) {
+  if (bytes >= (1ull << 30)) return std::to_string(bytes >> 30) + " GiB";
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep = ",") {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : sep) + item;
+  return out;
+}
+
+// Distinct values of a column for the ranks of one node, in rank order.
+template <class Get>
+std::string distinct(const std::vector<const TaskReport*>& rows, Get get) {
+  std::vector<std::string> values;
+  for (const TaskReport* r : rows) {
+    std::string v = get(*r);
+    if (std::find(values.begin(), values.end(), v) == values.end()) values.push_back(v);
+  }
+  return join(values, " ");
+}
+
+std::string pad(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+}  // namespace
+
+std::string render_table(const Verdict& verdict) {
+  // One row per node, in the order of each node's lowest rank.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const TaskReport*>> by_host;
+  for (const TaskReport& r : verdict.reports) {
+    if (!by_host.count(r.host)) order.push_back(r.host);
+    by_host[r.host].push_back(&r);
+  }
+  std::int64_t first = INT64_MAX;
+  for (const TaskReport& r : verdict.reports) first = std::min(first, r.received_unix_ms);
+
+  const std::vector<std::string> header = {
+      "host", "ranks",    "MASTER_ADDR ->", "from",    "GPUs",   "CPUs",
+      "OMP",  "/dev/shm", "memlock",        "program", "arrived"};
+  std::vector<std::vector<std::string>> rows;
+  for (const std::string& host : order) {
+    const auto& rs = by_host[host];
+    std::vector<std::uint32_t> ranks, local;
+    for (const TaskReport* r : rs) ranks.push_back(r->rank);
+    std::int64_t last = 0;
+    for (const TaskReport* r : rs) last = std::max(last, r->received_unix_ms - first);
+    rows.push_back({
+        excerpt(host, 40),
+        compact_ranges(ranks),
+        distinct(rs, [](const TaskReport& r) { return join(r.master_resolves_to); }),
+        distinct(rs, [](const TaskReport& r) { return r.local_addr.empty() ? "-" : r.local_addr; }),
+        distinct(rs,
+                 [](const TaskReport& r) {
+                   return r.bound_device.empty() ? std::string("-") : r.bound_device;
+                 }),
+        distinct(rs, [](const TaskReport& r) { return r.cpus; }),
+        distinct(rs, [](const TaskReport& r) { return r.omp_num_threads; }),
+        mib(rs.front()->shm_bytes),
+        rs.front()->memlock_bytes ? std::to_string(*rs.front()->memlock_bytes >> 10) + " KiB"
+                                  : "unlimited",
+        distinct(rs, [](const TaskReport& r) { return r.program.hash.substr(0, 8); }),
+        "+" + std::to_string(last) + " ms",
+    });
+  }
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t c = 0; c < header.size(); ++c) {
+    width[c] = header[c].size();
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t c = 0; c < cells.size(); ++c)
+      out += c + 1 < cells.size() ? pad(cells[c], width[c] + 2) : cells[c];
+    return out + "\n";
+  };
+  std::string out = "dtlaunch doctor: " + std::to_string(verdict.reports.size()) + " rank(s) on " +
+                    std::to_string(order.size()) + " host(s)";
+  if (!verdict.reports.empty()) {
+    const TaskReport& r0 = verdict.reports.front();
+    out += ", rendezvous " + r0.master_addr + ":" + std::to_string(r0.master_port) + ", program " +
+           r0.program.path + ", " + r0.launcher_version;
+  }
+  out += "\n\n" + line(header);
+  for (const auto& row : rows) out += line(row);
+  out += "\n";
+  if (verdict.problems.empty()) return out + "OK: no problem found\n";
+  for (const Problem& p : verdict.problems)
+    out += std::string(p.severity == Severity::kError ? "ERROR " : "WARN  ") + p.kind + ": " +
+           p.message + "\n";
+  out += verdict.ok() ? "OK with warnings\n" : "FAILED: the job would not start cleanly\n";
+  return out;
+}
+
+std::string render_json(const Verdict& verdict) {
+  std::int64_t first = INT64_MAX;
+  for (const TaskReport& r : verdict.reports) first = std::min(first, r.received_unix_ms);
+  auto str = [](std::string_view s) { return json_quote(s); };
+  auto list = [&](const std::vector<std::string>& items) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + str(items[i]);
+    return out + "]";
+  };
+  std::string out = std::string("{\"ok\": ") + (verdict.ok() ? "true" : "false") + ", \"ranks\": [";
+  for (std::size_t i = 0; i < verdict.reports.size(); ++i) {
+    const TaskReport& r = verdict.reports[i];
+    out += i ? ", " : "";
+    out +=
+        "{\"rank\": " + std::to_string(r.rank) +
+        ", \"local_rank\": " + std::to_string(r.local_rank) +
+        ", \"node_rank\": " + std::to_string(r.node_rank) + ", \"host\": " + str(r.host) +
+        ", \"world_size\": " + std::to_string(r.world_size) +
+        ", \"nnodes\": " + std::to_string(r.nnodes) + ", \"master_addr\": " + str(r.master_addr) +
+        ", \"master_port\": " + std::to_string(r.master_port) + ", \"run_id\": " + str(r.run_id) +
+        ", \"master_resolves_to\": " + list(r.master_resolves_to) +
+        ", \"host_resolves_to\": " + list(r.host_resolves_to) +
+        ", \"local_addr\": " + str(r.local_addr) +
+        ", \"visible_devices\": " + str(r.visible_devices) +
+        ", \"bound_device\": " + str(r.bound_device) + ", \"cpus\": " + str(r.cpus) +
+        ", \"omp_num_threads\": " + str(r.omp_num_threads) +
+        ", \"shm_bytes\": " + std::to_string(r.shm_bytes) + ", \"memlock_bytes\": " +
+        (r.memlock_bytes ? std::to_string(*r.memlock_bytes) : std::string("null")) +
+        ", \"infiniband_devices\": " + std::to_string(r.infiniband_devices) +
+        ", \"program\": {\"path\": " + str(r.program.path) +
+        ", \"size\": " + std::to_string(r.program.size) + ", \"hash\": " + str(r.program.hash) +
+        "}, \"dtlaunch\": {\"path\": " + str(r.launcher.path) +
+        ", \"size\": " + std::to_string(r.launcher.size) + ", \"hash\": " + str(r.launcher.hash) +
+        ", \"version\": " + str(r.launcher_version) +
+        "}, \"clock_unix_ms\": " + std::to_string(r.sent_unix_ms) +
+        ", \"arrived_after_first_ms\": " + std::to_string(r.received_unix_ms - first) + "}";
+  }
+  out += "], \"problems\": [";
+  for (std::size_t i = 0; i < verdict.problems.size(); ++i) {
+    const Problem& p = verdict.problems[i];
+    std::string ranks = "[";
+    for (std::size_t k = 0; k < p.ranks.size(); ++k)
+      ranks += (k ? ", " : "") + std::to_string(p.ranks[k]);
+    out += (i ? ", " : "") + std::string("{\"kind\": ") + str(p.kind) +
+           ", \"severity\": " + str(p.severity == Severity::kError ? "error" : "warning") +
+           ", \"ranks\": " + ranks + "], \"hosts\": " + list(p.hosts) +
+           ", \"message\": " + str(p.message) + "}";
+  }
+  return out + "]}\n";
+}
+
+}  // namespace dtlaunch::doctor

@@ -1,0 +1,94 @@
+// What one task of a job tells rank 0 when `dtlaunch doctor` (or --preflight) runs, and the
+// layout rank 0 expects. Plain values: gathered by probe.cpp, sent by exchange.cpp, judged by
+// checks.cpp, so the judgement is a pure function tested on hand-made reports.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtlaunch::doctor {
+
+struct FileIdentity {
+  std::string path;
+  std::uint64_t size = 0;
+  std::string hash;  // 16 hex digits of a 64-bit content hash; empty when unreadable
+  bool operator==(const FileIdentity&) const = default;
+};
+
+struct TaskReport {
+  // Who: from the same contract a real launch exports.
+  std::uint32_t rank = 0;
+  std::uint32_t local_rank = 0;
+  std::uint32_t node_rank = 0;
+  std::uint32_t world_size = 0;
+  std::uint32_t nnodes = 0;
+  std::string host;  // gethostname()
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+  std::string run_id;  // DTLAUNCH_RUN_ID
+  // Network, as this node sees it.
+  std::vector<std::string> master_resolves_to;  // addresses MASTER_ADDR resolves to here
+  std::vector<std::string> host_resolves_to;    // addresses this host's own name resolves to
+  std::string local_addr;  // the address the connection to rank 0 left from (rank 0: "")
+  // Devices and resources.
+  std::string visible_devices;  // CUDA_VISIBLE_DEVICES as the program will see it
+  std::string bound_device;     // the device id (an entry of the list) bound to the rank; ""
+  bool gpu_sharing_allowed = false;
+  bool gpu_isolated_by_slurm = false;
+  std::uint32_t gpus_on_node = 0;
+  std::string cpus;  // this task's CPU affinity, Linux cpulist form
+  std::string omp_num_threads;
+  std::uint64_t shm_bytes = 0;                 // size of /dev/shm; 0 when absent
+  std::optional<std::uint64_t> memlock_bytes;  // RLIMIT_MEMLOCK; nullopt: unlimited
+  std::uint32_t infiniband_devices = 0;        // /sys/class/infiniband entries
+  // What will run.
+  FileIdentity program;
+  FileIdentity launcher;  // dtlaunch itself
+  std::string launcher_version;
+  // When: the task's wall clock when it sent the report, and (set by rank 0) when it arrived.
+  std::int64_t sent_unix_ms = 0;
+  std::int64_t received_unix_ms = 0;
+
+  bool operator==(const TaskReport&) const = default;
+};
+
+// One line a task could not help printing: why it never reached rank 0.
+struct ClientFailure {
+  std::string kind;     // "name not resolved", "connection refused", "timed out", "no route"
+  std::string address;  // what it tried
+};
+
+// Text form of a report for the wire: "key=value" lines, values escaped (\\, \n), unknown keys
+// ignored so that a newer dtlaunch can talk to an older one. parse throws Error (bad input).
+std::string encode(const TaskReport& report);
+TaskReport decode(std::string_view text);
+
+// Where rank R should run, derived from the launch layout alone.
+struct ExpectedRank {
+  std::string host;        // how to name its node: the host name under Slurm, "node rank N" locally
+  std::uint32_t node = 0;  // its node rank (SLURM_NODEID / --node-rank)
+  std::uint32_t local_rank = 0;
+};
+
+struct Expectation {
+  std::uint32_t world_size = 0;
+  std::uint32_t nnodes = 0;
+  bool nodes_are_hosts = false;  // Slurm: one host per node; local: several may share a host
+  // world_size entries, or empty when the layout does not say (plane, arbitrary distribution)
+  std::vector<ExpectedRank> ranks;
+};
+
+// Slurm's placement of ranks on nodes for the block (default) and cyclic distributions; for
+// others (plane, arbitrary) only the world size is known.
+Expectation slurm_expectation(const std::vector<std::string>& hosts,
+                              const std::vector<std::uint32_t>& tasks_per_node,
+                              std::string_view distribution);
+// Local mode: nnodes launchers of nproc workers each.
+Expectation local_expectation(std::uint32_t nnodes, std::uint32_t nproc_per_node);
+
+// "0-3,8,10-11" for a sorted list of numbers.
+std::string compact_ranges(std::vector<std::uint32_t> numbers);
+
+}  // namespace dtlaunch::doctor

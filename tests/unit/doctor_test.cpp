@@ -1,0 +1,226 @@
+// The doctor's judgement on hand-made reports (lib/doctor/checks.hpp): one case per problem kind.
+#include <algorithm>
+
+#include "doctor/checks.hpp"
+#include "dtlaunch_catch.hpp"
+
+using namespace dtlaunch::doctor;
+
+namespace {
+
+// srun -N3 --ntasks-per-node=2 on node[1-3], block distribution.
+const Expectation kThreeNodes = slurm_expectation({"node1", "node2", "node3"}, {2, 2, 2}, "block");
+
+TaskReport healthy(std::uint32_t rank) {
+  TaskReport r;
+  r.rank = rank;
+  r.local_rank = rank % 2;
+  r.node_rank = rank / 2;
+  r.world_size = 6;
+  r.nnodes = 3;
+  r.host = "node" + std::to_string(rank / 2 + 1);
+  r.master_addr = "node1";
+  r.master_port = 29500;
+  r.run_id = "slurm-42.0";
+  r.master_resolves_to = {"10.0.0.1"};
+  r.host_resolves_to = {"10.0.0." + std::to_string(rank / 2 + 1)};
+  r.cpus = "0-7";
+  r.shm_bytes = 64ull << 30;
+  r.program = {"/opt/train", 1000, "00000000000000aa"};
+  r.launcher = {"/usr/bin/dtlaunch", 2000, "00000000000000bb"};
+  r.launcher_version = "dtlaunch 0.1.0";
+  r.sent_unix_ms = r.received_unix_ms = 1'000'000 + rank;
+  return r;
+}
+
+std::vector<TaskReport> job() {
+  std::vector<TaskReport> reports;
+  for (std::uint32_t rank = 0; rank < 6; ++rank) reports.push_back(healthy(rank));
+  return reports;
+}
+
+std::vector<std::string> kinds(const Verdict& v) {
+  std::vector<std::string> out;
+  for (const Problem& p : v.problems) out.push_back(p.kind);
+  return out;
+}
+
+const Problem& only(const Verdict& v, const std::string& kind) {
+  auto it = std::find_if(v.problems.begin(), v.problems.end(),
+                         [&](const Problem& p) { return p.kind == kind; });
+  REQUIRE(it != v.problems.end());
+  return *it;
+}
+
+}  // namespace
+
+TEST_CASE("doctor: a healthy job has no problem") {
+  const Verdict v = diagnose(kThreeNodes, job());
+  CHECK(v.ok());
+  CHECK(v.problems.empty());
+  CHECK(v.reports.size() == 6);
+}
+
+TEST_CASE("doctor: a missing rank is named with the host and local rank the layout gives it") {
+  auto reports = job();
+  reports.erase(reports.begin() + 3);  // rank 3: node2, local rank 1
+  const Verdict v = diagnose(kThreeNodes, reports);
+  CHECK_FALSE(v.ok());
+  CHECK(kinds(v) == std::vector<std::string>{"missing-rank"});
+  const Problem& p = only(v, "missing-rank");
+  CHECK(p.ranks == std::vector<std::uint32_t>{3});
+  CHECK(p.hosts == std::vector<std::string>{"node2"});
+  CHECK(p.message ==
+        "rank 3 should run on node2 as local rank 1, and it did not report (other ranks on node2 "
+        "did)");
+}
+
+TEST_CASE("doctor: a node that sent nothing is unreachable, and its ranks are missing") {
+  auto reports = job();
+  reports.erase(reports.begin() + 4, reports.end());  // node3: ranks 4-5
+  const Verdict v = diagnose(kThreeNodes, reports);
+  CHECK(kinds(v) == std::vector<std::string>{"missing-rank", "missing-rank", "unreachable"});
+  CHECK(v.problems[0].message ==
+        "rank 4 should run on node3 as local rank 0, and nothing came from node3");
+  const Problem& p = only(v, "unreachable");
+  CHECK(p.hosts == std::vector<std::string>{"node3"});
+  CHECK(p.ranks == std::vector<std::uint32_t>{4, 5});
+  CHECK(p.message.find("cannot reach node1:29500") != std::string::npos);
+}
+
+TEST_CASE("doctor: the cyclic distribution places ranks round-robin") {
+  const Expectation e = slurm_expectation({"a", "b"}, {2, 1}, "cyclic");
+  REQUIRE(e.ranks.size() == 3);
+  CHECK(e.ranks[0].host == "a");
+  CHECK(e.ranks[1].host == "b");
+  CHECK(e.ranks[2].host == "a");
+  CHECK(e.ranks[2].local_rank == 1);
+  CHECK(slurm_expectation({"a"}, {2}, "plane=4").ranks.empty());  // the layout does not say
+}
+
+TEST_CASE("doctor: two tasks claiming one rank") {
+  auto reports = job();
+  reports[5].rank = 4;
+  const Verdict v = diagnose(kThreeNodes, reports);
+  const Problem& p = only(v, "duplicate-rank");
+  CHECK(p.ranks == std::vector<std::uint32_t>{4});
+  CHECK(p.hosts == std::vector<std::string>{"node3"});
+  CHECK(only(v, "missing-rank").ranks == std::vector<std::uint32_t>{5});
+}
+
+TEST_CASE("doctor: tasks that disagree with rank 0 about the world or the rendezvous") {
+  auto reports = job();
+  reports[4].world_size = 8;
+  reports[5].master_port = 29501;
+  reports[2].run_id = "slurm-41.0";
+  const Verdict v = diagnose(kThreeNodes, reports);
+  const Problem& p = only(v, "world-mismatch");
+  CHECK(p.ranks == std::vector<std::uint32_t>{4, 5, 2});
+  CHECK(p.message.find("WORLD_SIZE 8 on rank 4 (node3) but 6 on rank 0") != std::string::npos);
+  CHECK(p.message.find("MASTER_PORT 29501 on rank 5 (node3) but 29500 on rank 0") !=
+        std::string::npos);
+  CHECK(p.message.find("DTLAUNCH_RUN_ID slurm-41.0 on rank 2") != std::string::npos);
+}
+
+TEST_CASE("doctor: a host name that resolves to loopback, on several hosts only") {
+  auto reports = job();
+  reports[2].host_resolves_to = {"127.0.1.1"};
+  reports[3].host_resolves_to = {"127.0.1.1"};
+  Verdict v = diagnose(kThreeNodes, reports);
+  const Problem& p = only(v, "host-resolves-to-loopback");
+  CHECK(p.hosts == std::vector<std::string>{"node2"});
+  CHECK(p.message.find("GLOO_SOCKET_IFNAME") != std::string::npos);
+  CHECK(v.problems.size() == 1);  // once per host
+
+  reports = job();
+  reports[0].master_resolves_to = {"::1"};
+  v = diagnose(kThreeNodes, reports);
+  CHECK(only(v, "host-resolves-to-loopback").message.find("MASTER_ADDR node1 resolves to ::1") ==
+        0);
+
+  // All ranks on one machine (local mode): loopback is what they should use.
+  std::vector<TaskReport> local = {healthy(0), healthy(1)};
+  for (TaskReport& r : local) {
+    r.host = "box";
+    r.host_resolves_to = r.master_resolves_to = {"127.0.0.1"};
+    r.world_size = 2;
+  }
+  CHECK(diagnose(local_expectation(1, 2), local).problems.empty());
+}
+
+TEST_CASE("doctor: another build of the program or of dtlaunch on a node") {
+  auto reports = job();
+  reports[4].program.hash = "00000000000000cc";
+  reports[5].program.hash = "00000000000000cc";
+  reports[3].launcher_version = "dtlaunch 0.0.9";
+  const Verdict v = diagnose(kThreeNodes, reports);
+  REQUIRE(kinds(v) == std::vector<std::string>{"program-differs", "program-differs"});
+  CHECK(v.problems[0].hosts == std::vector<std::string>{"node3"});
+  CHECK(v.problems[0].message.find("the program differs on node3: /opt/train") == 0);
+  CHECK(v.problems[1].ranks == std::vector<std::uint32_t>{3});
+  CHECK(v.problems[1].message.find("dtlaunch differs on node2") == 0);
+}
+
+TEST_CASE("doctor: two ranks bound to one GPU, unless sharing was asked for") {
+  auto reports = job();
+  reports[0].bound_device = reports[1].bound_device = "0";
+  reports[2].bound_device = "0";  // another host: not shared
+  reports[3].bound_device = "1";
+  Verdict v = diagnose(kThreeNodes, reports);
+  const Problem& p = only(v, "gpu-shared");
+  CHECK(p.ranks == std::vector<std::uint32_t>{0, 1});
+  CHECK(p.hosts == std::vector<std::string>{"node1"});
+  reports[0].gpu_sharing_allowed = reports[1].gpu_sharing_allowed = true;
+  CHECK(diagnose(kThreeNodes, reports).ok());
+}
+
+TEST_CASE("doctor: warnings do not fail the check") {
+  auto reports = job();
+  reports[0].gpu_isolated_by_slurm = true;
+  reports[2].gpus_on_node = 8;
+  reports[2].shm_bytes = 64ull << 20;
+  reports[3].gpus_on_node = 8;
+  reports[3].shm_bytes = 64ull << 20;  // same host: said once
+  reports[4].infiniband_devices = 2;
+  reports[4].memlock_bytes = 64 * 1024;
+  reports[5].sent_unix_ms = reports[5].received_unix_ms + 3000;
+  reports[1].received_unix_ms = reports[0].received_unix_ms + 12'000;
+  reports[1].sent_unix_ms = reports[1].received_unix_ms;
+  const Verdict v = diagnose(kThreeNodes, reports);
+  CHECK(v.ok());
+  CHECK(kinds(v) == std::vector<std::string>{"gpu-isolated", "small-shm", "memlock-limited",
+                                             "slow-start", "clock-skew"});
+  CHECK(only(v, "clock-skew").message == "the clock of node3 is 3.0 s ahead of rank 0's");
+  CHECK(only(v, "slow-start").message == "rank 1 (node1) arrived 12.0 s after the first");
+  CHECK(only(v, "small-shm").hosts == std::vector<std::string>{"node2"});
+}
+
+TEST_CASE("doctor: reports survive the wire form, odd bytes included") {
+  TaskReport r = healthy(3);
+  r.host = "we\\ird\nhost=x";
+  r.memlock_bytes = 65536;
+  r.sent_unix_ms = -5;
+  r.master_resolves_to = {"10.0.0.1", "fe80::1%eth0"};
+  TaskReport back = decode(encode(r));
+  back.received_unix_ms = r.received_unix_ms;
+  CHECK(back == r);
+  CHECK_THROWS(decode("rank=x\n"));
+  CHECK_THROWS(decode("no equals sign"));
+}
+
+TEST_CASE("doctor: the table has one row per node and the JSON the documented keys") {
+  auto reports = job();
+  reports.pop_back();
+  const Verdict v = diagnose(kThreeNodes, reports);
+  const std::string table = render_table(v);
+  CHECK(table.find("node1  0-1") != std::string::npos);
+  CHECK(table.find("node3  4 ") != std::string::npos);
+  CHECK(table.find("ERROR missing-rank: rank 5 should run on node3 as local rank 1") !=
+        std::string::npos);
+  CHECK(table.find("FAILED") != std::string::npos);
+  const std::string json = render_json(v);
+  CHECK(json.rfind("{\"ok\": false, \"ranks\": [{\"rank\": 0, \"local_rank\": 0,", 0) == 0);
+  CHECK(json.find("\"problems\": [{\"kind\": \"missing-rank\", \"severity\": \"error\", "
+                  "\"ranks\": [5], \"hosts\": [\"node3\"], \"message\": ") != std::string::npos);
+  CHECK(compact_ranges({7, 0, 1, 2, 4, 5}) == "0-2,4-5,7");
+}
