@@ -30,6 +30,8 @@ struct TrainConfig {
   std::uint64_t synthetic = 0;
   std::uint64_t warmup_steps = 10;  // steps left out of the timing line
   double bucket_cap_mb = 25.0;      // DDP gradient bucket size, as PyTorch's bucket_cap_mb
+  // How long the ranks wait for each other at start-up (InitOptions::rendezvous_timeout).
+  double rendezvous_timeout_s = 300.0;
 };
 
 // Runs the whole training program on this rank (the process group comes from the environment:
