@@ -23,7 +23,8 @@ struct TrainConfig {
   std::string checkpoint;        // empty: no checkpoints (a stop signal then just stops)
   bool resume = false;           // load `checkpoint` when it exists
   // Steps between the collective that asks every rank whether a stop signal arrived. 0 turns
-  // the check off (benchmarks only: the program then ignores SIGUSR1/SIGTERM until the end).
+  // the check off (benchmarks only: the program then ignores SIGUSR1/SIGTERM once start-up is
+  // over, until the end).
   std::uint64_t stop_check_every = 1;
   // Benchmark mode: this many random samples per rank (fixed seed) instead of Fashion-MNIST,
   // no evaluation, and a timing line at the end.
