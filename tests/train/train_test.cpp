@@ -276,8 +276,9 @@ TEST_CASE("train: two jobs on one MASTER_PORT both fail at once with status 2", 
 
 // A lone rank waits in the rendezvous; a stop signal there ends it at once with 75 (nothing was
 // trained, so nothing is lost), where before it was recorded for a training loop not yet running.
-TEST_CASE("train: a stop signal during start-up exits 75 at once; --rendezvous-timeout bounds it",
-          "[train][torch]") {
+TEST_CASE(
+    "train: a stop signal during start-up exits 75 at once, and --rendezvous-timeout bounds it",
+    "[train][torch]") {
   TempDir tmp;
   for (int sig : {SIGTERM, SIGUSR1}) {
     INFO("signal " << sig);
