@@ -23,13 +23,16 @@ struct TrainConfig {
   std::string checkpoint;        // empty: no checkpoints (a stop signal then just stops)
   bool resume = false;           // load `checkpoint` when it exists
   // Steps between the collective that asks every rank whether a stop signal arrived. 0 turns
-  // the check off (benchmarks only: the program then ignores SIGUSR1/SIGTERM until the end).
+  // the check off (benchmarks only: the program then ignores SIGUSR1/SIGTERM once start-up is
+  // over, until the end).
   std::uint64_t stop_check_every = 1;
   // Benchmark mode: this many random samples per rank (fixed seed) instead of Fashion-MNIST,
   // no evaluation, and a timing line at the end.
   std::uint64_t synthetic = 0;
   std::uint64_t warmup_steps = 10;  // steps left out of the timing line
   double bucket_cap_mb = 25.0;      // DDP gradient bucket size, as PyTorch's bucket_cap_mb
+  // How long the ranks wait for each other at start-up (InitOptions::rendezvous_timeout).
+  double rendezvous_timeout_s = 300.0;
 };
 
 // Runs the whole training program on this rank (the process group comes from the environment:

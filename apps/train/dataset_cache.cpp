@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -107,6 +108,13 @@ bool all_plain_files_in(const fs::path& dir) {
   return true;
 }
 
+Error not_found(const fs::path& file, const std::string& why) {
+  return Error(ExitCode::kBadInput,
+               "Fashion-MNIST not found: " + file.string() + " " + why +
+                   " (install the Debian package dataset-fashion-mnist, or pass --data-dir DIR "
+                   "holding the IDX files)");
+}
+
 }  // namespace
 
 fs::path default_cache_dir(const std::string& xdg_cache_home) {
@@ -114,16 +122,23 @@ fs::path default_cache_dir(const std::string& xdg_cache_home) {
   return fs::path("/tmp") / ("dtlaunch-fashion-mnist-" + std::to_string(::getuid()));
 }
 
+void check_fashion_mnist(const fs::path& data_dir) {
+  const bool plain = all_plain_files_in(data_dir);
+  for (const char* name : kFiles) {
+    const fs::path file = data_dir / (plain ? std::string(name) : std::string(name) + ".gz");
+    if (!fs::is_regular_file(file)) throw not_found(file, "does not exist");
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw not_found(file, std::string("cannot be read: ") + std::strerror(errno));
+    ::close(fd);
+  }
+}
+
 fs::path prepare_fashion_mnist(const fs::path& data_dir, const fs::path& cache_dir) {
   if (all_plain_files_in(data_dir)) return data_dir;
 
   for (const char* name : kFiles) {
     fs::path gz = data_dir / (std::string(name) + ".gz");
-    if (!fs::is_regular_file(gz))
-      throw Error(ExitCode::kBadInput,
-                  "Fashion-MNIST not found: " + gz.string() +
-                      " does not exist (install the Debian package dataset-fashion-mnist, "
-                      "or pass --data-dir DIR holding the IDX files)");
+    if (!fs::is_regular_file(gz)) throw not_found(gz, "does not exist");
   }
 
   std::error_code ec;

@@ -1,14 +1,23 @@
 // dtlaunch-train: a small CNN on Fashion-MNIST trained with dtlaunch's DDP runtime. One process
 // per rank; start it with dtlaunch, srun or torchrun (docs/example.md).
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
+#include <limits>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "config.hpp"
 #include "core/error.hpp"
+#include "core/parse.hpp"
 #include "dataset_cache.hpp"
+#include "preflight.hpp"
 #include "stop_signal.hpp"
 
 namespace {
@@ -24,6 +33,36 @@ std::string env_or_empty(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
+// The numbers of the command line are taken as text and checked here rather than by CLI11:
+// its own conversion lets NaN through a PositiveNumber check, wraps "-1" into a huge unsigned
+// value, and its errors print the value reformatted (300 digits for "-1" as a double) instead of
+// what the user typed.
+std::uint64_t whole(const std::string& option, const std::string& text, std::uint64_t min,
+                    std::uint64_t max) {
+  if (auto v = dtlaunch::parse_uint(text, max); v && *v >= min) return *v;
+  std::string want = "expected a whole number ";
+  want += max == UINT64_MAX ? "of at least " + std::to_string(min)
+                            : "from " + std::to_string(min) + " to " + std::to_string(max);
+  throw dtlaunch::Error::usage(option + " '" + text + "': " + want);
+}
+
+// A finite decimal number (no hex, no "inf", no "nan", no blanks) in [min, max], or above min
+// when min_exclusive.
+double real(const std::string& option, const std::string& text, double min, bool min_exclusive,
+            double max, const char* want) {
+  bool plain = !text.empty();
+  for (char c : text)
+    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != 'E' &&
+        c != '-' && c != '+')
+      plain = false;
+  char* end = nullptr;
+  const double v = plain ? std::strtod(text.c_str(), &end) : 0.0;
+  if (!plain || end != text.c_str() + text.size() || !std::isfinite(v) ||
+      (min_exclusive ? v <= min : v < min) || v > max)
+    throw dtlaunch::Error::usage(option + " '" + text + "': expected " + want);
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -34,42 +73,114 @@ int main(int argc, char** argv) {
 
   CLI::App app{
       "Trains a small CNN on Fashion-MNIST with dtlaunch's DDP runtime, one process per rank.\n"
-      "Exit status: 0 done, 75 stopped by SIGUSR1/SIGTERM after a checkpoint (requeue me), "
-      "2 bad input, 1 other failure."};
+      "Exit status: 0 done, 75 stopped by SIGUSR1/SIGTERM (after a checkpoint, or during "
+      "start-up) (requeue me), 2 bad input, 1 other failure."};
   app.option_defaults()->always_capture_default();
+
+  // Every number as the user typed it, checked after parsing (see whole() and real()).
+  struct Number {
+    std::string text;
+    std::string help;
+    std::function<void(const std::string& option, const std::string& text)> check;
+  };
+  std::vector<std::pair<std::string, Number>> numbers;
+  auto number = [&](const std::string& option, std::string initial, const std::string& help,
+                    std::function<void(const std::string&, const std::string&)> check) {
+    numbers.emplace_back(option, Number{std::move(initial), help, std::move(check)});
+  };
+  using U = std::uint64_t;
+  auto count = [](U* target, U min, U max) {
+    return [=](const std::string& o, const std::string& t) { *target = whole(o, t, min, max); };
+  };
+  number("--epochs", "2", "epochs to train", count(&cfg.epochs, 1, 1000000));
+  number("--max-steps", "0",
+         "stop after this many optimizer steps in total, resumed ones included (0: no cap)",
+         count(&cfg.max_steps, 0, UINT64_MAX));
+  number("--batch-size", "64", "samples per rank and step", count(&cfg.batch_size, 1, 1 << 20));
+  number("--lr", "0.03", "SGD learning rate", [&](const std::string& o, const std::string& t) {
+    cfg.lr = real(o, t, 0, true, std::numeric_limits<double>::max(), "a positive number");
+  });
+  number("--momentum", "0.9", "SGD momentum", [&](const std::string& o, const std::string& t) {
+    cfg.momentum = real(o, t, 0, false, 1, "a number from 0 to 1");
+  });
+  number("--seed", "0", "seed of the initial weights and of the shuffle",
+         count(&cfg.seed, 0, UINT64_MAX));
+  number("--threads", "1", "intra-op threads per rank",
+         [&](const std::string& o, const std::string& t) {
+           cfg.threads = static_cast<int>(whole(o, t, 1, 1024));
+         });
+  number("--log-every", "50", "steps between progress lines of rank 0 (0: none)",
+         count(&cfg.log_every, 0, UINT64_MAX));
+  number("--stop-check-every", "1",
+         "steps between the ranks' agreement on a stop signal (0: ignore signals)",
+         count(&cfg.stop_check_every, 0, UINT64_MAX));
+  // 2^24 samples of 28x28 floats are 52 GB: beyond that it is a typo, not a benchmark.
+  number("--synthetic", "0",
+         "benchmark mode: N random samples per rank instead of Fashion-MNIST, no evaluation, a "
+         "timing line at the end",
+         count(&cfg.synthetic, 0, U{1} << 24));
+  number("--warmup-steps", "10", "steps left out of the timing line",
+         count(&cfg.warmup_steps, 0, UINT64_MAX));
+  number("--bucket-cap-mb", "25", "DDP gradient bucket size in MiB",
+         [&](const std::string& o, const std::string& t) {
+           cfg.bucket_cap_mb =
+               real(o, t, 0, true, 1 << 20, "a positive number of MiB up to 1048576");
+         });
+  number("--rendezvous-timeout", "300",
+         "seconds the ranks wait for each other at start-up (rendezvous) before giving up, "
+         "naming the missing ranks",
+         [&](const std::string& o, const std::string& t) {
+           cfg.rendezvous_timeout_s = real(o, t, 0.001, false, 604800,
+                                           "a number of seconds from 0.001 to 604800 (a week)");
+         });
   app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST IDX files, gzipped or plain");
   app.add_option("--cache-dir", cfg.cache_dir, "where gzipped IDX files are unpacked");
-  app.add_option("--epochs", cfg.epochs, "epochs to train")->check(CLI::Range(1, 1000000));
-  app.add_option(
-      "--max-steps", cfg.max_steps,
-      "stop after this many optimizer steps in total, resumed ones included (0: no cap)");
-  app.add_option("--batch-size", cfg.batch_size, "samples per rank and step")
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--lr", cfg.lr, "SGD learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--momentum", cfg.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", cfg.seed, "seed of the initial weights and of the shuffle");
-  app.add_option("--threads", cfg.threads, "intra-op threads per rank")->check(CLI::Range(1, 1024));
+  for (size_t i = 0; i < numbers.size(); ++i)
+    app.add_option(numbers[i].first, numbers[i].second.text, numbers[i].second.help);
   app.add_option("--backend", cfg.backend, "communication backend")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
-  app.add_option("--log-every", cfg.log_every, "steps between progress lines of rank 0 (0: none)");
   auto* ckpt = app.add_option("--checkpoint", cfg.checkpoint,
                               "checkpoint file: written by rank 0 after each epoch and on "
                               "SIGUSR1/SIGTERM; must be visible to every rank");
   app.add_flag("--resume", cfg.resume, "continue from --checkpoint when the file exists")
       ->needs(ckpt);
-  app.add_option("--stop-check-every", cfg.stop_check_every,
-                 "steps between the ranks' agreement on a stop signal (0: ignore signals)");
-  app.add_option("--synthetic", cfg.synthetic,
-                 "benchmark mode: N random samples per rank instead of Fashion-MNIST, no "
-                 "evaluation, a timing line at the end");
-  app.add_option("--warmup-steps", cfg.warmup_steps, "steps left out of the timing line");
-  app.add_option("--bucket-cap-mb", cfg.bucket_cap_mb, "DDP gradient bucket size in MiB")
-      ->check(CLI::PositiveNumber);
+
+  // CLI11 takes "-5" after an option for an option of its own, and then reports "At Most 1
+  // required but received 2": so a value that starts with '-' is glued to its option here, and
+  // the check below names the option and the value instead.
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<std::string> glued;
+  for (size_t i = 0; i < args.size(); ++i) {
+    bool takes_number = false;
+    for (const auto& n : numbers) takes_number = takes_number || n.first == args[i];
+    if (takes_number && i + 1 < args.size() && args[i + 1].size() > 1 && args[i + 1][0] == '-' &&
+        args[i + 1][1] != '-') {
+      glued.push_back(args[i] + "=" + args[i + 1]);
+      ++i;
+    } else {
+      glued.push_back(args[i]);
+    }
+  }
+  std::vector<char*> glued_argv;
+  for (auto& a : glued) glued_argv.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    // CLI11 words an option given twice "At Most 1 required but received 2" too.
+    std::set<std::string> seen;
+    for (size_t i = 1; i < glued.size(); ++i) {
+      const std::string name = glued[i].substr(0, glued[i].find('='));
+      if (name.rfind("--", 0) == 0 && name.size() > 2 && !seen.insert(name).second)
+        throw dtlaunch::Error::usage(name + " is given more than once; give it once");
+    }
+    app.parse(static_cast<int>(glued_argv.size()), glued_argv.data());
+    for (auto& [option, n] : numbers) n.check(option, n.text);
+    if (!cfg.checkpoint.empty() || app.count("--checkpoint") > 0)
+      dtlaunch::train::check_checkpoint_path(cfg.checkpoint);
   } catch (const CLI::ParseError& e) {
     // CLI11 has a status per kind of error (105, 106, ...); ours is 2 for every bad input.
     return app.exit(e) == 0 ? 0 : static_cast<int>(dtlaunch::ExitCode::kBadInput);
+  } catch (const dtlaunch::Error& e) {
+    std::fprintf(stderr, "dtlaunch-train: %s\n", e.what());
+    return e.exit_status();
   }
 
   try {

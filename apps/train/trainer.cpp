@@ -74,10 +74,33 @@ Split load_mnist_split(const std::filesystem::path& dir, bool train) {
 
 // Local rank 0 of each node unpacks the dataset while the others wait at a barrier; they then
 // find the files in place (on another node, its own local rank 0 did the same).
+// A failure there (a corrupt file, a full cache) is agreed on by all ranks, in place of a
+// barrier: every rank then fails with the same exit status instead of the others failing first
+// with "Connection reset by peer" when the failing rank leaves.
 Data load_fashion_mnist(const TrainConfig& cfg, ddp::ProcessGroup& pg) {
   std::filesystem::path dir;
-  if (pg.env().local_rank == 0) dir = prepare_fashion_mnist(cfg.data_dir, cfg.cache_dir);
-  pg.barrier();
+  int status = 0;
+  std::string error;
+  if (pg.env().local_rank == 0) {
+    try {
+      dir = prepare_fashion_mnist(cfg.data_dir, cfg.cache_dir);
+    } catch (const Error& e) {
+      status = e.exit_status();
+      error = e.what();
+    } catch (const std::exception& e) {
+      status = static_cast<int>(ExitCode::kFailure);
+      error = e.what();
+    }
+  }
+  at::Tensor worst = at::tensor({static_cast<float>(status)});
+  pg.all_reduce(worst, ddp::ReduceOp::kMax);
+  const int agreed = static_cast<int>(worst.item<float>());
+  const ExitCode code = agreed == 2 ? ExitCode::kBadInput : ExitCode::kFailure;
+  if (status != 0) throw Error(code, error.substr(0, error.find('\n')));
+  if (agreed != 0)
+    throw Error(code, "rank " + std::to_string(pg.rank()) +
+                          ": the dataset could not be prepared (see the error of the local rank 0 "
+                          "that failed)");
   if (pg.env().local_rank != 0) dir = prepare_fashion_mnist(cfg.data_dir, cfg.cache_dir);
   return Data{load_mnist_split(dir, true), load_mnist_split(dir, false)};
 }
@@ -174,9 +197,15 @@ int run_training(const TrainConfig& cfg) {
   const auto run_start = Clock::now();
   at::set_num_threads(cfg.threads);
 
+  // Bad input is found by every rank before any communication (preflight.hpp).
+  if (cfg.synthetic == 0) check_fashion_mnist(cfg.data_dir);
+
   ddp::InitOptions init;
   init.backend = parse_backend(cfg.backend);
+  init.rendezvous_timeout = std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::llround(cfg.rendezvous_timeout_s * 1000.0)));
   std::shared_ptr<ddp::ProcessGroup> pg = ddp::init_process_group(init);
+  end_startup();
   const int rank = pg->rank();
   const int world = pg->size();
   Rank0Log log(rank);
@@ -204,7 +233,9 @@ int run_training(const TrainConfig& cfg) {
   start.seed = cfg.seed;
 
   ddp::DdpOptions dopts;
-  dopts.bucket_cap_bytes = static_cast<size_t>(cfg.bucket_cap_mb * 1024 * 1024);
+  // At least a byte: a tiny positive --bucket-cap-mb means one bucket per gradient.
+  dopts.bucket_cap_bytes =
+      std::max<size_t>(1, static_cast<size_t>(cfg.bucket_cap_mb * 1024 * 1024));
   ddp::DistributedDataParallel ddp_model(net.ptr(), pg, dopts);
 
   std::optional<ddp::DistributedSampler> sampler;

@@ -42,6 +42,8 @@ std::shared_ptr<ddp::ProcessGroup> init(ddp::Backend backend) {
   ddp::InitOptions o;
   o.backend = backend;
   o.timeout = timeout_from_env();
+  if (const char* ms = std::getenv("DDP_TEST_PROGRESS_MS"))
+    o.progress_every = std::chrono::milliseconds(std::atol(ms));
   // The default 2 Gloo threads: buckets then really run concurrently, and their tags must match.
   return ddp::init_process_group(o);
 }

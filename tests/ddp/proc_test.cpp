@@ -1,8 +1,15 @@
 // The DDP runtime as real processes on Gloo: 2 and 4 ranks of ddp_worker (DDP_WORKER).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <sstream>
+#include <thread>
 
 #include "dtlaunch_catch.hpp"
+#include "proc/supervisor.hpp"
 #include "ranks.hpp"
+#include "test_support.hpp"
 
 using ddp_test::all_ranks;
 using ddp_test::run_ranks;
@@ -29,6 +36,44 @@ double error_after_seconds(const std::string& output) {
   const std::string key = "error-after-seconds: ";
   auto pos = output.find(key);
   return pos == std::string::npos ? 1e9 : std::stod(output.substr(pos + key.size()));
+}
+
+// A TCP port on 127.0.0.1 that accepts connections (the kernel completes them from the backlog)
+// and never answers: what a rank finds when MASTER_PORT belongs to another program that waits
+// for its own protocol, as an HTTP server waits for a request line.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentListener() { ::close(fd_); }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// The ranks of one job on a given port, started now, with extra variables.
+std::unique_ptr<dtlaunch_test::Ranks> start_job(const dtlaunch_test::TempDir& dir,
+                                                const std::string& tag, int world,
+                                                std::vector<int> launch, int port,
+                                                std::map<std::string, std::string> env) {
+  env["MASTER_PORT"] = std::to_string(port);
+  env["OMP_NUM_THREADS"] = "1";
+  return std::make_unique<dtlaunch_test::Ranks>(
+      DDP_WORKER, std::vector<std::string>{"rendezvous"}, world, dir.path(), tag,
+      dtlaunch_test::RankOptions{std::move(launch), std::move(env)});
 }
 
 }  // namespace
@@ -129,4 +174,132 @@ TEST_CASE("a malformed launch environment is a one-line error naming the variabl
   REQUIRE(run.ranks.size() == 1);
   CHECK(run.ranks[0].status == 3);
   CHECK(run.ranks[0].output.find("MASTER_PORT='http' is not an integer") != std::string::npos);
+}
+
+TEST_CASE("rendezvous: a port served by something else is an error naming it, by the deadline",
+          "[ddp][proc]") {
+  SilentListener other;
+  auto run =
+      run_ranks(DDP_WORKER, {"rendezvous"}, 2, {1},
+                {{"MASTER_PORT", std::to_string(other.port())}, {"DDP_TEST_TIMEOUT_MS", "2000"}},
+                std::chrono::seconds(20));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 1);
+  CHECK(run.ranks[0].status == 3);
+  CHECK(error_after_seconds(run.ranks[0].output) < 3.5);
+  CHECK(run.ranks[0].output.find("rendezvous at 127.0.0.1:" + std::to_string(other.port()) +
+                                 " failed: rank 1 connected, but the peer there did not answer "
+                                 "within 2s (is MASTER_PORT another program's port") !=
+        std::string::npos);
+}
+
+TEST_CASE("rendezvous: rank 0 with a MASTER_ADDR that does not resolve fails at once",
+          "[ddp][proc]") {
+  auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 2, {0},
+                       {{"MASTER_ADDR", "no-such-host.invalid"}, {"DDP_TEST_TIMEOUT_MS", "20000"}},
+                       std::chrono::seconds(40));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 1);
+  CHECK(run.ranks[0].status == 3);
+  CHECK(error_after_seconds(run.ranks[0].output) < 3.0);
+  CHECK(run.ranks[0].output.find("rank 0 cannot resolve MASTER_ADDR 'no-such-host.invalid'") !=
+        std::string::npos);
+}
+
+TEST_CASE("rendezvous: a rank of another job is refused on both sides, naming both runs",
+          "[ddp][proc]") {
+  dtlaunch_test::TempDir dir("ddp-test");
+  // One port per case: each case's store must be new.
+  std::vector<int> ports;
+  for (int i = 0; i < 3; ++i) ports.push_back(dtlaunch::find_free_port("127.0.0.1"));
+  struct Case {
+    std::string name;
+    std::map<std::string, std::string> a_env, b_env;
+    std::string expected;
+  };
+  auto at = [&](size_t i) { return "127.0.0.1:" + std::to_string(ports[i]); };
+  const std::vector<Case> cases = {
+      {"run ids differ",
+       {{"DTLAUNCH_RUN_ID", "slurm-1234.0"}},
+       {{"DTLAUNCH_RUN_ID", "slurm-1235.0"}},
+       "rank 1 of run 'slurm-1235.0' (world 2) reached the rendezvous at " + at(0) +
+           " of run 'slurm-1234.0' (world 2): two jobs share MASTER_ADDR:MASTER_PORT"},
+      {"one run id unset",
+       {{"DTLAUNCH_RUN_ID", "local-4711-9f3a"}},
+       {},
+       "rank 1 of run '' (world 2) reached the rendezvous at " + at(1) +
+           " of run 'local-4711-9f3a' (world 2)"},
+      {"world sizes differ",
+       {},
+       {{"WORLD_SIZE", "3"}},
+       "rank 1 of run '' (world 3) reached the rendezvous at " + at(2) + " of run '' (world 2)"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const int port = ports[i];
+    INFO(c.name);
+    auto env_a = c.a_env;
+    env_a["DDP_TEST_TIMEOUT_MS"] = "20000";
+    auto env_b = c.b_env;
+    env_b["DDP_TEST_TIMEOUT_MS"] = "20000";
+    auto a = start_job(dir, "a", 2, {0}, port, env_a);
+    // Job A's rank 0 hosts the store first, as in the accident this guards against.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto b = start_job(dir, "b", 2, {1}, port, env_b);
+    const auto sa = a->wait_all(std::chrono::seconds(15));
+    const auto sb = b->wait_all(std::chrono::seconds(15));
+    const std::string la = a->log(0), lb = b->log(1);
+    INFO("--- job A rank 0\n" << la << "--- job B rank 1\n" << lb);
+    CHECK(sa == std::vector<int>{3});
+    CHECK(sb == std::vector<int>{3});
+    CHECK(la.find("ERROR: dtlaunch ddp: " + c.expected) != std::string::npos);
+    CHECK(lb.find("ERROR: dtlaunch ddp: " + c.expected) != std::string::npos);
+    // At once, not at the 20 s deadline.
+    CHECK(error_after_seconds(la) < 5.0);
+    CHECK(error_after_seconds(lb) < 5.0);
+  }
+}
+
+TEST_CASE("rendezvous: a second process with the same rank cannot take the first one's place",
+          "[ddp][proc]") {
+  dtlaunch_test::TempDir dir("ddp-test");
+  const int port = dtlaunch::find_free_port("127.0.0.1");
+  const std::map<std::string, std::string> env{{"DDP_TEST_TIMEOUT_MS", "20000"}};
+  // World 3 with ranks 0 and 1 in: the rendezvous is still open when the second rank 1 comes.
+  auto job = start_job(dir, "job", 3, {0, 1}, port, env);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto second = start_job(dir, "second", 3, {1}, port, env);
+  const auto s2 = second->wait_all(std::chrono::seconds(15));
+  const auto sj = job->wait_all(std::chrono::seconds(15));
+  const std::string l0 = job->log(0), l1 = job->log(1), l2 = second->log(1);
+  INFO("--- rank 0\n" << l0 << "--- rank 1\n" << l1 << "--- second rank 1\n" << l2);
+  const std::string expected =
+      "rank 1 of run '' (world 3) reached the rendezvous at 127.0.0.1:" + std::to_string(port) +
+      ", where another process has already checked in as rank 1";
+  CHECK(s2 == std::vector<int>{3});
+  CHECK(sj == std::vector<int>{3, 3});
+  for (const std::string* log : {&l0, &l1, &l2}) {
+    CHECK(log->find("ERROR: dtlaunch ddp: " + expected) != std::string::npos);
+    CHECK(error_after_seconds(*log) < 5.0);
+  }
+}
+
+TEST_CASE("rendezvous: a long wait prints which ranks are missing", "[ddp][proc]") {
+  const std::map<std::string, std::string> env{{"DDP_TEST_TIMEOUT_MS", "2500"},
+                                               {"DDP_TEST_PROGRESS_MS", "500"}};
+  auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 3, {0, 2}, env);
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 2);
+  const std::string at = "dtlaunch ddp: rendezvous at 127.0.0.1:";
+  CHECK(run.ranks[0].output.find(at) != std::string::npos);
+  CHECK(run.ranks[0].output.find(": 2 of 3 ranks arrived; waiting for ranks 1 (") !=
+        std::string::npos);
+  CHECK(run.ranks[1].output.find(": rank 2 checked in; 2 of 3 ranks arrived (") !=
+        std::string::npos);
+  for (const auto& r : run.ranks)
+    CHECK(r.output.find("dtlaunch ddp: dtlaunch ddp:") == std::string::npos);
+  auto lone = run_ranks(DDP_WORKER, {"rendezvous"}, 2, {1}, env);
+  INFO(describe(lone));
+  CHECK(lone.ranks[0].output.find("rank 1 is waiting for the store that rank 0 hosts at "
+                                  "127.0.0.1:") != std::string::npos);
 }

@@ -43,9 +43,9 @@ namespace {
 
 bool is_launch_variable(std::string_view name) {
   static constexpr std::string_view kNames[] = {
-      "RANK",        "WORLD_SIZE",     "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
-      "MASTER_ADDR", "MASTER_PORT",    "DTLAUNCH_CUDA_DEVICE", "GLOO_SOCKET_IFNAME",
-      "USE_LIBUV",   "OMP_NUM_THREADS"};
+      "RANK",        "WORLD_SIZE",      "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT",     "DTLAUNCH_CUDA_DEVICE", "GLOO_SOCKET_IFNAME",
+      "USE_LIBUV",   "OMP_NUM_THREADS", "DTLAUNCH_RUN_ID"};
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 

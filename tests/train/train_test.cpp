@@ -1,15 +1,24 @@
 // dtlaunch-train end to end, as real processes on this host: it learns Fashion-MNIST (and 2 ranks
 // match 1), and a stop signal to any rank makes every rank checkpoint and exit 75, after which
 // --resume finishes the run exactly as if it had never been interrupted.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dtlaunch_catch.hpp"
+#include "proc/supervisor.hpp"
 #include "test_support.hpp"
 
+using dtlaunch_test::RankOptions;
 using dtlaunch_test::Ranks;
 using dtlaunch_test::TempDir;
 using namespace std::chrono_literals;
@@ -41,6 +50,18 @@ std::vector<std::string> common_args(const TempDir& tmp) {
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// Whether something accepts connections at 127.0.0.1:port.
+bool listening(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
 }
 
 }  // namespace
@@ -155,8 +176,38 @@ TEST_CASE("train: bad input gets one line and status 2", "[train][torch]") {
       {{"--checkpoint", "/dev/null", "--resume"}, "/dev/null: not a dtlaunch-train checkpoint"},
       {{"--backend", "mpi"}, "--backend"},
       {{"--resume"}, "--resume requires --checkpoint"},
+      // Numbers: quoted as typed, named by their option, status 2 (NaN and "-1" were 1; CLI11
+      // printed "-1" as a 300-digit double, and took "-5" for an option).
+      {{"--lr", "nan"}, "dtlaunch-train: --lr 'nan': expected a positive number"},
+      {{"--lr", "-1"}, "dtlaunch-train: --lr '-1': expected a positive number"},
+      {{"--lr", "inf"}, "dtlaunch-train: --lr 'inf': expected a positive number"},
+      {{"--momentum", "1.5"}, "dtlaunch-train: --momentum '1.5': expected a number from 0 to 1"},
+      {{"--bucket-cap-mb", "0"}, "dtlaunch-train: --bucket-cap-mb '0': expected a positive"},
+      {{"--synthetic", "-1"}, "dtlaunch-train: --synthetic '-1': expected a whole number from 0"},
+      {{"--max-steps", "-5"},
+       "dtlaunch-train: --max-steps '-5': expected a whole number of at least 0"},
+      {{"--log-every", "-1"}, "dtlaunch-train: --log-every '-1': expected a whole number"},
+      {{"--epochs", "0"}, "dtlaunch-train: --epochs '0': expected a whole number from 1 to"},
+      {{"--warmup-steps", "1.5"}, "dtlaunch-train: --warmup-steps '1.5': expected a whole"},
+      {{"--seed", "7"}, "dtlaunch-train: --seed is given more than once; give it once"},
+      {{"--threads", "x"}, "dtlaunch-train: --threads 'x': expected a whole number from 1 to"},
+      {{"--rendezvous-timeout", "0"}, "dtlaunch-train: --rendezvous-timeout '0': expected"},
+      // The checkpoint's directory, at start-up rather than at the first save.
+      {{"--checkpoint", "/nonexistent-dir/ck.pt"},
+       "--checkpoint '/nonexistent-dir/ck.pt': the directory '/nonexistent-dir' does not exist"},
+      {{"--checkpoint", "/proc/ck.pt"}, "--checkpoint '/proc/ck.pt': cannot create a file in"},
+      {{"--checkpoint", "/tmp"}, "--checkpoint '/tmp': is a directory"},
   };
   TempDir tmp;
+  {  // a regular file where a directory should be
+    const std::string afile = tmp / "afile";
+    std::ofstream(afile) << "x";
+    Ranks one(kTrain, concat(common_args(tmp), {"--checkpoint", afile + "/ck.pt"}), 1, tmp.path(),
+              "afile");
+    REQUIRE(one.wait_all(120s) == std::vector<int>{2});
+    INFO(one.log(0));
+    CHECK(one.log(0).find("'" + afile + "' is not a directory") != std::string::npos);
+  }
   for (const Row& row : rows) {
     INFO(row.args[0] << " ...");
     Ranks one(kTrain, concat(common_args(tmp), row.args), 1, tmp.path(), "bad");
@@ -164,5 +215,104 @@ TEST_CASE("train: bad input gets one line and status 2", "[train][torch]") {
     std::string log = one.log(0);
     INFO(log);
     CHECK(log.find(row.expected) != std::string::npos);
+  }
+}
+
+// Bad input that every rank can see is found by every rank before the rendezvous, so each exits
+// 2 with its own line; a failure found by one rank only (a corrupt file that local rank 0
+// unpacks) is agreed on, so the others exit 2 too instead of 1 with "Connection reset by peer".
+TEST_CASE("train: bad input fails every rank with status 2, not a broken connection",
+          "[train][torch]") {
+  TempDir tmp;
+  const std::string corrupt = tmp / "corrupt";
+  std::filesystem::create_directory(corrupt);
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"})
+    std::ofstream(corrupt + "/" + name + ".gz") << "not gzip data, and short";
+  struct Row {
+    std::vector<std::string> args;
+    const char* expected;  // in rank 0's log
+  };
+  const std::vector<Row> rows = {
+      {{"--data-dir", "/nonexistent"}, "Fashion-MNIST not found: /nonexistent/train-images"},
+      {{"--data-dir", corrupt}, "train-images-idx3-ubyte.gz: truncated gzip data"},
+  };
+  for (const Row& row : rows) {
+    Ranks ranks(kTrain, concat(common_args(tmp), row.args), 2, tmp.path(), "bad2");
+    const auto status = ranks.wait_all(120s);
+    const std::string l0 = ranks.log(0), l1 = ranks.log(1);
+    INFO("--- rank 0\n" << l0 << "--- rank 1\n" << l1);
+    CHECK(status == std::vector<int>{2, 2});
+    CHECK(l0.find(row.expected) != std::string::npos);
+    CHECK(l1.find("dtlaunch-train: ") != std::string::npos);
+    CHECK(l1.find("Connection") == std::string::npos);
+  }
+}
+
+TEST_CASE("train: two jobs on one MASTER_PORT both fail at once with status 2", "[train][torch]") {
+  TempDir tmp;
+  const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
+  // Job B has another seed; common_args() sets --seed 1 for job A.
+  const std::vector<std::string> args = {"--synthetic",          "256", "--max-steps", "3",
+                                         "--rendezvous-timeout", "60"};
+  Ranks a(kTrain, concat(common_args(tmp), args), 2, tmp.path(), "jobA",
+          RankOptions{{0}, {{"MASTER_PORT", port}, {"DTLAUNCH_RUN_ID", "slurm-1234.0"}}});
+  for (int i = 0; i < 200 && !listening(std::stoi(port)); ++i) std::this_thread::sleep_for(50ms);
+  Ranks b(kTrain, concat(args, {"--seed", "7"}), 2, tmp.path(), "jobB",
+          RankOptions{{1}, {{"MASTER_PORT", port}, {"DTLAUNCH_RUN_ID", "slurm-1299.0"}}});
+  const auto sa = a.wait_all(30s);
+  const auto sb = b.wait_all(30s);
+  const std::string la = a.log(0), lb = b.log(1);
+  INFO("--- job A rank 0\n" << la << "--- job B rank 1\n" << lb);
+  CHECK(sa == std::vector<int>{2});
+  CHECK(sb == std::vector<int>{2});
+  const std::string expected =
+      "dtlaunch-train: dtlaunch ddp: rank 1 of run 'slurm-1299.0' (world 2) "
+      "reached the rendezvous at 127.0.0.1:" +
+      port + " of run 'slurm-1234.0' (world 2): two jobs share";
+  CHECK(la.find(expected) != std::string::npos);
+  CHECK(lb.find(expected) != std::string::npos);
+}
+
+// A lone rank waits in the rendezvous; a stop signal there ends it at once with 75 (nothing was
+// trained, so nothing is lost), where before it was recorded for a training loop not yet running.
+TEST_CASE(
+    "train: a stop signal during start-up exits 75 at once, and --rendezvous-timeout bounds it",
+    "[train][torch]") {
+  TempDir tmp;
+  for (int sig : {SIGTERM, SIGUSR1}) {
+    INFO("signal " << sig);
+    const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
+    Ranks lone(kTrain,
+               concat(common_args(tmp), {"--synthetic", "256", "--rendezvous-timeout", "60"}), 2,
+               tmp.path(), "lone", RankOptions{{0}, {{"MASTER_PORT", port}}});
+    bool up = false;
+    for (int i = 0; i < 600 && !(up = listening(std::stoi(port))); ++i)
+      std::this_thread::sleep_for(50ms);
+    REQUIRE(up);
+    const auto sent = std::chrono::steady_clock::now();
+    ::kill(lone.pid(0), sig);
+    const auto status = lone.wait_all(30s);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    INFO(lone.log(0));
+    CHECK(status == std::vector<int>{75});
+    CHECK(took < 5.0);
+    CHECK(lone.log(0).find("received during start-up, before training began: nothing to save; "
+                           "exiting with status 75") != std::string::npos);
+  }
+  {
+    const auto started = std::chrono::steady_clock::now();
+    Ranks lone(kTrain,
+               concat(common_args(tmp), {"--synthetic", "256", "--rendezvous-timeout", "2"}), 2,
+               tmp.path(), "timeout", RankOptions{{0}, {}});
+    const auto status = lone.wait_all(60s);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    INFO(lone.log(0));
+    CHECK(status == std::vector<int>{1});
+    CHECK(took < 15.0);
+    CHECK(lone.log(0).find("timed out after 2s: 1 of 2 ranks arrived; missing ranks: 1") !=
+          std::string::npos);
   }
 }

@@ -100,14 +100,15 @@ WorkerEnv WorkerEnv::from_variables(const std::map<std::string, std::string>& va
   if (auto it = vars.find("GLOO_SOCKET_IFNAME"); it != vars.end())
     env.gloo_socket_ifname = it->second;
   env.store_use_libuv = use_libuv.value_or("1") == "1";
+  if (auto it = vars.find("DTLAUNCH_RUN_ID"); it != vars.end()) env.run_id = it->second;
   return env;
 }
 
 WorkerEnv WorkerEnv::from_environment() {
   static constexpr const char* kNames[] = {
-      "RANK",        "WORLD_SIZE",  "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
-      "MASTER_ADDR", "MASTER_PORT", "DTLAUNCH_CUDA_DEVICE", "GLOO_SOCKET_IFNAME",
-      "USE_LIBUV"};
+      "RANK",        "WORLD_SIZE",     "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT",    "DTLAUNCH_CUDA_DEVICE", "GLOO_SOCKET_IFNAME",
+      "USE_LIBUV",   "DTLAUNCH_RUN_ID"};
   std::map<std::string, std::string> vars;
   for (const char* name : kNames)
     if (const char* value = ::getenv(name)) vars.emplace(name, value);

@@ -21,6 +21,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
 std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const InitOptions& options) {
   if (options.timeout.count() <= 0)
     throw Error(ExitCode::kBadInput, "dtlaunch ddp: InitOptions::timeout must be positive");
+  if (options.rendezvous_timeout.count() < 0)
+    throw Error(ExitCode::kBadInput,
+                "dtlaunch ddp: InitOptions::rendezvous_timeout must not be negative");
+  if (options.progress_every.count() < 0)
+    throw Error(ExitCode::kBadInput,
+                "dtlaunch ddp: InitOptions::progress_every must not be negative");
   Backend backend = options.backend;
   if (backend == Backend::kAuto) backend = nccl_available() ? Backend::kNccl : Backend::kGloo;
 #ifndef DTLAUNCH_DDP_HAVE_NCCL
@@ -35,7 +41,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const Ini
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
     std::signal(SIGPIPE, SIG_IGN);
-  auto store = detail::rendezvous(env, options.timeout);
+  auto store = detail::rendezvous(
+      env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
+      options.progress_every);
+  // The rendezvous bounded the store's waits by its own timeout; Gloo and NCCL use the store
+  // afterwards under the collectives' timeout.
+  store->setTimeout(options.timeout);
 #ifdef DTLAUNCH_DDP_HAVE_NCCL
   if (backend == Backend::kNccl) return detail::make_nccl_group(env, options, std::move(store));
 #endif

@@ -12,8 +12,11 @@
 namespace dtlaunch::ddp::detail {
 
 // Hosts (rank 0) or reaches the TCP store at MASTER_ADDR:MASTER_PORT and waits until every rank
-// has checked in, or throws naming how many arrived, the missing ranks and the address.
-c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::milliseconds timeout);
+// has checked in with rank 0's identity (DTLAUNCH_RUN_ID, WORLD_SIZE), or throws naming how many
+// arrived, the missing ranks and the address, or both identities. Prints a progress line to
+// stderr every `progress_every` (0: never) while it waits.
+c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::milliseconds timeout,
+                                           std::chrono::milliseconds progress_every);
 
 // "0-3,7,9-10" for sorted ranks, cut after `limit` ranges with ", ... (N in all)".
 std::string format_ranks(const std::vector<int>& sorted_ranks, size_t limit = 16);

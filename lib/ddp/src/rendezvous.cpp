@@ -2,19 +2,36 @@
 // waitWorkers gives up silently and a later Gloo connect then fails with "Socket Timeout", at
 // about twice the timeout (see docs/ddp.md). So the store is opened without waiting and the ranks
 // check in through keys that say, at the deadline, exactly who is missing.
+//
+// The keys also carry the job's identity (DTLAUNCH_RUN_ID and WORLD_SIZE): two jobs that share
+// MASTER_ADDR:MASTER_PORT by accident would otherwise mix ranks and train together. Rank 0
+// publishes its identity before anything else; a client reads it before it writes any key of
+// its own rank, so a rank of another job cannot take a rank's place; it reports itself under
+// kRefusedKey instead, and rank 0 fails the whole rendezvous with that one line.
+#include <dirent.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <compare>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string_view>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.hpp"
 #include "internal.hpp"
@@ -23,15 +40,34 @@ namespace dtlaunch::ddp::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
 const std::string kCountKey = "dtlaunch/rdzv/count";
 const std::string kFailedKey = "dtlaunch/rdzv/failed";
 const std::string kAckKey = "dtlaunch/rdzv/failed_seen";
+const std::string kIdentityKey = "dtlaunch/rdzv/identity";
+const std::string kHostsKey = "dtlaunch/rdzv/hosts";
+const std::string kRefusedKey = "dtlaunch/rdzv/refused";
+const std::string kDoneKey = "dtlaunch/rdzv/done";
+// The first line of an identity record: a peer's key that lacks it was not written by this
+// protocol.
+const std::string kIdentityMagic = "dtlaunch-rdzv 2";
+
 std::string rank_key(int rank) {
   return "dtlaunch/rdzv/rank/" + std::to_string(rank);
 }
+std::string claim_key(int rank) {
+  return "dtlaunch/rdzv/claim/" + std::to_string(rank);
+}
 
-std::string seconds_text(std::chrono::milliseconds ms) {
+std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string text(const std::vector<uint8_t>& v) {
+  return {v.begin(), v.end()};
+}
+
+std::string seconds_text(milliseconds ms) {
   auto s = std::to_string(static_cast<double>(ms.count()) / 1000.0);
   s.erase(s.find_last_not_of('0') + 1);
   if (!s.empty() && s.back() == '.') s.pop_back();
@@ -49,6 +85,142 @@ std::string first_line(const std::exception& e) {
   return nl == std::string::npos ? what : what.substr(0, nl);
 }
 
+// Who is at the rendezvous: the launcher's run identity and the world size it was started with.
+struct Identity {
+  std::string run_id;
+  int world_size = 0;
+  bool operator==(const Identity&) const = default;
+};
+
+std::string record(const Identity& id) {
+  return kIdentityMagic + "\n" + std::to_string(id.world_size) + "\n" + id.run_id;
+}
+
+std::optional<Identity> parse_record(const std::string& rec) {
+  const auto a = rec.find('\n');
+  if (a == std::string::npos || rec.substr(0, a) != kIdentityMagic) return std::nullopt;
+  const auto b = rec.find('\n', a + 1);
+  if (b == std::string::npos) return std::nullopt;
+  const std::string world = rec.substr(a + 1, b - a - 1);
+  if (world.empty() || world.size() > 9 ||
+      world.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return Identity{rec.substr(b + 1), std::stoi(world)};
+}
+
+std::string describe(const Identity& id) {
+  return "run '" + id.run_id + "' (world " + std::to_string(id.world_size) + ")";
+}
+
+// The message both sides print when a rank of another job reached this rendezvous.
+std::string foreign_message(const WorkerEnv& env, int rank, const Identity& mine,
+                            const Identity& host) {
+  return "dtlaunch ddp: rank " + std::to_string(rank) + " of " + describe(mine) +
+         " reached the rendezvous at " + address(env) + " of " + describe(host) +
+         ": two jobs share MASTER_ADDR:MASTER_PORT; give each its own MASTER_PORT (dtlaunch sets "
+         "DTLAUNCH_RUN_ID and a port per Slurm step)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounding the store's own waits. TCPStore's client blocks in recv with no timeout of its own
+// (1.13's set and add, 2.x's too), and exposes no socket: a peer that accepts the connection but
+// never answers (another program on MASTER_PORT, a stopped rank 0) would hold a rank forever.
+// So the watchdog finds the store's client sockets (created after it started, connected to
+// MASTER_PORT) and shuts them down at the cut-off; the blocked call then fails at once.
+
+struct SocketId {
+  int fd;
+  ino_t inode;
+  auto operator<=>(const SocketId&) const = default;
+};
+
+// The sockets among this process's descriptors whose peer port is `port` (all when port < 0).
+std::set<SocketId> sockets_to(int port) {
+  std::set<SocketId> out;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return out;
+  struct Closer {
+    void operator()(DIR* d) const { ::closedir(d); }
+  };
+  const std::unique_ptr<DIR, Closer> owner(dir);
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    struct stat st {};
+    if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (port >= 0) {
+      sockaddr_storage peer{};
+      socklen_t len = sizeof peer;
+      if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0)
+        continue;
+      int peer_port = -1;
+      if (peer.ss_family == AF_INET)
+        peer_port = ntohs(reinterpret_cast<const sockaddr_in&>(peer).sin_port);
+      else if (peer.ss_family == AF_INET6)
+        peer_port = ntohs(reinterpret_cast<const sockaddr_in6&>(peer).sin6_port);
+      if (peer_port != port) continue;
+    }
+    out.insert({static_cast<int>(fd), st.st_ino});
+  }
+  return out;
+}
+
+class StoreWatchdog {
+ public:
+  StoreWatchdog(int port, Clock::time_point cutoff)
+      : port_(port), before_(sockets_to(-1)), cutoff_(cutoff), thread_([this] { run(); }) {}
+  ~StoreWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  StoreWatchdog(const StoreWatchdog&) = delete;
+  StoreWatchdog& operator=(const StoreWatchdog&) = delete;
+
+  void set_cutoff(Clock::time_point cutoff) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cutoff_ = cutoff;
+    }
+    cv_.notify_all();
+  }
+  // Whether the watchdog cut the store's connections, and so caused the error at hand.
+  bool fired() const { return fired_; }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      const auto cutoff = cutoff_;
+      if (cv_.wait_until(lock, cutoff, [&] { return stop_ || cutoff_ != cutoff; })) {
+        if (stop_) return;
+        continue;
+      }
+      for (const SocketId& s : sockets_to(port_))
+        if (!before_.count(s)) {
+          fired_ = true;
+          ::shutdown(s.fd, SHUT_RDWR);
+        }
+      return;
+    }
+  }
+
+  const int port_;
+  const std::set<SocketId> before_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  Clock::time_point cutoff_;
+  bool stop_ = false;
+  std::atomic<bool> fired_{false};
+  std::thread thread_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
 // One non-blocking connect to `a`, waiting at most a second (and not past the deadline).
 // Returns 0 once accepted (the socket is closed at once), else the errno that says why not.
 int try_connect(const addrinfo& a, Clock::time_point deadline) {
@@ -56,8 +228,7 @@ int try_connect(const addrinfo& a, Clock::time_point deadline) {
   if (fd < 0) return errno;
   int err = ::connect(fd, a.ai_addr, a.ai_addrlen) == 0 ? 0 : errno;
   if (err == EINPROGRESS) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     pollfd p{fd, POLLOUT, 0};
     socklen_t len = sizeof err;
     if (::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 1, 1000))) != 1 ||
@@ -68,39 +239,77 @@ int try_connect(const addrinfo& a, Clock::time_point deadline) {
   return err;
 }
 
+using AddrList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
+
+// Resolves MASTER_ADDR. A name that the resolver says does not exist is an error at once, on
+// every rank (waiting would not fix a typo); other failures are returned in `reason`.
+AddrList resolve(const WorkerEnv& env, std::string& reason) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(env.master_port);
+  const int rc = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found);
+  AddrList owner(found, ::freeaddrinfo);
+  if (rc == EAI_NONAME || rc == EAI_FAIL)
+    throw Error(ExitCode::kBadInput, "dtlaunch ddp: rank " + std::to_string(env.rank) +
+                                         " cannot resolve MASTER_ADDR '" + env.master_addr +
+                                         "': " + ::gai_strerror(rc));
+  if (rc != 0) {
+    reason = "cannot resolve MASTER_ADDR '" + env.master_addr + "': " + ::gai_strerror(rc);
+    return AddrList(nullptr, ::freeaddrinfo);
+  }
+  return owner;
+}
+
+// Prints "dtlaunch ddp: <what> (<elapsed> of <timeout>)" every `every` while a rank waits, so
+// that a long rendezvous says what it waits for instead of staying silent.
+class Progress {
+ public:
+  Progress(Clock::time_point start, milliseconds timeout, milliseconds every)
+      : start_(start), timeout_(timeout), every_(every), next_(start + every) {}
+  bool due() const { return every_.count() > 0 && Clock::now() >= next_; }
+  void print(const std::string& what) {
+    const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start_);
+    std::fprintf(stderr, "dtlaunch ddp: %s (%s of %s)\n", what.c_str(),
+                 seconds_text(std::chrono::duration_cast<std::chrono::seconds>(elapsed)).c_str(),
+                 seconds_text(timeout_).c_str());
+    std::fflush(stderr);
+    while (next_ <= Clock::now()) next_ += every_;
+  }
+
+ private:
+  Clock::time_point start_;
+  milliseconds timeout_;
+  milliseconds every_;
+  Clock::time_point next_;
+};
+
 // Waits until something accepts TCP connections at env's MASTER_ADDR:MASTER_PORT, trying every
 // 5-100 ms, up to the deadline. TCPStore's client spends its whole timeout on a first connect
 // attempt and then backs off for seconds (LibTorch 2.6 reported a missing rank 0 2.5 times past
 // a 2 s timeout; 1.13 retries once a second), so a rank that starts before rank 0 listens would
 // arrive late and one whose rank 0 never comes would report well after the deadline. Returns ""
-// once a connection was accepted, else why the last attempt failed. A name that the resolver
-// says does not exist is an error at once: waiting would not fix a typo.
-std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline) {
-  const std::string port = std::to_string(env.master_port);
+// once a connection was accepted, else why the last attempt failed.
+std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline,
+                              Progress& progress) {
   std::string reason = "no attempt was made";
-  auto pause = std::chrono::milliseconds(5);
+  auto pause = milliseconds(5);
   for (;;) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found);
-    const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
-    if (rc == EAI_NONAME || rc == EAI_FAIL)
-      throw Error(ExitCode::kBadInput, "dtlaunch ddp: rank " + std::to_string(env.rank) +
-                                           " cannot resolve MASTER_ADDR '" + env.master_addr +
-                                           "': " + ::gai_strerror(rc));
-    if (rc != 0)
-      reason = "cannot resolve MASTER_ADDR '" + env.master_addr + "': " + ::gai_strerror(rc);
-    for (const addrinfo* a = rc == 0 ? found : nullptr; a; a = a->ai_next) {
+    const AddrList found = resolve(env, reason);
+    for (const addrinfo* a = found.get(); a; a = a->ai_next) {
       const int err = try_connect(*a, deadline);
       if (err == 0) return "";
       reason = "connect: " + std::string(std::strerror(err));
     }
     const auto now = Clock::now();
     if (now >= deadline) return reason;
+    if (progress.due())
+      progress.print("rank " + std::to_string(env.rank) +
+                     " is waiting for the store that rank 0 hosts at " + address(env) + ": " +
+                     reason);
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
-    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+    pause = std::min(pause * 2, milliseconds(100));
   }
 }
 
@@ -130,6 +339,23 @@ c10::intrusive_ptr<c10d::Store> open_store(const WorkerEnv& env, Options options
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
 }
 
+// The failure record rank 0 publishes: the exit status, a newline, the one-line message.
+std::string failure_record(const Error& e) {
+  return std::to_string(e.exit_status()) + "\n" + e.what();
+}
+Error from_failure_record(const std::string& rec) {
+  const auto nl = rec.find('\n');
+  const ExitCode code = rec.substr(0, nl) == "2" ? ExitCode::kBadInput : ExitCode::kFailure;
+  return Error(code, nl == std::string::npos ? rec : rec.substr(nl + 1));
+}
+
+// Keeps a peer's text to one line of reasonable length.
+std::string one_line(std::string s) {
+  s = s.substr(0, s.find('\n'));
+  if (s.size() > 2000) s.resize(2000);
+  return s;
+}
+
 }  // namespace
 
 std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
@@ -151,27 +377,42 @@ std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
   return out;
 }
 
-c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env,
-                                           std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds timeout,
+                                           milliseconds progress_every) {
   const auto start = Clock::now();
   const auto deadline = start + timeout;
+  Progress progress(start, timeout, progress_every);
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(env.master_port);
   so.isServer = env.rank == 0;
   so.waitWorkers = false;
   so.timeout = timeout;
+  const Identity mine{env.run_id, env.world_size};
+  const std::string me = "rank " + std::to_string(env.rank);
+  const std::string where = "dtlaunch ddp: rendezvous at " + address(env);
 
   auto unreachable = [&](const std::string& reason) {
     return Error(ExitCode::kFailure,
-                 "dtlaunch ddp: rendezvous at " + address(env) + " failed: rank " +
-                     std::to_string(env.rank) +
-                     " could not reach the store that rank 0 hosts within " +
+                 where + " failed: " + me + " could not reach the store that rank 0 hosts within " +
                      seconds_text(timeout) +
                      " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + reason);
   };
-  if (env.rank != 0)
-    if (std::string reason = wait_for_listener(env, deadline); !reason.empty())
-      throw unreachable(reason);
+  if (env.rank == 0) {
+    // Rank 0's own TCPStore client connects to MASTER_ADDR too; with a name that does not
+    // resolve it would retry, one warning a second, to the deadline.
+    std::string reason;
+    resolve(env, reason);
+  } else if (std::string reason = wait_for_listener(env, deadline, progress); !reason.empty()) {
+    throw unreachable(reason);
+  }
+
+  // A real store answers each request at once; one that has not answered the first within this
+  // is not a TCPStore (or its process is stopped).
+  const milliseconds first_answer = std::min<milliseconds>(timeout, std::chrono::seconds(10));
+  // Rank 0 lingers up to 2 s past the deadline so that the others can read its diagnosis.
+  StoreWatchdog watchdog(env.master_port,
+                         std::min(deadline, Clock::now() + first_answer) +
+                             (env.rank == 0 ? std::chrono::seconds(4) : std::chrono::seconds(0)));
 
   c10::intrusive_ptr<c10d::Store> store;
   try {
@@ -181,55 +422,172 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env,
       throw Error(ExitCode::kFailure,
                   "dtlaunch ddp: rank 0 could not host the rendezvous store at " + address(env) +
                       ": " + first_line(e));
+    if (watchdog.fired()) throw unreachable("no answer from the peer: " + first_line(e));
     throw unreachable(first_line(e));
   }
 
-  const std::string where = "dtlaunch ddp: rendezvous at " + address(env);
   int64_t arrived = 0;
+  bool answered = false;
+  // Rank 0 publishes its diagnosis before it gives up, and with it goes the store: so the other
+  // ranks report the same thing instead of a broken pipe. It lingers, briefly, until the ranks
+  // that came have read it.
+  auto fail_all = [&](const Error& e) -> Error {
+    store->set(kFailedKey, bytes(failure_record(e)));
+    const auto linger_end = Clock::now() + std::chrono::seconds(2);
+    while (store->add(kAckKey, 0) < arrived - 1 && Clock::now() < linger_end)
+      std::this_thread::sleep_for(milliseconds(10));
+    return e;
+  };
+  auto check_failed = [&] {
+    if (env.rank != 0 && store->check({kFailedKey})) {
+      auto rec = text(store->get(kFailedKey));
+      store->add(kAckKey, 1);
+      throw from_failure_record(rec);
+    }
+  };
+  auto missing_ranks = [&] {
+    std::vector<int> missing;
+    for (int r = 0; r < env.world_size; ++r)
+      if (!store->check({rank_key(r)})) missing.push_back(r);
+    return missing;
+  };
+  auto sleep_a_little = [&](milliseconds& pause) {
+    std::this_thread::sleep_for(std::min<milliseconds>(
+        pause,
+        std::chrono::duration_cast<milliseconds>(deadline - Clock::now()) + milliseconds(1)));
+    pause = std::min(pause * 2, milliseconds(100));
+  };
   try {
-    store->set(rank_key(env.rank), std::vector<uint8_t>{1});
+    if (env.rank == 0) {
+      // Rank 0 has just started its server: a count above 1 means its client reached another
+      // rank 0's store (MASTER_ADDR names another host, where another job listens).
+      if (store->add(kHostsKey, 1) != 1) {
+        std::string host = "another job";
+        if (store->check({kIdentityKey}))
+          if (auto other = parse_record(text(store->get(kIdentityKey)))) host = describe(*other);
+        throw Error(ExitCode::kBadInput,
+                    "dtlaunch ddp: rank 0 of " + describe(mine) + " found the rendezvous at " +
+                        address(env) + " already hosted by " + host +
+                        ": two jobs share MASTER_ADDR:MASTER_PORT, or MASTER_ADDR is not the "
+                        "host of rank 0");
+      }
+      answered = true;
+      watchdog.set_cutoff(deadline + std::chrono::seconds(4));
+      store->set(kIdentityKey, bytes(record(mine)));
+    } else {
+      // The identity first: nothing of this rank is written to a store of another job.
+      auto pause = milliseconds(5);
+      for (;;) {
+        const bool published = store->check({kIdentityKey});
+        if (!answered) {
+          answered = true;
+          watchdog.set_cutoff(deadline + std::chrono::seconds(1));
+        }
+        if (published) break;
+        if (Clock::now() >= deadline)
+          throw Error(ExitCode::kFailure,
+                      where + " timed out after " + seconds_text(timeout) + ": " + me +
+                          " reached a store there, but no dtlaunch rank 0 published its identity "
+                          "in it (is MASTER_PORT another program's TCPStore, or a rank 0 of an "
+                          "older dtlaunch?)");
+        if (progress.due())
+          progress.print(me + " reached the store at " + address(env) +
+                         "; waiting for rank 0 to publish its identity there");
+        sleep_a_little(pause);
+      }
+      const std::string rec = text(store->get(kIdentityKey));
+      const auto host = parse_record(rec);
+      if (!host)
+        throw Error(ExitCode::kFailure, where + ": " + me +
+                                            " found a store whose identity record is not "
+                                            "dtlaunch's: is MASTER_PORT another program's port?");
+      if (!(*host == mine)) {
+        const std::string msg = foreign_message(env, env.rank, mine, *host);
+        store->set(kRefusedKey, bytes(msg));
+        throw Error(ExitCode::kBadInput, msg);
+      }
+      if (store->add(claim_key(env.rank), 1) != 1) {
+        const std::string msg = "dtlaunch ddp: " + me + " of " + describe(mine) +
+                                " reached the rendezvous at " + address(env) +
+                                ", where another process has already checked in as " + me +
+                                ": two jobs share MASTER_ADDR:MASTER_PORT, or RANK is set wrong";
+        store->set(kRefusedKey, bytes(msg));
+        throw Error(ExitCode::kBadInput, msg);
+      }
+    }
+    store->set(rank_key(env.rank), bytes(record(mine)));
     store->add(kCountKey, 1);
-    // Polling an add(0) rather than a blocking wait(): a TCPStore wait that times out leaves its
-    // reply pending on the socket, and the diagnosis below needs the socket afterwards.
-    auto pause = std::chrono::milliseconds(5);
+
+    // Polling an add(0) or a check rather than a blocking wait(): a TCPStore wait that times out
+    // leaves its reply pending on the socket, and the diagnosis below needs the socket afterwards.
+    auto pause = milliseconds(5);
     for (;;) {
-      arrived = store->add(kCountKey, 0);
-      if (arrived >= env.world_size) break;
-      // Rank 0 publishes its diagnosis before it gives up, and with it goes the store: so the
-      // other ranks report the same thing instead of a broken pipe.
-      if (env.rank != 0 && store->check({kFailedKey})) {
-        auto text = store->get(kFailedKey);
-        store->add(kAckKey, 1);
-        throw Error(ExitCode::kFailure, std::string(text.begin(), text.end()));
+      if (env.rank == 0) {
+        arrived = store->add(kCountKey, 0);
+        if (store->check({kRefusedKey}))
+          throw fail_all(Error(ExitCode::kBadInput, one_line(text(store->get(kRefusedKey)))));
+        if (arrived >= env.world_size) {
+          // Every rank checked in with this run's identity: the clients checked it already;
+          // this catches a peer that wrote its rank key without doing so.
+          for (int r = 1; r < env.world_size; ++r) {
+            const auto theirs = parse_record(text(store->get(rank_key(r))));
+            if (!theirs || !(*theirs == mine))
+              throw fail_all(Error(
+                  ExitCode::kBadInput,
+                  theirs ? foreign_message(env, r, *theirs, mine)
+                         : where + ": rank " + std::to_string(r) +
+                               " checked in without a dtlaunch identity (another program, or an "
+                               "older dtlaunch, on MASTER_PORT?)"));
+          }
+          store->set(kDoneKey, bytes("1"));
+          break;
+        }
+      } else {
+        if (store->check({kDoneKey})) break;
+        check_failed();
       }
       if (Clock::now() >= deadline) {
-        std::vector<int> missing;
-        for (int r = 0; r < env.world_size; ++r)
-          if (!store->check({rank_key(r)})) missing.push_back(r);
+        arrived = store->add(kCountKey, 0);
         const std::string msg = where + " timed out after " + seconds_text(timeout) + ": " +
                                 std::to_string(arrived) + " of " + std::to_string(env.world_size) +
-                                " ranks arrived; missing ranks: " + format_ranks(missing);
-        if (env.rank == 0) {
-          store->set(kFailedKey, std::vector<uint8_t>(msg.begin(), msg.end()));
-          // Keeps the store up, briefly, until the ranks that came have read it.
-          const auto linger_end = Clock::now() + std::chrono::seconds(2);
-          while (store->add(kAckKey, 0) < arrived - 1 && Clock::now() < linger_end)
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        } else {
-          store->add(kAckKey, 1);
-        }
+                                " ranks arrived; missing ranks: " + format_ranks(missing_ranks());
+        if (env.rank == 0) throw fail_all(Error(ExitCode::kFailure, msg));
+        store->add(kAckKey, 1);
         throw Error(ExitCode::kFailure, msg);
       }
-      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
-          pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
-                     std::chrono::milliseconds(1)));
-      pause = std::min(pause * 2, std::chrono::milliseconds(100));
+      if (progress.due()) {
+        if (env.rank == 0) {
+          progress.print("rendezvous at " + address(env) + ": " + std::to_string(arrived) + " of " +
+                         std::to_string(env.world_size) + " ranks arrived; waiting for ranks " +
+                         format_ranks(missing_ranks()));
+        } else {
+          progress.print("rendezvous at " + address(env) + ": " + me + " checked in; " +
+                         std::to_string(store->add(kCountKey, 0)) + " of " +
+                         std::to_string(env.world_size) + " ranks arrived");
+        }
+      }
+      sleep_a_little(pause);
     }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error(ExitCode::kFailure, where + " failed on rank " + std::to_string(env.rank) +
-                                        " after " + std::to_string(arrived) + " of " +
+    if (!answered) {
+      const std::string how = watchdog.fired()
+                                  ? "did not answer within " + seconds_text(first_answer)
+                                  : "did not answer as a c10d TCPStore";
+      throw Error(ExitCode::kFailure, where + " failed: " + me + " connected, but the peer there " +
+                                          how +
+                                          " (is MASTER_PORT another program's port, or is rank 0 "
+                                          "stopped?): " +
+                                          first_line(e));
+    }
+    if (watchdog.fired())
+      throw Error(ExitCode::kFailure, where + " failed on " + me +
+                                          ": the store that rank 0 hosts "
+                                          "stopped answering; gave up at the deadline (" +
+                                          seconds_text(timeout) + ")");
+    throw Error(ExitCode::kFailure, where + " failed on " + me + " after " +
+                                        std::to_string(arrived) + " of " +
                                         std::to_string(env.world_size) +
                                         " ranks had arrived: lost the store that rank 0 hosts "
                                         "(rank 0 gave up or died): " +

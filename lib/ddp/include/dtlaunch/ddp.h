@@ -38,6 +38,12 @@ struct InitOptions {
   Backend backend = Backend::kAuto;
   // Bounds the rendezvous (all ranks reaching the store) and every collective.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Bounds the rendezvous alone when positive (a short one finds a missing rank quickly without
+  // shortening the collectives' timeout); 0: `timeout`.
+  std::chrono::milliseconds rendezvous_timeout{0};
+  // While the rendezvous waits, a line on stderr this often says what it waits for (which ranks
+  // are missing, or that rank 0's store is not up yet); 0: silent.
+  std::chrono::milliseconds progress_every{std::chrono::seconds(15)};
   // Gloo worker threads per process. 0 (automatic): 2 when the node has at least 4 cores per
   // local rank, else 1, because Gloo's threads otherwise take cores from the ranks' own compute
   // (2 ranks on 2 cores: steps 5-8 % slower with 2 threads than with 1; docs/ddp.md).
@@ -57,6 +63,10 @@ struct WorkerEnv {
   // USE_LIBUV, as in PyTorch 2.4+: "1" (default) hosts the store on TCPStore's libuv server
   // where this LibTorch has one, "0" on the older server. LibTorch 1.13 has only the older one.
   bool store_use_libuv = true;
+  // DTLAUNCH_RUN_ID, the launcher's opaque identity of the job ("" when unset, as under
+  // torchrun). Every rank's (run_id, world_size) must equal rank 0's at the rendezvous, so that
+  // two jobs that share MASTER_ADDR:MASTER_PORT fail instead of mixing their ranks.
+  std::string run_id;
 
   // Reads the process environment once.
   static WorkerEnv from_environment();
