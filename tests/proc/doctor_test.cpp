@@ -82,7 +82,7 @@ TEST_CASE("doctor: a task that cannot reach rank 0 says why on one line and exit
                        ": connection refused at 127.0.0.1:" + port + "\n");
 }
 
-TEST_CASE("--preflight that fails starts nothing and exits 3", "[doctor]") {
+TEST_CASE("preflight: a check that fails starts nothing and exits 3", "[doctor]") {
   TempDir dir;
   const std::string port = std::to_string(dtlaunch::find_free_port());
   const std::string marker = dir / "started";
@@ -98,7 +98,7 @@ TEST_CASE("--preflight that fails starts nothing and exits 3", "[doctor]") {
   CHECK(ran.out.empty());  // stdout is the program's
 }
 
-TEST_CASE("--preflight that passes starts the workers", "[doctor]") {
+TEST_CASE("preflight: a check that passes starts the workers", "[doctor]") {
   TempDir dir;
   const Ran ran = run_program(
       {kDtlaunch, "--preflight", "--nproc-per-node", "2", "/bin/sh", "-c", "echo started $RANK"},

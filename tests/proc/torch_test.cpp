@@ -76,7 +76,7 @@ TEST_CASE("python3-torch across two launchers (--nnodes 2 on loopback)", "[torch
 }
 
 #ifdef DTLAUNCH
-TEST_CASE("--preflight passes, then python3-torch binds and serves the very same port", "[torch]") {
+TEST_CASE("preflight passes, then python3-torch binds and serves the very same port", "[torch]") {
   // The doctor's listener must be gone before the program starts: PyTorch's TCPStore on rank 0
   // binds MASTER_PORT right after the check, on both launchers.
   TempDir dir;
