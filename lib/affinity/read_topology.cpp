@@ -139,6 +139,11 @@ void read_gpus(const std::string& root, Topology& topology) {
 
 Topology read_topology(const std::string& root) {
   const bool this_machine = root == "/";
+  // hwloc describes an empty directory as a machine of one CPU: refuse it before.
+  if (!this_machine && !read_small(root + "/sys/devices/system/cpu/online"))
+    throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root,
+                         "has no sys/devices/system/cpu/online: not a copy of a node's sys/ "
+                         "and proc/");
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) throw Error::system("hwloc_topology_init", errno);
   std::unique_ptr<hwloc_topology, TopologyDeleter> topo(raw);
@@ -153,9 +158,6 @@ Topology read_topology(const std::string& root) {
   }
   Topology topology;
   topology.online = from_bitmap(hwloc_topology_get_topology_cpuset(raw));
-  if (!this_machine && topology.online.size() <= 1 && !read_small(root + "/sys/devices/system/cpu/online"))
-    throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root,
-                         "has no sys/devices/system/cpu/online: not a copy of a node's sys/ and proc/");
   topology.cores = groups(raw, HWLOC_OBJ_CORE);
   topology.numa = groups(raw, HWLOC_OBJ_NUMANODE);
   topology.packages = groups(raw, HWLOC_OBJ_PACKAGE);
