@@ -43,8 +43,8 @@ PreparedBinding::PreparedBinding(const Binding& binding)
 int PreparedBinding::apply() const noexcept {
   if (mode_ >= 0) {
     // maxnode counts one more than the bits passed: the kernel drops the last one.
-    const long r = ::syscall(SYS_set_mempolicy, mode_, node_mask_.data(),
-                             node_mask_.size() * kBits + 1);
+    const long r =
+        ::syscall(SYS_set_mempolicy, mode_, node_mask_.data(), node_mask_.size() * kBits + 1);
     if (r != 0 && !(mode_ == kMpolPreferredMany && errno == EINVAL)) return errno;
   }
   if (::syscall(SYS_sched_setaffinity, 0, cpu_mask_.size() * sizeof(unsigned long),

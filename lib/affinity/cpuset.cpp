@@ -22,7 +22,8 @@ std::optional<CpuSet> CpuSet::parse(std::string_view text) {
     std::string_view item = text.substr(pos, comma - pos);
     const std::size_t dash = item.find('-');
     auto lo = parse_uint(item.substr(0, dash), kMaxCpuNumber);
-    auto hi = dash == std::string_view::npos ? lo : parse_uint(item.substr(dash + 1), kMaxCpuNumber);
+    auto hi =
+        dash == std::string_view::npos ? lo : parse_uint(item.substr(dash + 1), kMaxCpuNumber);
     if (!lo || !hi || *lo > *hi) return std::nullopt;
     for (auto id = *lo; id <= *hi; ++id) ids.push_back(static_cast<unsigned>(id));
     pos = comma + 1;

@@ -236,15 +236,16 @@ Binding plan_binding(const Topology& topology, const AffinityRequest& r) {
     if (r.mem == MemBind::kStrict)
       throw Error(ExitCode::kBadInput,
                   rank + ": --mem-bind=strict wants NUMA node(s) " + nodes.to_list() +
-                      " (those of CPUs " + b.cpus.to_list() + ") but the task may allocate only on " +
+                      " (those of CPUs " + b.cpus.to_list() +
+                      ") but the task may allocate only on " +
                       (r.task_mems.empty() ? std::string("none") : r.task_mems.to_list()));
     b.why += "; memory: no policy (NUMA node(s) " + nodes.to_list() +
              " are not among the allowed " + r.task_mems.to_list() + ")";
     return b;
   }
   b.policy = r.mem == MemBind::kStrict ? MemPolicy::kBind
-             : b.mems.size() == 1     ? MemPolicy::kPreferred
-                                      : MemPolicy::kPreferredMany;
+             : b.mems.size() == 1      ? MemPolicy::kPreferred
+                                       : MemPolicy::kPreferredMany;
   b.why += "; memory: " + std::string(to_string(b.policy)) + " " + b.mems.to_list() +
            " (the NUMA node(s) of those CPUs)";
   return b;

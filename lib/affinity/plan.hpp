@@ -54,9 +54,9 @@ struct AffinityRequest {
 struct Binding {
   CpuSet cpus;
   MemPolicy policy = MemPolicy::kNone;
-  CpuSet mems;        // NUMA nodes of the policy
-  unsigned cores = 0;  // physical cores among `cpus`: the default OMP_NUM_THREADS
-  std::string why;     // for -v: what was chosen and from what
+  CpuSet mems;                         // NUMA nodes of the policy
+  unsigned cores = 0;                  // physical cores among `cpus`: the default OMP_NUM_THREADS
+  std::string why;                     // for -v: what was chosen and from what
   std::optional<std::string> warning;  // said without -v (ranks that had to share cores)
 };
 

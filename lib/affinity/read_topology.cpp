@@ -192,7 +192,8 @@ TaskMask read_task_mask(const std::string& root, const Topology& topology) {
       std::vector<unsigned> ids;
       for (std::size_t w = 0; w < bits.size(); ++w)
         for (unsigned b = 0; b < 8 * sizeof(unsigned long); ++b)
-          if (bits[w] >> b & 1UL) ids.push_back(static_cast<unsigned>(w * 8 * sizeof(unsigned long) + b));
+          if (bits[w] >> b & 1UL)
+            ids.push_back(static_cast<unsigned>(w * 8 * sizeof(unsigned long) + b));
       mask.cpus = CpuSet(std::move(ids));
       break;
     }

@@ -28,12 +28,12 @@ struct Gpu {
 };
 
 struct Topology {
-  CpuSet online;                  // every online CPU
-  std::vector<CpuGroup> cores;    // in topology order (hwloc's logical order)
-  std::vector<CpuGroup> numa;     // NUMA nodes that have CPUs, in topology order
+  CpuSet online;                // every online CPU
+  std::vector<CpuGroup> cores;  // in topology order (hwloc's logical order)
+  std::vector<CpuGroup> numa;   // NUMA nodes that have CPUs, in topology order
   std::vector<CpuGroup> packages;
-  std::vector<CpuGroup> caches;   // the largest (last-level) cache of each group of cores
-  std::vector<Gpu> gpus;          // in PCI bus id order
+  std::vector<CpuGroup> caches;  // the largest (last-level) cache of each group of cores
+  std::vector<Gpu> gpus;         // in PCI bus id order
 };
 
 }  // namespace dtlaunch

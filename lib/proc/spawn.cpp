@@ -30,6 +30,9 @@ ExecArgs prepare(const WorkerProcess& worker) {
   return a;
 }
 
+// Planned within the task's own mask, so the kernel refuses it only if that mask changed since.
+constexpr char kBindFailed[] = "dtlaunch: the kernel refused this worker's --cpu-bind/--mem-bind\n";
+
 // Makes `from` the descriptor `to` in the child, without close-on-exec.
 void move_fd(int from, int to) {
   if (from == to) {
@@ -58,6 +61,10 @@ StartedWorker start_worker(const WorkerProcess& worker, int devnull) {
       move_fd(devnull, 0);
       move_fd(out.write.get(), 1);
       move_fd(err.write.get(), 2);
+      if (worker.binding && worker.binding->apply() != 0) {
+        [[maybe_unused]] const ssize_t n = ::write(2, kBindFailed, sizeof kBindFailed - 1);
+        ::_exit(1);
+      }
       block.unblock_in_child();
       ::execve(worker.program_path.c_str(), args.argv.data(), args.envp.data());
       const int e = errno;
