@@ -62,7 +62,7 @@ std::string describe_gpu(const Topology& topology, std::size_t gpu) {
 struct Want {
   CpuSet cpus;
   std::string why;
-  bool shared = false;  // fewer cores than ranks: some share
+  bool shared = false;  // exclusive with fewer cores than ranks: some share
 };
 
 Want with_gpu(const Topology& topology, const AffinityRequest& r, const CpuSet& pool) {
@@ -94,10 +94,9 @@ Want with_gpu(const Topology& topology, const AffinityRequest& r, const CpuSet& 
       auto caches = groups_in(topology.caches, numa->cpus & pool);
       if (caches.empty()) return {numa->cpus, where};
       auto [lo, hi] = block(index, peers, caches.size());
-      return {caches[lo]->cpus & numa->cpus,
-              "last-level cache " + num(lo + 1) + " of " + num(caches.size()) + " in " + where +
-                  " (rank " + num(index + 1) + " of " + num(peers) + " there)",
-              peers > caches.size()};
+      return {caches[lo]->cpus & numa->cpus, "last-level cache " + num(lo + 1) + " of " +
+                                                 num(caches.size()) + " in " + where + " (rank " +
+                                                 num(index + 1) + " of " + num(peers) + " there)"};
     }
     case CpuBind::kExclusive: {
       auto cores = groups_in(topology.cores, numa->cpus & pool);
@@ -148,7 +147,8 @@ Want spread(const Topology& topology, const AffinityRequest& r, const CpuSet& po
                         ? num(hi - lo) + " of the " + num(groups.size()) + " cores"
                         : what + " " + num(lo + 1) + " of " + num(groups.size());
   why += " (no GPU to follow: local rank " + num(index) + " of " + num(members) + ")";
-  return {cpus, why, members > groups.size()};
+  // Several ranks per NUMA node, package or cache is the usual case; per core it is not.
+  return {cpus, why, r.cpu == CpuBind::kExclusive && members > groups.size()};
 }
 
 unsigned count_cores(const Topology& topology, const CpuSet& cpus) {
@@ -225,7 +225,7 @@ Binding plan_binding(const Topology& topology, const AffinityRequest& r) {
   }
   if (want.shared)
     b.warning = rank + ": --cpu-bind=" + std::string(to_string(r.cpu)) +
-                ": fewer CPUs than ranks in its domain, so ranks share CPUs " + b.cpus.to_list();
+                ": fewer cores than ranks, so ranks share CPUs " + b.cpus.to_list();
 
   if (r.mem == MemBind::kNone) return b;
   CpuSet nodes;
@@ -265,13 +265,12 @@ std::optional<std::size_t> find_gpu(const Topology& topology, std::string_view i
   std::vector<std::size_t> candidates;
   for (std::size_t i = 0; i < gpus.size(); ++i) candidates.push_back(i);
   if (allocated) {
-    bool all_allocated = true;
+    bool renumbered = true;
     for (const std::string& v : visible) {
       auto index = parse_uint(v, kMaxCpuNumber);
-      if (index && std::find(allocated->begin(), allocated->end(), *index) == allocated->end())
-        all_allocated = false;
+      if (index && *index >= allocated->size()) renumbered = false;
     }
-    if (!all_allocated)
+    if (renumbered)
       std::erase_if(candidates, [&](std::size_t i) {
         return std::find(allocated->begin(), allocated->end(), gpus[i].minor) == allocated->end();
       });

@@ -57,7 +57,7 @@ struct Binding {
   CpuSet mems;                         // NUMA nodes of the policy
   unsigned cores = 0;                  // physical cores among `cpus`: the default OMP_NUM_THREADS
   std::string why;                     // for -v: what was chosen and from what
-  std::optional<std::string> warning;  // said without -v (ranks that had to share cores)
+  std::optional<std::string> warning;  // said without -v: exclusive ranks that share cores
 };
 
 // Throws Error(kBadInput) naming the rank, its mask and the CPUs it wanted when the mode's
@@ -68,8 +68,9 @@ Binding plan_binding(const Topology& topology, const AffinityRequest& request);
 // each GPU's UUID; MIG-... is not located (its parent GPU is known only to NVML). An index k
 // counts CUDA's devices in PCI bus order (true under CUDA_DEVICE_ORDER=PCI_BUS_ID): the k-th
 // GPU of the node, or, when `allocated` (Slurm's SLURM_STEP_GPUS / SLURM_JOB_GPUS, device
-// minors) is given and the visible indices are not all among them, the k-th of the allocated
-// GPUs (Slurm's ConstrainDevices renumbers what CUDA sees from 0).
+// minors) is given and every visible index is below its count, the k-th of the allocated GPUs:
+// under ConstrainDevices (the usual setup) CUDA sees only those, numbered from 0. Otherwise
+// (Slurm without device constraint exports the node-wide numbers) the k-th GPU of the node.
 std::optional<std::size_t> find_gpu(const Topology& topology, std::string_view id,
                                     const std::vector<std::string>& visible,
                                     const std::optional<std::vector<unsigned>>& allocated);
