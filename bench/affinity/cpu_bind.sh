@@ -19,5 +19,5 @@ ARGS="--max-steps $STEPS --log-every 0 --stop-check-every 0"
 echo "== 2 ranks, $STEPS steps each run, $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 "$DTLAUNCH" --nproc-per-node 2 --cpu-bind exclusive --dry-run "$TRAIN" | grep '^# cpus'
 hyperfine -N --style basic --runs "$RUNS" --warmup 1 \
-  -n "--cpu-bind none" "$DTLAUNCH --nproc-per-node 2 --cpu-bind none $TRAIN $ARGS" \
-  -n "--cpu-bind exclusive" "$DTLAUNCH --nproc-per-node 2 --cpu-bind exclusive $TRAIN $ARGS"
+  -n "cpu-bind none" "$DTLAUNCH --nproc-per-node 2 --cpu-bind none $TRAIN $ARGS" \
+  -n "cpu-bind exclusive" "$DTLAUNCH --nproc-per-node 2 --cpu-bind exclusive $TRAIN $ARGS"
