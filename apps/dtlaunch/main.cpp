@@ -121,7 +121,7 @@ int run_launcher(int argc, char** argv, bool doctor) {
   RunFlags flags;
   std::string mode = "auto", gpu_bind = "share", format = "shell";
   std::string nproc, nnodes, node_rank, max_restarts = "0", master_port, gpus_per_node;
-  std::string grace = "30", master_addr, log_dir, port_range, run_id;
+  std::string grace = "30", master_addr, log_dir, port_range, run_id, cpu_bind, mem_bind;
 
   std::string check_timeout = "60";
   bool preflight = false;
@@ -171,6 +171,14 @@ int run_launcher(int argc, char** argv, bool doctor) {
                  "share (default): keep all GPUs visible and export "
                  "DTLAUNCH_CUDA_DEVICE; isolate: narrow CUDA_VISIBLE_DEVICES to one GPU; none")
       ->check(CLI::IsMember({"share", "isolate", "none"}));
+  app.add_option("--cpu-bind", cpu_bind,
+                 "none (default), numa, socket, exclusive or cache: the CPUs of each rank, "
+                 "near its GPU, within what Slurm gave the task (also DTLAUNCH_CPU_BIND)")
+      ->check(CLI::IsMember({"none", "numa", "socket", "exclusive", "cache"}));
+  app.add_option("--mem-bind", mem_bind,
+                 "none, local (prefer the NUMA nodes of the bound CPUs; the default with "
+                 "--cpu-bind) or strict (allocate only there) (also DTLAUNCH_MEM_BIND)")
+      ->check(CLI::IsMember({"none", "local", "strict"}));
   app.add_option("--gpus-per-node", gpus_per_node,
                  "GPUs on this node (default: "
                  "CUDA_VISIBLE_DEVICES, else /dev/nvidiaN)")
@@ -221,6 +229,8 @@ int run_launcher(int argc, char** argv, bool doctor) {
     options.master_port =
         static_cast<std::uint16_t>(count_option("--master-port", master_port, 1, 65535));
   if (app.count("--port-range")) options.port_range = port_range;
+  if (app.count("--cpu-bind")) options.cpu_bind = parse_cpu_bind(cpu_bind);
+  if (app.count("--mem-bind")) options.mem_bind = parse_mem_bind(mem_bind);
   if (app.count("--gpus-per-node"))
     options.gpus_per_node = count_option("--gpus-per-node", gpus_per_node, 0, 1024);
   if (app.count("--run-id")) options.run_id = run_id;

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <string_view>
 
+#include "affinity/apply.hpp"
 #include "cli/log.hpp"
 #include "core/error.hpp"
 #include "doctor/probe.hpp"
@@ -21,18 +22,25 @@ namespace dtlaunch {
 
 namespace {
 
+std::optional<Binding> binding_of(const LaunchSpec& spec, std::uint32_t local_rank) {
+  if (const Binding* b = spec.affinity.of(local_rank)) return *b;
+  return std::nullopt;
+}
+
 std::vector<PlannedWorker> plan_workers(const LaunchSpec& spec, const EnvMap& env,
                                         std::uint32_t restart_count, std::uint32_t slurm_rank,
                                         std::uint32_t slurm_local_rank) {
   std::vector<PlannedWorker> workers;
   if (spec.mode == Mode::kSlurm) {
     WorkerInfo self{slurm_rank, slurm_local_rank, restart_count};
-    workers.push_back({self.rank, self.local_rank, build_worker_env(spec, self, env)});
+    workers.push_back({self.rank, self.local_rank, build_worker_env(spec, self, env),
+                       binding_of(spec, self.local_rank)});
     return workers;
   }
   for (std::uint32_t local = 0; local < spec.local_world_size; ++local) {
     WorkerInfo worker{spec.first_rank_on_node + local, local, restart_count};
-    workers.push_back({worker.rank, worker.local_rank, build_worker_env(spec, worker, env)});
+    workers.push_back({worker.rank, worker.local_rank, build_worker_env(spec, worker, env),
+                       binding_of(spec, worker.local_rank)});
   }
   return workers;
 }
@@ -59,6 +67,7 @@ doctor::TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker
   r.gpu_isolated_by_slurm = spec.gpu.isolated_by_slurm;
   r.gpus_on_node = static_cast<std::uint32_t>(spec.gpu.visible.size());
   r.omp_num_threads = value("OMP_NUM_THREADS");
+  if (worker.binding) r.cpus = worker.binding->cpus.to_list();  // what --cpu-bind will give it
   r.program.path = spec.program_path;
   r.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
   return r;
@@ -141,6 +150,12 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
 
   if (mode == Mode::kSlurm) {
     out.flush();
+    // On dtlaunch itself: the program inherits both across exec, before its first allocation.
+    if (const auto& binding = planned.front().binding)
+      if (const int e = PreparedBinding(*binding).apply())
+        throw Error::system("binding rank " + std::to_string(rank) + " to CPUs " +
+                                binding->cpus.to_list() + " (sched_setaffinity, set_mempolicy)",
+                            e);
     exec_program(spec.program_path, spec.argv, apply_env(env, planned.front().changes));
   }
 
@@ -153,7 +168,8 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
     std::vector<WorkerProcess> processes;
     for (PlannedWorker& w : plan_workers(spec, env, restart_count, 0, 0))
       processes.push_back(
-          {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes)});
+          {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes),
+           w.binding ? std::make_shared<const PreparedBinding>(*w.binding) : nullptr});
     return processes;
   };
   out.flush();  // nothing of ours may come out after the workers' output

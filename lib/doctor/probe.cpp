@@ -112,7 +112,7 @@ void probe_node(TaskReport& r) {
   r.host = host;
   r.host_resolves_to = resolve(r.host);
   r.master_resolves_to = resolve(r.master_addr);
-  r.cpus = cpulist_of_this_task();
+  if (r.cpus.empty()) r.cpus = cpulist_of_this_task();  // unless a --cpu-bind plan says
   struct statvfs shm {};
   if (::statvfs("/dev/shm", &shm) == 0) r.shm_bytes = std::uint64_t{shm.f_blocks} * shm.f_frsize;
   rlimit memlock{};
@@ -130,7 +130,7 @@ void copy_node_facts(const TaskReport& from, TaskReport& to) {
   to.host = from.host;
   to.host_resolves_to = from.host_resolves_to;
   to.master_resolves_to = from.master_resolves_to;
-  to.cpus = from.cpus;
+  if (to.cpus.empty()) to.cpus = from.cpus;
   to.shm_bytes = from.shm_bytes;
   to.memlock_bytes = from.memlock_bytes;
   to.infiniband_devices = from.infiniband_devices;

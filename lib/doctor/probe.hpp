@@ -12,7 +12,8 @@
 
 namespace dtlaunch::doctor {
 
-// Fills the node facts of `report` (host, name resolution, CPUs, /dev/shm, memlock,
+// Fills the node facts of `report` (host, name resolution, CPUs unless the caller set the ones a
+// --cpu-bind plan gives the rank, /dev/shm, memlock,
 // InfiniBand, the identity of the program and of dtlaunch, the wall clock); the caller has set
 // who the task is and what it was told.
 void probe_node(TaskReport& report);

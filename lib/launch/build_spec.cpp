@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "affinity/plan.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
@@ -254,6 +255,121 @@ void choose_omp(LaunchSpec& spec, const EnvMap& env, std::optional<std::string> 
            (cpus_per_task ? " from SLURM_CPUS_PER_TASK" : " (not set; SLURM_CPUS_PER_TASK unset)"));
 }
 
+CpuBind cpu_bind_of(const LaunchOptions& options, const EnvMap& env) {
+  if (options.cpu_bind) return *options.cpu_bind;
+  auto text = env.get("DTLAUNCH_CPU_BIND");
+  if (!text) return CpuBind::kNone;
+  auto bind = parse_cpu_bind(*text);
+  if (!bind)
+    throw Error::bad_env("DTLAUNCH_CPU_BIND", *text,
+                         "expected none, numa, socket, exclusive or cache");
+  return *bind;
+}
+
+MemBind mem_bind_of(const LaunchOptions& options, const EnvMap& env, CpuBind cpu) {
+  if (options.mem_bind) return *options.mem_bind;
+  auto text = env.get("DTLAUNCH_MEM_BIND");
+  if (!text) return cpu == CpuBind::kNone ? MemBind::kNone : MemBind::kLocal;
+  auto bind = parse_mem_bind(*text);
+  if (!bind) throw Error::bad_env("DTLAUNCH_MEM_BIND", *text, "expected none, local or strict");
+  return *bind;
+}
+
+// The device minors Slurm allocated, when it says (for find_gpu's reading of indices).
+std::optional<std::vector<unsigned>> allocated_minors(const EnvMap& env) {
+  for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {
+    auto text = env.get(name);
+    if (!text) continue;
+    std::vector<unsigned> minors;
+    for (const std::string& id : parse_visible_devices(*text, name))
+      if (auto n = parse_uint(id, kMaxCpuNumber)) minors.push_back(static_cast<unsigned>(*n));
+    return minors;
+  }
+  return std::nullopt;
+}
+
+// --cpu-bind / --mem-bind: reads the topology (only when asked to bind) and plans the binding
+// of the local ranks this launcher starts: `own_local_rank` under Slurm, all in local mode.
+// Called once the GPU plan is checked, so choose_device cannot throw here.
+void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
+                   const System& system, std::optional<std::uint32_t> own_local_rank,
+                   std::uint32_t own_rank) {
+  AffinityPlan& plan = spec.affinity;
+  plan.cpu = cpu_bind_of(options, env);
+  plan.mem = mem_bind_of(options, env, plan.cpu);
+  if (plan.cpu == CpuBind::kNone && plan.mem == MemBind::kNone) return;
+  const std::string root = std::string(env.get("DTLAUNCH_TOPOLOGY_ROOT").value_or("/"));
+  const Topology topology = system.topology(root);
+  const TaskMask mask = system.task_mask(root, topology);
+  const bool speak = !own_local_rank || *own_local_rank == 0;  // once per node
+
+  // Indices name devices in CUDA's order, which is the PCI bus order only under PCI_BUS_ID.
+  auto order = env.get("CUDA_DEVICE_ORDER");
+  const bool indices_in_bus_order = !order || *order == "PCI_BUS_ID";
+  plan.export_device_order = !order && plan.cpu != CpuBind::kNone;
+  const auto allocated = allocated_minors(env);
+  AffinityRequest request;
+  request.cpu = plan.cpu;
+  request.mem = plan.mem;
+  request.task_cpus = mask.cpus;
+  request.task_mems = mask.mems;
+  request.shared_mask = spec.mode == Mode::kLocal;
+  std::string unlocated;
+  for (std::uint32_t local = 0; local < spec.local_world_size; ++local) {
+    auto device = choose_device(spec.gpu, local, spec.local_world_size);
+    std::optional<std::size_t> gpu;
+    if (device) {
+      const bool index = device->id.find_first_not_of("0123456789") == std::string::npos;
+      if (!index || indices_in_bus_order)
+        gpu = find_gpu(topology, device->id, spec.gpu.visible, allocated);
+      if (!gpu && unlocated.empty())
+        unlocated = "GPU '" + excerpt(device->id) + "' of local rank " + num(local);
+    }
+    request.gpu_of_local_rank.push_back(gpu);
+  }
+  if (!unlocated.empty() && plan.cpu != CpuBind::kNone && speak)
+    note(spec, Note::Level::kWarn, false,
+         "--cpu-bind=" + std::string(to_string(plan.cpu)) + ": " + unlocated +
+             " is not among the node's NVIDIA GPUs (/proc/driver/nvidia/gpus" +
+             (indices_in_bus_order ? std::string()
+                                   : ", and CUDA_DEVICE_ORDER=" + excerpt(*order) +
+                                         " numbers devices in another order") +
+             "): spreading the ranks over the node instead of following their GPUs");
+  if (spec.mode == Mode::kSlurm) {
+    // Slurm's per-task binding (srun --cpu-bind=cores, map_cpu, ...) gives each task a mask of
+    // its own; a cgroup alone gives every task of the node the same one, to share.
+    auto slurm_bind = env.get("SLURM_CPU_BIND_TYPE");
+    const bool bound_by_slurm = slurm_bind && *slurm_bind != "none" && *slurm_bind != "none,";
+    request.shared_mask = !bound_by_slurm && !spec.gpu.isolated_by_slurm;
+    if (bound_by_slurm)
+      note(spec, Note::Level::kInfo, false,
+           "Slurm bound this task (SLURM_CPU_BIND_TYPE=" + excerpt(*slurm_bind) + ") to CPUs " +
+               mask.cpus.to_list() + ": --cpu-bind=" + std::string(to_string(plan.cpu)) +
+               " narrows within it, never beyond");
+    else if (spec.gpu.isolated_by_slurm && plan.cpu != CpuBind::kNone)
+      note(spec, Note::Level::kInfo, false,
+           "each task sees only its own GPU (--gpus-per-task), so the other tasks' GPUs are "
+           "unknown: this task does not divide its NUMA node with them");
+  }
+  plan.by_local_rank.resize(spec.local_world_size);
+  for (std::uint32_t local = 0; local < spec.local_world_size; ++local) {
+    if (own_local_rank && local != *own_local_rank) continue;
+    request.local_rank = local;
+    request.rank = own_local_rank ? own_rank : spec.first_rank_on_node + local;
+    Binding binding = plan_binding(topology, request);
+    note(spec, Note::Level::kInfo, false, binding.why);
+    if (binding.warning) note(spec, Note::Level::kWarn, false, *binding.warning);
+    plan.by_local_rank[local] = std::move(binding);
+  }
+  if (plan.cpu != CpuBind::kNone && !env.get("OMP_NUM_THREADS") && speak)
+    note(spec, Note::Level::kInfo, false,
+         "OMP_NUM_THREADS: instead, the number of physical cores bound to each rank (--cpu-bind)");
+  if (plan.export_device_order && speak)
+    note(spec, Note::Level::kDebug, false,
+         "CUDA_DEVICE_ORDER=PCI_BUS_ID, so that CUDA numbers the GPUs in the order dtlaunch "
+         "located them");
+}
+
 void finish(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
             std::optional<std::uint64_t> job_id) {
   if (options.argv.empty() && !options.program_optional)
@@ -327,6 +443,7 @@ LaunchSpec spec_from_slurm(const SlurmStep& step, const LaunchOptions& options, 
   spec.gpu = make_gpu_plan(options, env, system, step.gpus_per_task, Mode::kSlurm);
   choose_omp(spec, env, step.cpus_per_task);
   finish(spec, options, env, step.job_id);
+  plan_affinity(spec, options, env, system, step.localid, step.procid);
   return spec;
 }
 
@@ -403,6 +520,7 @@ LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, cons
   spec.world_size = spec.nnodes * nproc;
   spec.first_rank_on_node = spec.node_rank * nproc;
   finish(spec, options, env, job_id);
+  plan_affinity(spec, options, env, system, std::nullopt, 0);
   if (need_free_port) {  // last, once everything else is known to be valid
     spec.master.port = find_free_port();
     note(spec, Note::Level::kDebug, true,

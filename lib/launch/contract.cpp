@@ -49,7 +49,8 @@ constexpr std::array kExported = {
     ExportedVar{"TORCH_NCCL_ASYNC_ERROR_HANDLING",
                 "lets NCCL errors abort the job instead of hanging", "1, unless already set"},
     ExportedVar{"OMP_NUM_THREADS", "threads per worker for OpenMP/MKL/torch intra-op",
-                "unless already set: SLURM_CPUS_PER_TASK, else 1"},
+                "unless already set: with --cpu-bind, the physical cores bound to the worker; "
+                "else SLURM_CPUS_PER_TASK, else 1"},
     ExportedVar{"DTLAUNCH_CUDA_DEVICE",
                 "index of this worker's GPU within the visible CUDA devices: what cudaSetDevice "
                 "or torch.cuda.set_device needs; unset when no GPU is bound",
@@ -58,6 +59,11 @@ constexpr std::array kExported = {
     ExportedVar{"CUDA_VISIBLE_DEVICES",
                 "changed only with --gpu-bind=isolate: narrowed to this worker's device",
                 "the inherited list (or a count of /dev/nvidiaN), entry DTLAUNCH_CUDA_DEVICE"},
+    ExportedVar{"CUDA_DEVICE_ORDER",
+                "makes CUDA number the GPUs in PCI bus order, the order in which dtlaunch "
+                "located them for --cpu-bind (CUDA's default puts the fastest first)",
+                "PCI_BUS_ID with --cpu-bind other than none, unless already set "
+                "(docs/affinity.md)"},
     ExportedVar{kSupervisorVar,
                 "local mode only: names the dtlaunch that supervises this worker, so that if "
                 "dtlaunch is SIGKILLed its guardian finds the worker's descendants by their "

@@ -24,6 +24,10 @@ std::string render_shell(const std::vector<PlannedWorker>& workers,
     if (workers.size() > 1)
       out += "# rank " + std::to_string(worker.rank) + " (local " +
              std::to_string(worker.local_rank) + ")\n";
+    if (worker.binding)
+      out += "# cpus " + worker.binding->cpus.to_list() + " mems " +
+             std::string(to_string(worker.binding->policy)) +
+             (worker.binding->mems.empty() ? "" : ":" + worker.binding->mems.to_list()) + "\n";
     for (const EnvChange& change : worker.changes) {
       if (change.value)
         out += "export " + change.name + "=" + shell_quote(*change.value) + "\n";
@@ -45,7 +49,12 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
     const PlannedWorker& worker = workers[w];
     out += w ? ", " : "";
     out += "{\"rank\": " + std::to_string(worker.rank) +
-           ", \"local_rank\": " + std::to_string(worker.local_rank) + ", \"set\": {";
+           ", \"local_rank\": " + std::to_string(worker.local_rank);
+    if (worker.binding)
+      out += ", \"cpus\": " + json_quote(worker.binding->cpus.to_list()) +
+             ", \"mems\": " + json_quote(worker.binding->mems.to_list()) +
+             ", \"mem_policy\": " + json_quote(std::string(to_string(worker.binding->policy)));
+    out += ", \"set\": {";
     bool first = true;
     for (const EnvChange& change : worker.changes) {
       if (!change.value) continue;

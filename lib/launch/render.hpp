@@ -12,14 +12,17 @@ struct PlannedWorker {
   std::uint32_t rank = 0;
   std::uint32_t local_rank = 0;
   EnvDelta changes;
+  std::optional<Binding> binding;  // --cpu-bind / --mem-bind, when on
 };
 
 // Shell: "export NAME='value'" / "unset NAME" lines, then "exec 'prog' 'arg'...". Pasting it into
 // a shell reproduces the launch. Several workers (local mode) are separated by "# rank N" lines.
+// A binding is a "# cpus 0-3,8-11 mems preferred:0" comment line before the worker's exports.
 std::string render_shell(const std::vector<PlannedWorker>& workers,
                          const std::vector<std::string>& argv);
 
-// JSON: {"argv": [...], "workers": [{"rank": R, "local_rank": L, "set": {...}, "unset": [...]}]}
+// JSON: {"argv": [...], "workers": [{"rank": R, "local_rank": L, "set": {...}, "unset": [...]}]},
+// and with a binding "cpus": "0-3,8-11", "mems": "0", "mem_policy": "preferred" in each worker.
 std::string render_json(const std::vector<PlannedWorker>& workers,
                         const std::vector<std::string>& argv);
 

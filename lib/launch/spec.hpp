@@ -41,6 +41,20 @@ struct GpuPlan {
   Mode mode = Mode::kSlurm;
 };
 
+// --cpu-bind / --mem-bind: the binding of each local rank this launcher starts (under Slurm
+// only the task's own), applied just before exec.
+struct AffinityPlan {
+  CpuBind cpu = CpuBind::kNone;
+  MemBind mem = MemBind::kNone;
+  std::vector<std::optional<Binding>> by_local_rank;  // empty when nothing is bound
+  bool export_device_order = false;                   // CUDA_DEVICE_ORDER=PCI_BUS_ID (it was unset)
+  const Binding* of(std::uint32_t local_rank) const {
+    return local_rank < by_local_rank.size() && by_local_rank[local_rank]
+               ? &*by_local_rank[local_rank]
+               : nullptr;
+  }
+};
+
 struct LaunchSpec {
   Mode mode = Mode::kSlurm;
   std::uint32_t world_size = 1;
@@ -50,6 +64,7 @@ struct LaunchSpec {
   std::uint32_t first_rank_on_node = 0;  // local mode: rank = first_rank_on_node + local_rank
   Rendezvous master;
   GpuPlan gpu;
+  AffinityPlan affinity;
   std::optional<std::string> omp_num_threads;  // set only where the user has not
   std::uint32_t max_restarts = 0;
   std::optional<std::string> run_id;  // exported as TORCHELASTIC_RUN_ID when present

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "affinity/read_topology.hpp"
 #include "core/env_map.hpp"
 #include "launch/port.hpp"
 
@@ -24,6 +25,10 @@ class System {
   virtual std::uint32_t count_gpu_device_files() const = 0;
   // /proc/sys/net/ipv4/ip_local_port_range, when readable.
   virtual std::optional<PortRange> ephemeral_port_range() const = 0;
+  // The node's topology and this task's inherited mask, read under root ("/", or
+  // DTLAUNCH_TOPOLOGY_ROOT): see affinity/read_topology.hpp. Asked only when binding.
+  virtual Topology topology(const std::string& root) const = 0;
+  virtual TaskMask task_mask(const std::string& root, const Topology& topology) const = 0;
 };
 
 class LiveSystem final : public System {
@@ -32,6 +37,10 @@ class LiveSystem final : public System {
                                             std::size_t max_bytes) const override;
   std::uint32_t count_gpu_device_files() const override;
   std::optional<PortRange> ephemeral_port_range() const override;
+  Topology topology(const std::string& root) const override { return read_topology(root); }
+  TaskMask task_mask(const std::string& root, const Topology& topology) const override {
+    return read_task_mask(root, topology);
+  }
 };
 
 // execvp's search, done before anything starts so that a typo is an error with 127/126 rather

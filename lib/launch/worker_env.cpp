@@ -39,7 +39,11 @@ EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
   else if (inherited.has_entry("DTLAUNCH_RUN_ID"))
     delta.push_back({"DTLAUNCH_RUN_ID", {}});  // an outer launch's would refuse our own ranks
   set_unless_inherited("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (spec.omp_num_threads) set_unless_inherited("OMP_NUM_THREADS", *spec.omp_num_threads);
+  const Binding* binding = spec.affinity.of(worker.local_rank);
+  if (binding && spec.affinity.cpu != CpuBind::kNone)
+    set_unless_inherited("OMP_NUM_THREADS", std::to_string(binding->cores));
+  else if (spec.omp_num_threads)
+    set_unless_inherited("OMP_NUM_THREADS", *spec.omp_num_threads);
 
   if (auto device = choose_device(spec.gpu, worker.local_rank, spec.local_world_size)) {
     if (spec.gpu.bind == GpuBind::kIsolate) {
@@ -52,6 +56,8 @@ EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
     // A value left by an outer launch would point this worker at a device it was not given.
     delta.push_back({"DTLAUNCH_CUDA_DEVICE", {}});
   }
+
+  if (spec.affinity.export_device_order) set_unless_inherited("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
 
   if (spec.supervisor_tag) set(std::string(kSupervisorVar), *spec.supervisor_tag);
 

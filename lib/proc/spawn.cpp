@@ -30,7 +30,11 @@ struct ChildArgs {
   int copy_below = 0;   // > 0: we share the parent's descriptor table until we unshare it
   int exec_errno = 0;   // written by the child when execve fails; read once it has exited
   int setup_errno = 0;  // written by the child when it could not get a table of its own
+  const PreparedBinding* binding = nullptr;  // --cpu-bind/--mem-bind, masks built before
 };
+
+// Planned within the task's own mask, so the kernel refuses it only if that mask changed since.
+constexpr char kBindFailed[] = "dtlaunch: the kernel refused this worker's --cpu-bind/--mem-bind\n";
 
 // Makes `from` the descriptor `to` in the child, without close-on-exec.
 void move_fd(int from, int to) {
@@ -59,6 +63,10 @@ int child_main(void* arg) {
   move_fd(a->devnull, 0);
   move_fd(a->out, 1);
   move_fd(a->err, 2);
+  if (a->binding && a->binding->apply() != 0) {
+    [[maybe_unused]] const ssize_t n = ::write(2, kBindFailed, sizeof kBindFailed - 1);
+    ::_exit(1);
+  }
   a->block->unblock_in_child();
   ::execve(a->path, a->argv, a->envp);
   a->exec_errno = errno;
@@ -95,6 +103,7 @@ StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_be
   args.out = out.write.get();
   args.err = err.write.get();
   args.parent = ::getpid();
+  args.binding = worker.binding.get();
   if (std::max({devnull, args.out, args.err}) < copy_below) args.copy_below = copy_below;
   pid_t pid;
   {

@@ -7,10 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "affinity/apply.hpp"
 #include "core/env_map.hpp"
 
 namespace dtlaunch {
@@ -23,6 +25,8 @@ struct WorkerProcess {
   std::string program_path;  // already resolved and checked executable by the caller
   std::vector<std::string> argv;
   EnvMap env;
+  // CPUs and memory policy, applied in the child between fork and exec (--cpu-bind).
+  std::shared_ptr<const PreparedBinding> binding;
 };
 
 struct SupervisorOptions {

@@ -1,6 +1,7 @@
 // dtlaunch-probe: the program the Slurm end-to-end tests run under `srun dtlaunch`.
 //
-// It writes what it saw (environment, host name, IPv4 addresses, pid) to OUT/TAG.rank<RANK>.env,
+// It writes what it saw (environment, host name, IPv4 addresses, pid, CPUs) to
+// OUT/TAG.rank<RANK>.env,
 // optionally proves the rendezvous address by a real TCP exchange through MASTER_ADDR:MASTER_PORT,
 // optionally fails on purpose, and optionally waits for signals, recording each one in
 // OUT/TAG.rank<RANK>.signal. The test drivers read those files; the probe itself judges only the
@@ -135,6 +136,18 @@ std::string ipv4_addresses() {
   }
   freeifaddrs(list);
   return out;
+}
+
+// A field of /proc/self/status (the CPUs the task runs on, for --cpu-bind), "" if absent.
+std::string status_field(const std::string& name) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(name + ":", 0) == 0) {
+      const auto start = line.find_first_not_of(" \t", name.size() + 1);
+      return start == std::string::npos ? std::string() : line.substr(start);
+    }
+  return {};
 }
 
 // Written to a temporary name and renamed, so a reader never sees half a record.
@@ -289,7 +302,8 @@ int main(int argc, char** argv) {
       << "probe.addrs=" << ipv4_addresses() << "\n"
       << "probe.pid=" << getpid() << "\n"
       << "probe.ppid=" << getppid() << "\n"
-      << "probe.start=" << now_text() << "\n";
+      << "probe.start=" << now_text() << "\n"
+      << "probe.cpus=" << status_field("Cpus_allowed_list") << "\n";
   int status = 0;
   if (args.rendezvous) {
     std::string result = rendezvous(args.linger_seconds);

@@ -22,6 +22,14 @@ class FakeSystem final : public System {
   }
   std::uint32_t count_gpu_device_files() const override { return gpu_files; }
   std::optional<PortRange> ephemeral_port_range() const override { return ephemeral; }
+  Topology node;
+  TaskMask mask;
+  mutable std::optional<std::string> topology_root;  // the root the launch asked for
+  Topology topology(const std::string& root) const override {
+    topology_root = root;
+    return node;
+  }
+  TaskMask task_mask(const std::string&, const Topology&) const override { return mask; }
 };
 
 }  // namespace dtlaunch::test

@@ -1,0 +1,213 @@
+#include "affinity/read_topology.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <hwloc.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "core/text.hpp"
+
+namespace dtlaunch {
+
+namespace {
+
+// sysfs and procfs files are small; a bounded read keeps a fixture typo from costing memory.
+constexpr std::size_t kFileLimit = 64 * 1024;
+
+std::optional<std::string> read_small(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::nullopt;
+  std::string text(kFileLimit, '\0');
+  std::size_t used = 0;
+  while (used < kFileLimit) {
+    const ssize_t n = ::read(fd, text.data() + used, kFileLimit - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    used += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(used);
+  return text;
+}
+
+// The value after "key:" on its line of a "key: value" file (nvidia information, status).
+std::optional<std::string> field(std::string_view text, std::string_view key) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (!line.starts_with(key) || line.size() <= key.size() || line[key.size()] != ':') continue;
+    line.remove_prefix(key.size() + 1);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r'))
+      line.remove_suffix(1);
+    return std::string(line);
+  }
+  return std::nullopt;
+}
+
+CpuSet from_bitmap(hwloc_const_bitmap_t bitmap) {
+  std::vector<unsigned> ids;
+  if (!bitmap) return {};
+  for (int i = hwloc_bitmap_first(bitmap); i != -1; i = hwloc_bitmap_next(bitmap, i))
+    ids.push_back(static_cast<unsigned>(i));
+  return CpuSet(std::move(ids));
+}
+
+std::vector<CpuGroup> groups(hwloc_topology_t topo, hwloc_obj_type_t type) {
+  std::vector<CpuGroup> out;
+  const int n = hwloc_get_nbobjs_by_type(topo, type);
+  for (int i = 0; i < n; ++i) {
+    hwloc_obj_t obj = hwloc_get_obj_by_type(topo, type, static_cast<unsigned>(i));
+    CpuSet cpus = from_bitmap(obj->cpuset);
+    if (!cpus.empty()) out.push_back({obj->os_index, std::move(cpus)});
+  }
+  return out;
+}
+
+// hwloc reads HWLOC_FSROOT when a topology is loaded; this sets it for one load and puts the
+// previous value back, so that a user's own HWLOC_FSROOT neither leaks into nor misleads us.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+struct TopologyDeleter {
+  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+};
+
+void read_gpus(const std::string& root, Topology& topology) {
+  const std::string dir = root + "/proc/driver/nvidia/gpus";
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), &::closedir);
+  if (!d) return;  // no NVIDIA driver: no GPU to follow
+  while (const dirent* entry = ::readdir(d.get())) {
+    const std::string bus = entry->d_name;
+    if (bus.empty() || bus[0] == '.') continue;
+    auto info = read_small(dir + "/" + bus + "/information");
+    if (!info) continue;
+    Gpu gpu;
+    gpu.bus_id = bus;
+    std::transform(gpu.bus_id.begin(), gpu.bus_id.end(), gpu.bus_id.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    gpu.uuid = field(*info, "GPU UUID").value_or("");
+    auto minor = parse_uint(field(*info, "Device Minor").value_or(""), 1 << 20);
+    if (!minor) continue;
+    gpu.minor = static_cast<unsigned>(*minor);
+    const std::string pci = root + "/sys/bus/pci/devices/" + gpu.bus_id;
+    if (auto list = read_small(pci + "/local_cpulist"))
+      if (auto cpus = CpuSet::parse(*list)) gpu.local_cpus = *cpus & topology.online;
+    if (auto node = read_small(pci + "/numa_node")) {
+      while (!node->empty() && node->back() == '\n') node->pop_back();
+      if (auto n = parse_uint(*node, kMaxCpuNumber)) gpu.numa_node = static_cast<unsigned>(*n);
+    }
+    topology.gpus.push_back(std::move(gpu));
+  }
+  std::sort(topology.gpus.begin(), topology.gpus.end(),
+            [](const Gpu& a, const Gpu& b) { return a.bus_id < b.bus_id; });
+}
+
+}  // namespace
+
+Topology read_topology(const std::string& root) {
+  const bool this_machine = root == "/";
+  // hwloc describes an empty directory as a machine of one CPU: refuse it before.
+  if (!this_machine && !read_small(root + "/sys/devices/system/cpu/online"))
+    throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root,
+                         "has no sys/devices/system/cpu/online: not a copy of a node's sys/ "
+                         "and proc/");
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) throw Error::system("hwloc_topology_init", errno);
+  std::unique_ptr<hwloc_topology, TopologyDeleter> topo(raw);
+  // The whole node, not only what this process may use: the modes divide the node, and the
+  // inherited mask is applied afterwards, where a conflict can be named.
+  hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
+  if (!this_machine)
+    hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "x86");
+  {
+    ScopedEnv fsroot("HWLOC_FSROOT", this_machine ? nullptr : root.c_str());
+    if (hwloc_topology_load(raw) != 0) throw Error::system("hwloc_topology_load", errno);
+  }
+  Topology topology;
+  topology.online = from_bitmap(hwloc_topology_get_topology_cpuset(raw));
+  topology.cores = groups(raw, HWLOC_OBJ_CORE);
+  topology.numa = groups(raw, HWLOC_OBJ_NUMANODE);
+  topology.packages = groups(raw, HWLOC_OBJ_PACKAGE);
+  for (hwloc_obj_type_t type : {HWLOC_OBJ_L5CACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L3CACHE,
+                                HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L1CACHE}) {
+    topology.caches = groups(raw, type);
+    if (!topology.caches.empty()) break;
+  }
+  // A VM may show no cores or packages: every CPU is then its own core, the node one package.
+  if (topology.cores.empty())
+    for (unsigned cpu : topology.online.ids()) topology.cores.push_back({cpu, CpuSet({cpu})});
+  if (topology.packages.empty()) topology.packages.push_back({0, topology.online});
+  if (topology.numa.empty()) topology.numa.push_back({0, topology.online});
+  read_gpus(this_machine ? std::string() : root, topology);
+  return topology;
+}
+
+TaskMask read_task_mask(const std::string& root, const Topology& topology) {
+  TaskMask mask;
+  CpuSet all_nodes;
+  for (const CpuGroup& n : topology.numa) all_nodes = all_nodes | CpuSet({n.os_index});
+  const std::string status_path = (root == "/" ? std::string() : root) + "/proc/self/status";
+  auto status = read_small(status_path);
+  if (root == "/") {
+    // Sized by the kernel's own limit: the glibc cpu_set_t stops at 1024 CPUs.
+    for (std::size_t cpus = 1024; cpus <= 65536; cpus *= 2) {
+      std::vector<unsigned long> bits(cpus / (8 * sizeof(unsigned long)));
+      const long n = ::sched_getaffinity(0, bits.size() * sizeof(unsigned long),
+                                         reinterpret_cast<cpu_set_t*>(bits.data()));
+      if (n != 0 && errno == EINVAL) continue;
+      if (n != 0) throw Error::system("sched_getaffinity", errno);
+      std::vector<unsigned> ids;
+      for (std::size_t w = 0; w < bits.size(); ++w)
+        for (unsigned b = 0; b < 8 * sizeof(unsigned long); ++b)
+          if (bits[w] >> b & 1UL)
+            ids.push_back(static_cast<unsigned>(w * 8 * sizeof(unsigned long) + b));
+      mask.cpus = CpuSet(std::move(ids));
+      break;
+    }
+  } else {
+    mask.cpus = topology.online;
+    if (status)
+      if (auto list = field(*status, "Cpus_allowed_list"))
+        if (auto cpus = CpuSet::parse(*list)) mask.cpus = *cpus;
+  }
+  mask.mems = all_nodes;
+  if (status)
+    if (auto list = field(*status, "Mems_allowed_list"))
+      if (auto mems = CpuSet::parse(*list)) mask.mems = *mems;
+  return mask;
+}
+
+}  // namespace dtlaunch

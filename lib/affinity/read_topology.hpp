@@ -1,0 +1,29 @@
+// The I/O shell of the affinity decisions: the node's topology from hwloc and sysfs, and the
+// mask the task was started with.
+#pragma once
+
+#include <string>
+
+#include "affinity/cpuset.hpp"
+#include "affinity/topology.hpp"
+
+namespace dtlaunch {
+
+// Reads the node under `root` ("/" for this machine; DTLAUNCH_TOPOLOGY_ROOT for a fixture):
+// cores, NUMA nodes, packages and last-level caches from hwloc, offline CPUs left out; NVIDIA
+// GPUs from root/proc/driver/nvidia/gpus/*/information and the PCI device's local_cpulist and
+// numa_node in root/sys/bus/pci/devices. Under another root hwloc's x86 CPUID backend is turned
+// off (it would describe this machine). Throws Error(kBadInput) naming DTLAUNCH_TOPOLOGY_ROOT
+// when such a root has no CPU, Error(kFailure) when hwloc cannot load.
+Topology read_topology(const std::string& root);
+
+struct TaskMask {
+  CpuSet cpus;  // sched_getaffinity
+  CpuSet mems;  // Mems_allowed_list of /proc/self/status
+};
+
+// This process's mask. Under a root other than "/", root/proc/self/status stands for it when
+// present (a fixture of a narrowed task), else the whole node.
+TaskMask read_task_mask(const std::string& root, const Topology& topology);
+
+}  // namespace dtlaunch
