@@ -1,6 +1,7 @@
 // Pure parts of the DDP runtime: the launch environment and the bucket plan.
 #include <cstdlib>
 
+#include "../../lib/ddp/src/internal.hpp"
 #include "dtlaunch/ddp.h"
 #include "dtlaunch_catch.hpp"
 
@@ -136,4 +137,16 @@ TEST_CASE("plan_buckets", "[ddp][buckets]") {
   }
   CHECK_THROWS_WITH(plan_buckets({1, 2}, {0}, 10),
                     dtlaunch_test::contains_text("2 sizes but 1 kinds"));
+}
+
+TEST_CASE("automatic Gloo threads count the CPUs this rank may run on, not the node") {
+  using dtlaunch::ddp::detail::automatic_gloo_threads;
+  // The whole node (no binding): its CPUs are shared by the local ranks.
+  CHECK(automatic_gloo_threads(2, 2, 2) == 1);
+  CHECK(automatic_gloo_threads(64, 64, 8) == 2);
+  CHECK(automatic_gloo_threads(64, 64, 32) == 1);
+  // A mask narrower than the node (srun or dtlaunch --cpu-bind, a cpuset): this rank's own.
+  CHECK(automatic_gloo_threads(8, 224, 8) == 2);
+  CHECK(automatic_gloo_threads(2, 224, 8) == 1);  // hardware_concurrency would have said 224
+  CHECK(automatic_gloo_threads(1, 2, 1) == 1);
 }

@@ -2,6 +2,7 @@
 // tensors. Its errors (gloo::IoException, c10::Error) become one-line dtlaunch errors naming the
 // collective and the rank.
 #include <ATen/ops/empty_like.h>
+#include <sched.h>
 
 #include <functional>
 #include <thread>
@@ -48,12 +49,33 @@ at::Tensor staging_for(const at::Tensor& t) {
   return t.contiguous();
 }
 
-// Gloo's worker threads compete with the ranks' compute for the node's cores; a second thread
-// only pays where cores are to spare.
+// The CPUs this process may run on (its affinity mask: a cgroup cpuset, srun --cpu-bind,
+// dtlaunch --cpu-bind, taskset), not the machine's: under a Slurm cpuset hardware_concurrency
+// reports the whole node.
+unsigned allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size) {
+  // Gloo's worker threads compete with the ranks' compute for the cores; a second thread only
+  // pays where cores are to spare. A mask narrower than the node is taken as this rank's own
+  // share (what per-rank binding gives); a whole-node mask is shared by the local ranks.
+  const unsigned ranks = static_cast<unsigned>(std::max(1, local_world_size));
+  const unsigned mine = allowed_cpus < node_cpus ? allowed_cpus : allowed_cpus / ranks;
+  return mine >= 4u ? 2 : 1;
+}
+
+namespace {
+
 int gloo_threads_for(int requested, int local_world_size) {
   if (requested > 0) return requested;
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores >= 4u * static_cast<unsigned>(std::max(1, local_world_size)) ? 2 : 1;
+  return automatic_gloo_threads(allowed_cpus(), std::max(1u, std::thread::hardware_concurrency()),
+                                local_world_size);
 }
 
 class GlooWork final : public Work {
