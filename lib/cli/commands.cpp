@@ -1,5 +1,6 @@
 #include "cli/commands.hpp"
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 #include <ostream>
@@ -73,6 +74,29 @@ doctor::TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker
   return r;
 }
 
+// Where a rank's GPU can be located on this node, the CPUs local to it, and whether the rank's
+// own CPUs are all elsewhere. The topology is read only when some rank has a GPU.
+void mark_cpus_far_from_gpu(const LaunchSpec& spec, const EnvMap& env,
+                            std::vector<doctor::TaskReport>& reports) {
+  if (std::all_of(reports.begin(), reports.end(),
+                  [](const doctor::TaskReport& r) { return r.bound_device.empty(); }))
+    return;
+  Topology topology;
+  try {
+    topology = LiveSystem().topology(std::string(env.get("DTLAUNCH_TOPOLOGY_ROOT").value_or("/")));
+  } catch (const Error&) {
+    return;  // no topology, no locality: the other checks still stand
+  }
+  const auto gpus = locate_gpus(spec, env, topology);
+  for (doctor::TaskReport& r : reports) {
+    if (r.local_rank >= gpus.size() || !gpus[r.local_rank]) continue;
+    const CpuSet& local = topology.gpus[*gpus[r.local_rank]].local_cpus;
+    r.gpu_local_cpus = local.to_list();
+    const auto cpus = CpuSet::parse(r.cpus);
+    r.cpus_far_from_gpu = cpus && !cpus->empty() && !local.empty() && !cpus->intersects(local);
+  }
+}
+
 // Runs the checks for this launcher's workers; returns 0 or 3. The task (or node) that hosts
 // rank 0 judges and prints; the others report and get the same status back.
 int run_checks(const LaunchSpec& spec, const std::vector<PlannedWorker>& planned,
@@ -87,6 +111,7 @@ int run_checks(const LaunchSpec& spec, const std::vector<PlannedWorker>& planned
     else
       doctor::copy_node_facts(mine.front(), mine.back());
   }
+  mark_cpus_far_from_gpu(spec, env, mine);
   const bool hosts_rank0 = planned.front().rank == 0;
   if (!hosts_rank0) {
     try {

@@ -227,6 +227,16 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
             list_hosts(unique_hosts(isolated)) +
             ": NCCL cannot use NVLink between isolated GPUs; ask for --gpus-per-node instead");
 
+  // cpu-far-from-gpu: threads and first-touch memory on the other socket from the GPU.
+  std::vector<const TaskReport*> far;
+  for (const TaskReport* r : firsts)
+    if (r->cpus_far_from_gpu) far.push_back(r);
+  for (const TaskReport* r : far)
+    add("cpu-far-from-gpu", Severity::kWarning, {r->rank}, {r->host},
+        "rank " + num(r->rank) + " (" + r->host + ") runs on CPUs " + r->cpus +
+            ", none of them local to its GPU " + r->bound_device + " (CPUs " + r->gpu_local_cpus +
+            "): --cpu-bind numa binds each rank next to its GPU (docs/affinity.md)");
+
   // Per-node resources, once per host.
   std::set<std::string> shm_seen, memlock_seen;
   for (const TaskReport* r : firsts) {

@@ -130,6 +130,8 @@ std::string render_json(const Verdict& verdict) {
         ", \"local_addr\": " + str(r.local_addr) +
         ", \"visible_devices\": " + str(r.visible_devices) +
         ", \"bound_device\": " + str(r.bound_device) + ", \"cpus\": " + str(r.cpus) +
+        ", \"gpu_local_cpus\": " + str(r.gpu_local_cpus) +
+        ", \"cpus_far_from_gpu\": " + (r.cpus_far_from_gpu ? "true" : "false") +
         ", \"omp_num_threads\": " + str(r.omp_num_threads) +
         ", \"shm_bytes\": " + std::to_string(r.shm_bytes) + ", \"memlock_bytes\": " +
         (r.memlock_bytes ? std::to_string(*r.memlock_bytes) : std::string("null")) +

@@ -80,6 +80,8 @@ std::string encode(const TaskReport& r) {
   num("gpu_isolated_by_slurm", r.gpu_isolated_by_slurm);
   num("gpus_on_node", r.gpus_on_node);
   put("cpus", r.cpus);
+  put("gpu_local_cpus", r.gpu_local_cpus);
+  num("cpus_far_from_gpu", r.cpus_far_from_gpu);
   put("omp_num_threads", r.omp_num_threads);
   num("shm_bytes", r.shm_bytes);
   put("memlock_bytes", r.memlock_bytes ? std::to_string(*r.memlock_bytes) : "unlimited");
@@ -146,6 +148,8 @@ TaskReport decode(std::string_view text) {
   r.gpu_isolated_by_slurm = number("gpu_isolated_by_slurm", 1) == 1;
   r.gpus_on_node = static_cast<std::uint32_t>(number("gpus_on_node", UINT32_MAX));
   r.cpus = text_of("cpus");
+  r.gpu_local_cpus = text_of("gpu_local_cpus");
+  r.cpus_far_from_gpu = text_of("cpus_far_from_gpu") == "1";  // absent from an older dtlaunch
   r.omp_num_threads = text_of("omp_num_threads");
   r.shm_bytes = number("shm_bytes", UINT64_MAX);
   if (text_of("memlock_bytes") != "unlimited")

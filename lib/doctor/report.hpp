@@ -38,7 +38,11 @@ struct TaskReport {
   bool gpu_sharing_allowed = false;
   bool gpu_isolated_by_slurm = false;
   std::uint32_t gpus_on_node = 0;
-  std::string cpus;  // this task's CPU affinity, Linux cpulist form
+  std::string cpus;  // this task's CPU affinity (or its --cpu-bind plan), Linux cpulist form
+  // The CPUs local to its GPU (the PCI device's local_cpulist), "" when the GPU was not located;
+  // cpus_far_from_gpu: none of `cpus` is among them (its threads and memory on the far socket).
+  std::string gpu_local_cpus;
+  bool cpus_far_from_gpu = false;
   std::string omp_num_threads;
   std::uint64_t shm_bytes = 0;                 // size of /dev/shm; 0 when absent
   std::optional<std::uint64_t> memlock_bytes;  // RLIMIT_MEMLOCK; nullopt: unlimited

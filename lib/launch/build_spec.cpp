@@ -288,6 +288,33 @@ std::optional<std::vector<unsigned>> allocated_minors(const EnvMap& env) {
   return std::nullopt;
 }
 
+}  // namespace
+
+std::vector<std::optional<std::size_t>> locate_gpus(const LaunchSpec& spec, const EnvMap& env,
+                                                    const Topology& topology,
+                                                    std::string* unlocated) {
+  // Indices name devices in CUDA's order, which is the PCI bus order only under PCI_BUS_ID.
+  auto order = env.get("CUDA_DEVICE_ORDER");
+  const bool indices_in_bus_order = !order || *order == "PCI_BUS_ID";
+  const auto allocated = allocated_minors(env);
+  std::vector<std::optional<std::size_t>> gpus;
+  for (std::uint32_t local = 0; local < spec.local_world_size; ++local) {
+    auto device = choose_device(spec.gpu, local, spec.local_world_size);
+    std::optional<std::size_t> gpu;
+    if (device) {
+      const bool index = device->id.find_first_not_of("0123456789") == std::string::npos;
+      if (!index || indices_in_bus_order)
+        gpu = find_gpu(topology, device->id, spec.gpu.visible, allocated);
+      if (!gpu && unlocated && unlocated->empty())
+        *unlocated = "GPU '" + excerpt(device->id) + "' of local rank " + num(local);
+    }
+    gpus.push_back(gpu);
+  }
+  return gpus;
+}
+
+namespace {
+
 // --cpu-bind / --mem-bind: reads the topology (only when asked to bind) and plans the binding
 // of the local ranks this launcher starts: `own_local_rank` under Slurm, all in local mode.
 // Called once the GPU plan is checked, so choose_device cannot throw here.
@@ -303,11 +330,9 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const EnvMap&
   const TaskMask mask = system.task_mask(root, topology);
   const bool speak = !own_local_rank || *own_local_rank == 0;  // once per node
 
-  // Indices name devices in CUDA's order, which is the PCI bus order only under PCI_BUS_ID.
   auto order = env.get("CUDA_DEVICE_ORDER");
   const bool indices_in_bus_order = !order || *order == "PCI_BUS_ID";
   plan.export_device_order = !order && plan.cpu != CpuBind::kNone;
-  const auto allocated = allocated_minors(env);
   AffinityRequest request;
   request.cpu = plan.cpu;
   request.mem = plan.mem;
@@ -315,18 +340,7 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const EnvMap&
   request.task_mems = mask.mems;
   request.shared_mask = spec.mode == Mode::kLocal;
   std::string unlocated;
-  for (std::uint32_t local = 0; local < spec.local_world_size; ++local) {
-    auto device = choose_device(spec.gpu, local, spec.local_world_size);
-    std::optional<std::size_t> gpu;
-    if (device) {
-      const bool index = device->id.find_first_not_of("0123456789") == std::string::npos;
-      if (!index || indices_in_bus_order)
-        gpu = find_gpu(topology, device->id, spec.gpu.visible, allocated);
-      if (!gpu && unlocated.empty())
-        unlocated = "GPU '" + excerpt(device->id) + "' of local rank " + num(local);
-    }
-    request.gpu_of_local_rank.push_back(gpu);
-  }
+  request.gpu_of_local_rank = locate_gpus(spec, env, topology, &unlocated);
   if (!unlocated.empty() && plan.cpu != CpuBind::kNone && speak)
     note(spec, Note::Level::kWarn, false,
          "--cpu-bind=" + std::string(to_string(plan.cpu)) + ": " + unlocated +

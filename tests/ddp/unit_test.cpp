@@ -43,6 +43,7 @@ TEST_CASE("WorkerEnv reads the launch contract", "[ddp][env]") {
   CHECK(env.master_port == 29500);
 
   CHECK(WorkerEnv::from_variables(with(base(), "DTLAUNCH_CUDA_DEVICE", "0")).device_index == 0);
+  CHECK(WorkerEnv::from_variables(with(base(), "DTLAUNCH_CUDA_DEVICE", "")).device_index == 1);
   auto minimal =
       WorkerEnv::from_variables(without(without(base(), "LOCAL_RANK"), "LOCAL_WORLD_SIZE"));
   CHECK(minimal.local_rank == 0);
@@ -65,6 +66,9 @@ TEST_CASE("WorkerEnv names every missing or malformed variable in one line", "[d
       {without(without(base(), "MASTER_ADDR"), "MASTER_PORT"),
        {"missing MASTER_ADDR, MASTER_PORT"}},
       {with(base(), "MASTER_ADDR", ""), {"missing MASTER_ADDR"}},
+      // An empty value counts as unset, as for the launcher.
+      {with(base(), "RANK", ""), {"missing RANK (set by dtlaunch or torchrun)"}},
+      {with(base(), "RANK", std::string(120000, '7')), {"RANK='7777", "... (120000 bytes)'"}},
       {with(base(), "RANK", "x"), {"RANK='x' is not an integer"}},
       {with(base(), "RANK", "-1"), {"RANK='-1' is not an integer"}},
       {with(base(), "RANK", " 3"), {"RANK=' 3' is not an integer"}},

@@ -109,3 +109,23 @@ TEST_CASE("preflight: a check that passes starts the workers", "[doctor]") {
   CHECK(ran.out.find("[rank 1] started 1") != std::string::npos);
   CHECK(ran.err.empty());
 }
+
+TEST_CASE("doctor: ranks whose CPUs are far from their GPU are flagged (DGX fixture)", "[doctor]") {
+  // The topology of a DGX H100 (2 sockets, GPUs 0-3 on the first, 4-7 on the second) read
+  // through DTLAUNCH_TOPOLOGY_ROOT; this process runs on CPUs of the first socket only.
+  TempDir dir;
+  const std::string script =
+      "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 "
+      "DTLAUNCH_TOPOLOGY_ROOT=" AFFINITY_FIXTURES
+      "/dgx-h100 "
+      "taskset -c 0 " +
+      kDtlaunch + " doctor --format json --nproc-per-node 8 /bin/true";
+  const Ran ran = run_program({"/bin/sh", "-c", script}, dir);
+  INFO(ran.out << ran.err);
+  CHECK(ran.status == 0);  // a warning
+  CHECK(count_of(ran.out, "\"kind\": \"cpu-far-from-gpu\"") == 4);
+  for (int rank = 4; rank < 8; ++rank)
+    CHECK(ran.out.find("\"message\": \"rank " + std::to_string(rank) + " (") != std::string::npos);
+  CHECK(count_of(ran.out, "\"cpus_far_from_gpu\": true") == 4);
+  CHECK(count_of(ran.out, "\"gpu_local_cpus\": \"0-55,112-167\"") == 4);
+}

@@ -174,6 +174,21 @@ TEST_CASE("doctor: two ranks bound to one GPU, unless sharing was asked for") {
   CHECK(diagnose(kThreeNodes, reports).ok());
 }
 
+TEST_CASE("doctor: a rank whose CPUs are all on another NUMA node than its GPU") {
+  auto reports = job();
+  reports[1].bound_device = "5";
+  reports[1].cpus = "0-7";
+  reports[1].gpu_local_cpus = "56-111,168-223";
+  reports[1].cpus_far_from_gpu = true;
+  const Verdict v = diagnose(kThreeNodes, reports);
+  CHECK(v.ok());  // slower, not broken
+  const Problem& p = only(v, "cpu-far-from-gpu");
+  CHECK(p.ranks == std::vector<std::uint32_t>{1});
+  CHECK(p.message ==
+        "rank 1 (node1) runs on CPUs 0-7, none of them local to its GPU 5 (CPUs "
+        "56-111,168-223): --cpu-bind numa binds each rank next to its GPU (docs/affinity.md)");
+}
+
 TEST_CASE("doctor: warnings do not fail the check") {
   auto reports = job();
   reports[0].gpu_isolated_by_slurm = true;

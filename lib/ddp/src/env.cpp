@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/text.hpp"
 #include "dtlaunch/ddp.h"
 
 namespace dtlaunch::ddp {
@@ -15,14 +16,15 @@ class Reader {
  public:
   explicit Reader(const std::map<std::string, std::string>& vars) : vars_(vars) {}
 
+  // An empty value counts as unset, as it does for the launcher (docs/environment.md).
   std::optional<int> number(const char* name, bool required, std::uint64_t max) {
     auto it = vars_.find(name);
-    if (it == vars_.end()) {
+    if (it == vars_.end() || it->second.empty()) {
       if (required) missing_.push_back(name);
       return std::nullopt;
     }
     if (auto v = parse_uint(it->second, max)) return static_cast<int>(*v);
-    problem(std::string(name) + "='" + it->second + "' is not an integer in 0.." +
+    problem(std::string(name) + "='" + excerpt(it->second) + "' is not an integer in 0.." +
             std::to_string(max));
     return std::nullopt;
   }
@@ -85,7 +87,7 @@ WorkerEnv WorkerEnv::from_variables(const std::map<std::string, std::string>& va
   if (port && *port == 0) in.problem("MASTER_PORT='0' is not a usable port");
   auto use_libuv = in.text("USE_LIBUV", false);
   if (use_libuv && *use_libuv != "0" && *use_libuv != "1")
-    in.problem("USE_LIBUV='" + *use_libuv + "' must be 0 or 1");
+    in.problem("USE_LIBUV='" + excerpt(*use_libuv) + "' must be 0 or 1");
   in.throw_if_any();
 
   WorkerEnv env;
