@@ -24,13 +24,14 @@ std::string format_ranks(const std::vector<int>& sorted_ranks, size_t limit = 16
 std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
                                               c10::intrusive_ptr<c10d::Store> store);
 
+// InitOptions::gloo_threads = 0: 2 Gloo threads when this rank has at least 4 CPUs of its own,
+// else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.
+int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size);
+
 #ifdef DTLAUNCH_DDP_HAVE_NCCL
 // Number of usable CUDA devices; 0 when the driver or the devices are missing.
 int cuda_device_count() noexcept;
 
-// InitOptions::gloo_threads = 0: 2 Gloo threads when this rank has at least 4 CPUs of its own,
-// else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.
-int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size);
 std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
                                               c10::intrusive_ptr<c10d::Store> store);
 #endif
