@@ -200,11 +200,16 @@ class StoreWatchdog {
         if (stop_) return;
         continue;
       }
-      for (const SocketId& s : sockets_to(port_))
-        if (!before_.count(s)) {
-          fired_ = true;
-          ::shutdown(s.fd, SHUT_RDWR);
-        }
+      // Past the cut-off every new connection to the port is cut as soon as it appears:
+      // LibTorch 2.x's client reconnects and pings again after a failed receive, and would
+      // otherwise block anew on the same silent peer.
+      do {
+        for (const SocketId& s : sockets_to(port_))
+          if (!before_.count(s)) {
+            fired_ = true;
+            ::shutdown(s.fd, SHUT_RDWR);
+          }
+      } while (!cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_; }));
       return;
     }
   }
@@ -422,7 +427,15 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
       throw Error(ExitCode::kFailure,
                   "dtlaunch ddp: rank 0 could not host the rendezvous store at " + address(env) +
                       ": " + first_line(e));
-    if (watchdog.fired()) throw unreachable("no answer from the peer: " + first_line(e));
+    // LibTorch 2.x pings the server in the constructor: a silent peer is found here, and is
+    // worded as when 1.13 finds it at the first request below.
+    if (watchdog.fired())
+      throw Error(ExitCode::kFailure, where + " failed: " + me +
+                                          " connected, but the peer there did not answer within " +
+                                          seconds_text(first_answer) +
+                                          " (is MASTER_PORT another program's port, or is rank 0 "
+                                          "stopped?): " +
+                                          first_line(e));
     throw unreachable(first_line(e));
   }
 
