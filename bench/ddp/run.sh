@@ -7,6 +7,8 @@
 #
 # usage: bench/ddp/run.sh [BUILD_DIR]        (default: build)
 # knobs (environment): REPS=5 STEPS=300 WARMUP=20 BATCH=64 BUCKETS_MB="25 0.1"
+#   BIND=1: both sides' rank r runs under `taskset -c r` (what dtlaunch --cpu-bind exclusive gives
+#   2 ranks on a 2-CPU node), so that both are bound the same way (docs/benchmarks.md)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +21,7 @@ STEPS=${STEPS:-300}
 WARMUP=${WARMUP:-20}
 BATCH=${BATCH:-64}
 BUCKETS_MB=${BUCKETS_MB:-"25 0.1"}
+BIND=${BIND:-0}
 NPROC=2
 SAMPLES=$((BATCH * 32))  # per rank; the data cycles every 32 steps
 
@@ -36,12 +39,14 @@ run_ranks() {
   local port pids=() r rc=0
   port=$(free_port)
   for ((r = 0; r < NPROC; r++)); do
+    local bind=()
+    ((BIND)) && bind=(taskset -c "$r")
     if ((r == 0)); then
       RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=$r LOCAL_WORLD_SIZE=$NPROC MASTER_ADDR=127.0.0.1 \
-        MASTER_PORT=$port OMP_NUM_THREADS=1 "$@" >"$log" 2>&1 &
+        MASTER_PORT=$port OMP_NUM_THREADS=1 "${bind[@]}" "$@" >"$log" 2>&1 &
     else
       RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=$r LOCAL_WORLD_SIZE=$NPROC MASTER_ADDR=127.0.0.1 \
-        MASTER_PORT=$port OMP_NUM_THREADS=1 "$@" >/dev/null 2>&1 &
+        MASTER_PORT=$port OMP_NUM_THREADS=1 "${bind[@]}" "$@" >/dev/null 2>&1 &
     fi
     pids+=($!)
   done
