@@ -257,9 +257,8 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
             ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
           err = ETIMEDOUT;
       }
-      char numeric[NI_MAXHOST] = "";
-      ::getnameinfo(a->ai_addr, a->ai_addrlen, numeric, sizeof numeric, nullptr, 0, NI_NUMERICHOST);
-      const std::string resolved = numeric[0] ? numeric : addr;
+      std::string resolved = numeric_host(a->ai_addr, a->ai_addrlen);
+      if (resolved.empty()) resolved = addr;
       if (err != 0) {
         last_failure = describe_connect_error(err) + " at " + resolved + ":" + std::to_string(port);
         continue;
@@ -268,12 +267,8 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
       sockaddr_storage local{};
       socklen_t length = sizeof local;
       std::string local_addr;
-      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) == 0) {
-        char text[NI_MAXHOST] = "";
-        if (::getnameinfo(reinterpret_cast<sockaddr*>(&local), length, text, sizeof text, nullptr,
-                          0, NI_NUMERICHOST) == 0)
-          local_addr = text;
-      }
+      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) == 0)
+        local_addr = numeric_host(reinterpret_cast<sockaddr*>(&local), length);
       std::string out;
       for (TaskReport& r : mine) {
         r.local_addr = local_addr;

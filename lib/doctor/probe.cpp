@@ -25,12 +25,6 @@
 namespace dtlaunch::doctor {
 namespace {
 
-std::string numeric_host(const sockaddr* address, socklen_t length) {
-  char text[NI_MAXHOST] = "";
-  if (::getnameinfo(address, length, text, sizeof text, nullptr, 0, NI_NUMERICHOST) != 0) return {};
-  return text;
-}
-
 std::string cpulist_of_this_task() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -57,6 +51,12 @@ std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+std::string numeric_host(const sockaddr* address, socklen_t length) {
+  char text[NI_MAXHOST] = "";
+  if (::getnameinfo(address, length, text, sizeof text, nullptr, 0, NI_NUMERICHOST) != 0) return {};
+  return text;
 }
 
 std::vector<std::string> resolve(const std::string& name) {

@@ -2,6 +2,8 @@
 // between the tasks and rank 0 at the very MASTER_ADDR:MASTER_PORT the program will use.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -21,6 +23,9 @@ void probe_node(TaskReport& report);
 // The node facts of `from` (everything probe_node fills) copied into `to`: the workers of one
 // launcher share a node, and hashing the program once is enough.
 void copy_node_facts(const TaskReport& from, TaskReport& to);
+
+// A socket address as numeric text ("10.0.0.1", "fe80::1%eth0"); "" when it cannot be written.
+std::string numeric_host(const sockaddr* address, socklen_t length);
 
 // The addresses `name` resolves to on this node, numeric; empty when it does not resolve.
 std::vector<std::string> resolve(const std::string& name);
