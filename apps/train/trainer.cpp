@@ -114,19 +114,16 @@ Data make_synthetic(const TrainConfig& cfg, int rank) {
   return Data{Split{images, labels}, Split{}};
 }
 
-// This rank's training samples of one epoch, in order: the DistributedSampler's shard of
-// Fashion-MNIST, or the whole local synthetic set.
-at::Tensor epoch_order(ddp::DistributedSampler* sampler, std::int64_t local_size) {
-  if (sampler == nullptr) return at::arange(local_size, at::kLong);
-  std::vector<size_t> idx = sampler->indices();
-  std::vector<std::int64_t> as_long(idx.begin(), idx.end());
-  return at::tensor(as_long, at::kLong);
-}
+struct Accuracy {
+  double value = -1;  // -1: not measured in this run
+  std::int64_t correct = 0;
+  std::int64_t total = 0;
+  bool known() const { return value >= 0; }
+};
 
 // Test accuracy over the whole test set: rank r takes samples r, r+W, r+2W, ... (no padding,
 // so nothing is counted twice) and the counts are summed across ranks.
-double evaluate(FashionCnn& net, const Split& test, ddp::ProcessGroup& pg,
-                std::int64_t* correct_out, std::int64_t* total_out) {
+Accuracy evaluate(FashionCnn& net, const Split& test, ddp::ProcessGroup& pg) {
   torch::NoGradGuard no_grad;
   net->eval();
   at::Tensor mine = at::arange(pg.rank(), test.size(), pg.size(), at::kLong);
@@ -141,20 +138,37 @@ double evaluate(FashionCnn& net, const Split& test, ddp::ProcessGroup& pg,
   at::Tensor counts =
       at::tensor({static_cast<double>(correct), static_cast<double>(mine.size(0))}, at::kDouble);
   pg.all_reduce(counts, ddp::ReduceOp::kSum);
-  *correct_out = static_cast<std::int64_t>(counts[0].item<double>());
-  *total_out = static_cast<std::int64_t>(counts[1].item<double>());
-  return counts[0].item<double>() / counts[1].item<double>();
+  return Accuracy{counts[0].item<double>() / counts[1].item<double>(),
+                  static_cast<std::int64_t>(counts[0].item<double>()),
+                  static_cast<std::int64_t>(counts[1].item<double>())};
 }
+
+// The network and its optimizer. The same seed on every rank: the ranks start identical even
+// before DDP broadcasts rank 0's weights.
+struct Model {
+  explicit Model(const TrainConfig& cfg)
+      : net(seeded(cfg.seed)),
+        opt(net->parameters(), torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum)) {}
+
+  FashionCnn net;
+  torch::optim::SGD opt;
+
+ private:
+  static FashionCnn seeded(std::uint64_t seed) {
+    torch::manual_seed(seed);
+    return FashionCnn();
+  }
+};
 
 // Rank 0 writes the checkpoint; its success or failure is then broadcast, which also keeps the
 // other ranks from exiting (and a launcher from tearing the job down) before the file is in
 // place.
-void save_on_rank0(const std::string& path, FashionCnn& net, torch::optim::Optimizer& opt,
-                   const Progress& progress, ddp::ProcessGroup& pg) {
+void save_on_rank0(const std::string& path, Model& model, const Progress& progress,
+                   ddp::ProcessGroup& pg) {
   std::string error;
   if (pg.rank() == 0) {
     try {
-      save_checkpoint(path, *net, opt, progress);
+      save_checkpoint(path, *model.net, model.opt, progress);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -168,8 +182,7 @@ void save_on_rank0(const std::string& path, FashionCnn& net, torch::optim::Optim
 }
 
 // Every rank must see the same file, or the ranks would start from different places.
-std::optional<Progress> maybe_resume(const TrainConfig& cfg, FashionCnn& net,
-                                     torch::optim::Optimizer& opt, ddp::ProcessGroup& pg) {
+std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg) {
   if (!cfg.resume) return std::nullopt;
   bool here = std::filesystem::exists(cfg.checkpoint);
   at::Tensor seen = at::tensor({here ? 1.0f : 0.0f});
@@ -181,7 +194,7 @@ std::optional<Progress> maybe_resume(const TrainConfig& cfg, FashionCnn& net,
                                          std::to_string(ranks_seeing) + " of " +
                                          std::to_string(pg.size()) +
                                          " ranks: it must be on a file system every rank shares");
-  Progress p = load_checkpoint(cfg.checkpoint, *net, opt);
+  Progress p = load_checkpoint(cfg.checkpoint, *model.net, model.opt);
   if (p.world_size != static_cast<std::uint64_t>(pg.size()) || p.batch_size != cfg.batch_size ||
       p.seed != cfg.seed)
     throw Error(ExitCode::kBadInput, cfg.checkpoint + ": written by a run with " +
@@ -191,35 +204,12 @@ std::optional<Progress> maybe_resume(const TrainConfig& cfg, FashionCnn& net,
   return p;
 }
 
-}  // namespace
-
-int run_training(const TrainConfig& cfg) {
-  const auto run_start = Clock::now();
-  at::set_num_threads(cfg.threads);
-
-  // Bad input is found by every rank before any communication (preflight.hpp).
-  if (cfg.synthetic == 0) check_fashion_mnist(cfg.data_dir);
-
-  ddp::InitOptions init;
-  init.backend = parse_backend(cfg.backend);
-  init.rendezvous_timeout = std::chrono::milliseconds(
-      static_cast<std::int64_t>(std::llround(cfg.rendezvous_timeout_s * 1000.0)));
-  std::shared_ptr<ddp::ProcessGroup> pg = ddp::init_process_group(init);
-  end_startup();
-  const int rank = pg->rank();
-  const int world = pg->size();
-  Rank0Log log(rank);
-
-  const bool synthetic = cfg.synthetic > 0;
-  Data data = synthetic ? make_synthetic(cfg, rank) : load_fashion_mnist(cfg, *pg);
-
-  // Same seed everywhere: the ranks start identical even before DDP broadcasts rank 0's weights.
-  torch::manual_seed(cfg.seed);
-  FashionCnn net;
-  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
-
+// Where this run starts: the checkpoint's progress with --resume when there is one, else step
+// 0; stamped with this run's shape, which the next checkpoint records.
+Progress starting_point(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg,
+                        const Rank0Log& log) {
   Progress start;
-  if (auto resumed = maybe_resume(cfg, net, opt, *pg)) {
+  if (auto resumed = maybe_resume(cfg, model, pg)) {
     start = *resumed;
     log("resumed from %s at epoch %llu step %llu (global step %llu)", cfg.checkpoint.c_str(),
         static_cast<unsigned long long>(start.epoch + 1),
@@ -228,138 +218,183 @@ int run_training(const TrainConfig& cfg) {
   } else if (cfg.resume) {
     log("no checkpoint at %s: starting from scratch", cfg.checkpoint.c_str());
   }
-  start.world_size = static_cast<std::uint64_t>(world);
+  start.world_size = static_cast<std::uint64_t>(pg.size());
   start.batch_size = cfg.batch_size;
   start.seed = cfg.seed;
+  return start;
+}
 
-  ddp::DdpOptions dopts;
+std::shared_ptr<ddp::ProcessGroup> start_process_group(const TrainConfig& cfg) {
+  ddp::InitOptions init;
+  init.backend = parse_backend(cfg.backend);
+  init.rendezvous_timeout = std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::llround(cfg.rendezvous_timeout_s * 1000.0)));
+  std::shared_ptr<ddp::ProcessGroup> pg = ddp::init_process_group(init);
+  end_startup();  // from here a stop signal is agreed on at a step boundary (stop_signal.hpp)
+  return pg;
+}
+
+ddp::DdpOptions ddp_options(const TrainConfig& cfg) {
+  ddp::DdpOptions options;
   // At least a byte: a tiny positive --bucket-cap-mb means one bucket per gradient.
-  dopts.bucket_cap_bytes =
+  options.bucket_cap_bytes =
       std::max<size_t>(1, static_cast<size_t>(cfg.bucket_cap_mb * 1024 * 1024));
-  ddp::DistributedDataParallel ddp_model(net.ptr(), pg, dopts);
+  return options;
+}
 
-  std::optional<ddp::DistributedSampler> sampler;
-  if (!synthetic)
-    sampler.emplace(static_cast<size_t>(data.train.size()), world, rank, /*shuffle=*/true, cfg.seed,
-                    /*drop_last=*/false);
-  const std::int64_t local_samples =
-      sampler ? static_cast<std::int64_t>(sampler->num_samples()) : data.train.size();
-  const auto batch = static_cast<std::int64_t>(cfg.batch_size);
-  const std::uint64_t steps_per_epoch =
-      static_cast<std::uint64_t>((local_samples + batch - 1) / batch);
+struct Batch {
+  at::Tensor images;
+  at::Tensor labels;
+};
 
-  log("dtlaunch-train: %d rank(s), backend %s, %d thread(s) per rank, batch %lld per rank, "
-      "%llu epoch(s) of %llu steps%s, %s",
-      world, ddp::to_string(pg->backend()), cfg.threads, static_cast<long long>(batch),
-      static_cast<unsigned long long>(cfg.epochs), static_cast<unsigned long long>(steps_per_epoch),
-      cfg.max_steps ? (", at most " + std::to_string(cfg.max_steps) + " steps").c_str() : "",
-      synthetic ? "synthetic data" : "Fashion-MNIST");
-
-  Progress now = start;
-  double last_accuracy = -1;
-  std::int64_t last_correct = 0, last_total = 0;
-  // Progress-line accumulators.
-  double loss_sum = 0;
-  std::uint64_t loss_count = 0;
-  auto interval_start = Clock::now();
-  // Benchmark timing: from the end of the warm-up steps of this run to the end of the loop.
-  std::uint64_t timed_from_step = now.global_step + cfg.warmup_steps;
-  Clock::time_point timed_start{};
-  bool stopped = false;
-  int stop_status = 0;
-
-  auto cap_reached = [&] { return cfg.max_steps != 0 && now.global_step >= cfg.max_steps; };
-
-  for (; now.epoch < cfg.epochs && !cap_reached(); ++now.epoch, now.step_in_epoch = 0) {
-    if (sampler) sampler->set_epoch(now.epoch);
-    at::Tensor order = epoch_order(sampler ? &*sampler : nullptr, local_samples);
-
-    for (; now.step_in_epoch < steps_per_epoch && !cap_reached(); ++now.step_in_epoch) {
-      if (cfg.stop_check_every != 0 && now.global_step % cfg.stop_check_every == 0) {
-        // The agreed stop: a tiny all-reduce(max) of each rank's flag, at the same step on
-        // every rank, so either all ranks stop here or none does.
-        at::Tensor flag = at::tensor({static_cast<float>(stop_signal_received())});
-        pg->all_reduce(flag, ddp::ReduceOp::kMax);
-        if (flag.item<float>() > 0) {
-          int sig = static_cast<int>(flag.item<float>());
-          if (!cfg.checkpoint.empty()) {
-            save_on_rank0(cfg.checkpoint, net, opt, now, *pg);
-            log("stop: %s received; checkpoint %s saved at epoch %llu step %llu (global step "
-                "%llu); exiting with status %d",
-                strsignal(sig), cfg.checkpoint.c_str(),
-                static_cast<unsigned long long>(now.epoch + 1),
-                static_cast<unsigned long long>(now.step_in_epoch),
-                static_cast<unsigned long long>(now.global_step), kExitCheckpointed);
-          } else {
-            pg->barrier();
-            log("stop: %s received at global step %llu; no --checkpoint given, nothing saved; "
-                "exiting with status %d",
-                strsignal(sig), static_cast<unsigned long long>(now.global_step),
-                kExitCheckpointed);
-          }
-          stopped = true;
-          stop_status = kExitCheckpointed;
-          break;
-        }
-      }
-      if (now.global_step == timed_from_step) {
-        ddp_model.reset_stats();
-        timed_start = Clock::now();
-      }
-
-      const auto first = static_cast<std::int64_t>(now.step_in_epoch) * batch;
-      at::Tensor idx = order.slice(0, first, std::min(first + batch, local_samples));
-      at::Tensor x = data.train.images.index_select(0, idx);
-      at::Tensor y = data.train.labels.index_select(0, idx);
-
-      opt.zero_grad();
-      at::Tensor loss = torch::nn::functional::cross_entropy(net->forward(x), y);
-      loss.backward();  // DDP averages the gradients across ranks during and after backward
-      opt.step();
-      ++now.global_step;
-
-      loss_sum += loss.item<double>();
-      ++loss_count;
-      if (cfg.log_every != 0 && now.global_step % cfg.log_every == 0) {
-        at::Tensor l = at::tensor({loss_sum, static_cast<double>(loss_count)}, at::kDouble);
-        pg->all_reduce(l, ddp::ReduceOp::kSum);
-        double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
-        log("epoch %llu/%llu step %llu/%llu loss %.4f samples/s %.0f",
-            static_cast<unsigned long long>(now.epoch + 1),
-            static_cast<unsigned long long>(cfg.epochs),
-            static_cast<unsigned long long>(now.step_in_epoch + 1),
-            static_cast<unsigned long long>(steps_per_epoch),
-            l[0].item<double>() / l[1].item<double>(),
-            static_cast<double>(loss_count) * static_cast<double>(batch * world) / secs);
-        loss_sum = 0;
-        loss_count = 0;
-        interval_start = Clock::now();
-      }
-    }
-    if (stopped) break;
-
-    const bool epoch_done = now.step_in_epoch == steps_per_epoch;
-    if (!synthetic && (epoch_done || cap_reached())) {
-      last_accuracy = evaluate(net, data.test, *pg, &last_correct, &last_total);
-      log("epoch %llu/%llu%s test accuracy %.4f (%lld/%lld)",
-          static_cast<unsigned long long>(now.epoch + 1),
-          static_cast<unsigned long long>(cfg.epochs), epoch_done ? "" : " (step cap)",
-          last_accuracy, static_cast<long long>(last_correct), static_cast<long long>(last_total));
-    }
-    if (!cfg.checkpoint.empty()) {
-      Progress next = now;
-      if (epoch_done) {
-        ++next.epoch;
-        next.step_in_epoch = 0;
-      }
-      save_on_rank0(cfg.checkpoint, net, opt, next, *pg);
-    }
-    if (!epoch_done) break;  // the step cap ended training inside this epoch
+// What this rank trains on: its DistributedSampler shard of Fashion-MNIST, reshuffled each
+// epoch, or the whole local synthetic set in order; cut into batches of --batch-size.
+class Shard {
+ public:
+  Shard(const TrainConfig& cfg, const Split& train, const ddp::ProcessGroup& pg)
+      : train_(train), batch_(static_cast<std::int64_t>(cfg.batch_size)) {
+    if (cfg.synthetic == 0)
+      sampler_.emplace(static_cast<size_t>(train.size()), pg.size(), pg.rank(), /*shuffle=*/true,
+                       cfg.seed, /*drop_last=*/false);
+    samples_ = sampler_ ? static_cast<std::int64_t>(sampler_->num_samples()) : train.size();
   }
 
-  if (synthetic && timed_start != Clock::time_point{} && now.global_step > timed_from_step) {
-    double secs = std::chrono::duration<double>(Clock::now() - timed_start).count();
-    auto steps = static_cast<double>(now.global_step - timed_from_step);
+  std::uint64_t steps_per_epoch() const {
+    return static_cast<std::uint64_t>((samples_ + batch_ - 1) / batch_);
+  }
+  std::int64_t batch_size() const { return batch_; }
+
+  // The sample indices of one epoch, in this rank's order.
+  at::Tensor order(std::uint64_t epoch) {
+    if (!sampler_) return at::arange(samples_, at::kLong);
+    sampler_->set_epoch(epoch);
+    std::vector<size_t> idx = sampler_->indices();
+    std::vector<std::int64_t> as_long(idx.begin(), idx.end());
+    return at::tensor(as_long, at::kLong);
+  }
+
+  Batch batch(const at::Tensor& order, std::uint64_t step_in_epoch) const {
+    const auto first = static_cast<std::int64_t>(step_in_epoch) * batch_;
+    at::Tensor idx = order.slice(0, first, std::min(first + batch_, samples_));
+    return Batch{train_.images.index_select(0, idx), train_.labels.index_select(0, idx)};
+  }
+
+ private:
+  const Split& train_;
+  std::int64_t batch_;
+  std::optional<ddp::DistributedSampler> sampler_;
+  std::int64_t samples_ = 0;
+};
+
+// One optimizer step; returns the batch's loss on this rank.
+double train_step(Model& model, const Batch& batch) {
+  model.opt.zero_grad();
+  at::Tensor loss =
+      torch::nn::functional::cross_entropy(model.net->forward(batch.images), batch.labels);
+  loss.backward();  // DDP averages the gradients across ranks during and after backward
+  model.opt.step();
+  return loss.item<double>();
+}
+
+// The agreed stop: every `every` steps a tiny all-reduce(max) of each rank's stop flag, at the
+// same step on every rank, so either all ranks stop at that step or none does.
+class StopAgreement {
+ public:
+  StopAgreement(ddp::ProcessGroup& pg, std::uint64_t every) : pg_(pg), every_(every) {}
+
+  // The signal some rank received, agreed on by every rank at this step; 0 to go on.
+  int agreed_signal(std::uint64_t global_step) {
+    if (every_ == 0 || global_step % every_ != 0) return 0;
+    at::Tensor flag = at::tensor({static_cast<float>(stop_signal_received())});
+    pg_.all_reduce(flag, ddp::ReduceOp::kMax);
+    return static_cast<int>(flag.item<float>());
+  }
+
+ private:
+  ddp::ProcessGroup& pg_;
+  std::uint64_t every_;
+};
+
+// After an agreed stop: rank 0 saves the checkpoint of where training stands, or, without
+// --checkpoint, the ranks only meet at a barrier, so that none exits before rank 0 has said so.
+void stop_here(int sig, const TrainConfig& cfg, Model& model, const Progress& now,
+               ddp::ProcessGroup& pg, const Rank0Log& log) {
+  if (!cfg.checkpoint.empty()) {
+    save_on_rank0(cfg.checkpoint, model, now, pg);
+    log("stop: %s received; checkpoint %s saved at epoch %llu step %llu (global step "
+        "%llu); exiting with status %d",
+        strsignal(sig), cfg.checkpoint.c_str(), static_cast<unsigned long long>(now.epoch + 1),
+        static_cast<unsigned long long>(now.step_in_epoch),
+        static_cast<unsigned long long>(now.global_step), kExitCheckpointed);
+  } else {
+    pg.barrier();
+    log("stop: %s received at global step %llu; no --checkpoint given, nothing saved; "
+        "exiting with status %d",
+        strsignal(sig), static_cast<unsigned long long>(now.global_step), kExitCheckpointed);
+  }
+}
+
+// Rank 0's progress line every --log-every steps: the loss averaged over the steps since the
+// last line and over all ranks, and the samples per second of the whole job.
+class ProgressLog {
+ public:
+  ProgressLog(const TrainConfig& cfg, const Shard& shard, ddp::ProcessGroup& pg,
+              const Rank0Log& log)
+      : cfg_(cfg),
+        steps_per_epoch_(shard.steps_per_epoch()),
+        samples_per_step_(static_cast<double>(shard.batch_size() * pg.size())),
+        pg_(pg),
+        log_(log) {}
+
+  // Called after each step, with the progress counting that step.
+  void record(const Progress& now, double loss) {
+    loss_sum_ += loss;
+    ++loss_count_;
+    if (cfg_.log_every == 0 || now.global_step % cfg_.log_every != 0) return;
+    at::Tensor l = at::tensor({loss_sum_, static_cast<double>(loss_count_)}, at::kDouble);
+    pg_.all_reduce(l, ddp::ReduceOp::kSum);
+    double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
+    log_("epoch %llu/%llu step %llu/%llu loss %.4f samples/s %.0f",
+         static_cast<unsigned long long>(now.epoch + 1),
+         static_cast<unsigned long long>(cfg_.epochs),
+         static_cast<unsigned long long>(now.step_in_epoch + 1),
+         static_cast<unsigned long long>(steps_per_epoch_),
+         l[0].item<double>() / l[1].item<double>(),
+         static_cast<double>(loss_count_) * samples_per_step_ / secs);
+    loss_sum_ = 0;
+    loss_count_ = 0;
+    interval_start_ = Clock::now();
+  }
+
+ private:
+  const TrainConfig& cfg_;
+  std::uint64_t steps_per_epoch_;
+  double samples_per_step_;
+  ddp::ProcessGroup& pg_;
+  const Rank0Log& log_;
+  double loss_sum_ = 0;
+  std::uint64_t loss_count_ = 0;
+  Clock::time_point interval_start_ = Clock::now();
+};
+
+// Benchmark timing (--synthetic): from the end of this run's warm-up steps to the end of the
+// loop, with the DDP runtime's all-reduce figures over the same steps.
+class StepTiming {
+ public:
+  StepTiming(bool on, std::uint64_t first_timed_step)
+      : on_(on), first_timed_step_(first_timed_step) {}
+
+  void before_step(std::uint64_t global_step, ddp::DistributedDataParallel& ddp_model) {
+    if (!on_ || global_step != first_timed_step_) return;
+    ddp_model.reset_stats();
+    start_ = Clock::now();
+  }
+
+  void report(std::uint64_t global_step, const ddp::DistributedDataParallel& ddp_model,
+              const Rank0Log& log) const {
+    if (!on_ || start_ == Clock::time_point{} || global_step <= first_timed_step_) return;
+    double secs = std::chrono::duration<double>(Clock::now() - start_).count();
+    auto steps = static_cast<double>(global_step - first_timed_step_);
     ddp::DdpStats st = ddp_model.stats();
     log("timing: steps %.0f ms/step %.3f allreduce_ms/step %.3f hidden_ms/step %.3f "
         "hidden_share %.3f buckets %zu",
@@ -368,15 +403,94 @@ int run_training(const TrainConfig& cfg) {
         st.allreduce_seconds > 0 ? st.hidden_seconds / st.allreduce_seconds : 0.0,
         ddp_model.buckets().size());
   }
-  if (stopped) return stop_status;
-  if (!synthetic && last_accuracy < 0)  // resumed from a finished run: report its accuracy
-    last_accuracy = evaluate(net, data.test, *pg, &last_correct, &last_total);
+
+ private:
+  bool on_;
+  std::uint64_t first_timed_step_;
+  Clock::time_point start_{};
+};
+
+bool step_cap_reached(const TrainConfig& cfg, const Progress& now) {
+  return cfg.max_steps != 0 && now.global_step >= cfg.max_steps;
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& cfg) {
+  const auto run_start = Clock::now();
+  at::set_num_threads(cfg.threads);
+
+  // Bad input is found by every rank before any communication (preflight.hpp).
+  const bool synthetic = cfg.synthetic > 0;
+  if (!synthetic) check_fashion_mnist(cfg.data_dir);
+
+  std::shared_ptr<ddp::ProcessGroup> pg = start_process_group(cfg);
+  Rank0Log log(pg->rank());
+  Data data = synthetic ? make_synthetic(cfg, pg->rank()) : load_fashion_mnist(cfg, *pg);
+  Model model(cfg);
+  Progress now = starting_point(cfg, model, *pg, log);
+  ddp::DistributedDataParallel ddp_model(model.net.ptr(), pg, ddp_options(cfg));
+  Shard shard(cfg, data.train, *pg);
+
+  log("dtlaunch-train: %d rank(s), backend %s, %d thread(s) per rank, batch %lld per rank, "
+      "%llu epoch(s) of %llu steps%s, %s",
+      pg->size(), ddp::to_string(pg->backend()), cfg.threads,
+      static_cast<long long>(shard.batch_size()), static_cast<unsigned long long>(cfg.epochs),
+      static_cast<unsigned long long>(shard.steps_per_epoch()),
+      cfg.max_steps ? (", at most " + std::to_string(cfg.max_steps) + " steps").c_str() : "",
+      synthetic ? "synthetic data" : "Fashion-MNIST");
+
+  StopAgreement stop(*pg, cfg.stop_check_every);
+  ProgressLog progress(cfg, shard, *pg, log);
+  StepTiming timing(synthetic, now.global_step + cfg.warmup_steps);
+  Accuracy accuracy;
+
+  for (; now.epoch < cfg.epochs && !step_cap_reached(cfg, now);
+       ++now.epoch, now.step_in_epoch = 0) {
+    at::Tensor order = shard.order(now.epoch);
+    for (; now.step_in_epoch < shard.steps_per_epoch() && !step_cap_reached(cfg, now);
+         ++now.step_in_epoch) {
+      if (int sig = stop.agreed_signal(now.global_step)) {
+        stop_here(sig, cfg, model, now, *pg, log);
+        timing.report(now.global_step, ddp_model, log);
+        return kExitCheckpointed;
+      }
+      timing.before_step(now.global_step, ddp_model);
+      const double loss = train_step(model, shard.batch(order, now.step_in_epoch));
+      ++now.global_step;
+      progress.record(now, loss);
+    }
+
+    const bool epoch_done = now.step_in_epoch == shard.steps_per_epoch();
+    if (!synthetic && (epoch_done || step_cap_reached(cfg, now))) {
+      accuracy = evaluate(model.net, data.test, *pg);
+      log("epoch %llu/%llu%s test accuracy %.4f (%lld/%lld)",
+          static_cast<unsigned long long>(now.epoch + 1),
+          static_cast<unsigned long long>(cfg.epochs), epoch_done ? "" : " (step cap)",
+          accuracy.value, static_cast<long long>(accuracy.correct),
+          static_cast<long long>(accuracy.total));
+    }
+    if (!cfg.checkpoint.empty()) {
+      // A finished epoch is saved as the start of the next one.
+      Progress next = now;
+      if (epoch_done) {
+        ++next.epoch;
+        next.step_in_epoch = 0;
+      }
+      save_on_rank0(cfg.checkpoint, model, next, *pg);
+    }
+    if (!epoch_done) break;  // the step cap ended training inside this epoch
+  }
+
+  timing.report(now.global_step, ddp_model, log);
+  // Resumed from a finished run: report its accuracy.
+  if (!synthetic && !accuracy.known()) accuracy = evaluate(model.net, data.test, *pg);
 
   double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
-  if (last_accuracy >= 0)
+  if (accuracy.known())
     log("done: %llu steps, test accuracy %.4f (%lld/%lld), %.1f s",
-        static_cast<unsigned long long>(now.global_step), last_accuracy,
-        static_cast<long long>(last_correct), static_cast<long long>(last_total), wall);
+        static_cast<unsigned long long>(now.global_step), accuracy.value,
+        static_cast<long long>(accuracy.correct), static_cast<long long>(accuracy.total), wall);
   else
     log("done: %llu steps, %.1f s", static_cast<unsigned long long>(now.global_step), wall);
   return 0;
