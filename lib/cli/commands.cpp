@@ -12,7 +12,7 @@
 #include "doctor/probe.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/build_spec.hpp"
-#include "launch/contract.hpp"
+#include "contract/contract.hpp"
 #include "launch/exec.hpp"
 #include "launch/gpu.hpp"
 #include "launch/render.hpp"
@@ -188,7 +188,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
   supervision.grace = options.grace;
   supervision.log_dir = options.log_dir;
   supervision.max_restarts = options.max_restarts;
-  supervision.descendant_marker = std::string(kSupervisorVar) + "=" + *spec.supervisor_tag;
+  supervision.descendant_marker = supervisor_marker(*spec.supervisor_tag);
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<WorkerProcess> processes;
     for (PlannedWorker& w : plan_workers(spec, env, restart_count, 0, 0))

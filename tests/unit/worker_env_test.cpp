@@ -5,7 +5,7 @@
 #include "dtlaunch_catch.hpp"
 #include "fake_system.hpp"
 #include "launch/build_spec.hpp"
-#include "launch/contract.hpp"
+#include "contract/contract.hpp"
 #include "launch/port.hpp"
 #include "launch/render.hpp"
 #include "slurm_env.hpp"
