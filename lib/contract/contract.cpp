@@ -75,9 +75,9 @@ constexpr std::array kExported = {
                 "local-<--run-id> with --nnodes > 1 (unset without --run-id, and an inherited "
                 "value is removed)",
                 Write::kSetOrRemove, [](const WorkerContract& c) { return c.run_id; }},
-    ExportedVar{v::kNcclAsyncErrorHandling,
-                "lets NCCL errors abort the job instead of hanging", "1, unless already set",
-                Write::kUnlessInherited, [](const WorkerContract&) { return Value("1"); }},
+    ExportedVar{v::kNcclAsyncErrorHandling, "lets NCCL errors abort the job instead of hanging",
+                "1, unless already set", Write::kUnlessInherited,
+                [](const WorkerContract&) { return Value("1"); }},
     ExportedVar{v::kOmpNumThreads, "threads per worker for OpenMP/MKL/torch intra-op",
                 "unless already set: with --cpu-bind, the physical cores bound to the worker; "
                 "else SLURM_CPUS_PER_TASK, else 1",
@@ -93,15 +93,14 @@ constexpr std::array kExported = {
                 "changed only with --gpu-bind=isolate: narrowed to this worker's device",
                 "the inherited list (or a count of /dev/nvidiaN), entry DTLAUNCH_CUDA_DEVICE",
                 Write::kSet, [](const WorkerContract& c) { return c.visible_devices; }},
-    ExportedVar{v::kCudaDeviceOrder,
-                "makes CUDA number the GPUs in PCI bus order, the order in which dtlaunch "
-                "located them for --cpu-bind (CUDA's default puts the fastest first)",
-                "PCI_BUS_ID with --cpu-bind other than none, unless already set "
-                "(docs/affinity.md)",
-                Write::kUnlessInherited,
-                [](const WorkerContract& c) {
-                  return c.pci_device_order ? Value("PCI_BUS_ID") : Value();
-                }},
+    ExportedVar{
+        v::kCudaDeviceOrder,
+        "makes CUDA number the GPUs in PCI bus order, the order in which dtlaunch "
+        "located them for --cpu-bind (CUDA's default puts the fastest first)",
+        "PCI_BUS_ID with --cpu-bind other than none, unless already set "
+        "(docs/affinity.md)",
+        Write::kUnlessInherited,
+        [](const WorkerContract& c) { return c.pci_device_order ? Value("PCI_BUS_ID") : Value(); }},
     ExportedVar{v::kSupervisor,
                 "local mode only: names the dtlaunch that supervises this worker, so that if "
                 "dtlaunch is SIGKILLed its guardian finds the worker's descendants by their "

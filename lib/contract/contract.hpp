@@ -63,7 +63,8 @@ EnvMap apply_env(EnvMap inherited, const EnvDelta& delta);
 // and MASTER_PORT are required; an empty value counts as unset. Throws Error (bad input) with
 // one line that names every missing or malformed variable, followed by `more_problems`, those
 // the caller found in variables outside the contract.
-WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>& more_problems = {});
+WorkerContract parse_contract(const EnvMap& env,
+                              const std::vector<std::string>& more_problems = {});
 
 // The table: each variable dtlaunch exports, what it means, where its value comes from, and how
 // to_env writes it from the contract.
