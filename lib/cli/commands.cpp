@@ -8,11 +8,11 @@
 
 #include "affinity/apply.hpp"
 #include "cli/log.hpp"
+#include "contract/contract.hpp"
 #include "core/error.hpp"
 #include "doctor/probe.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/build_spec.hpp"
-#include "contract/contract.hpp"
 #include "launch/exec.hpp"
 #include "launch/gpu.hpp"
 #include "launch/render.hpp"
@@ -22,6 +22,8 @@
 namespace dtlaunch {
 
 namespace {
+
+constexpr std::string_view kDryRunSupervisor = "dry-run";
 
 std::optional<Binding> binding_of(const LaunchSpec& spec, std::uint32_t local_rank) {
   if (const Binding* b = spec.affinity.of(local_rank)) return *b;
@@ -150,7 +152,8 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
     spec = spec_from_slurm(*step, options, env, system);
   } else {
     spec = spec_from_local(options, env, system, [] { return find_free_port("127.0.0.1"); });
-    spec.supervisor_tag = supervisor_tag();
+    // A dry run supervises nothing: a fixed name keeps its output the same from run to run.
+    spec.supervisor_tag = flags.dry_run ? std::string(kDryRunSupervisor) : supervisor_tag();
     if (!spec.run_identity && spec.nnodes == 1) spec.run_identity = "local-" + *spec.supervisor_tag;
   }
   const std::string who = mode == Mode::kSlurm ? "rank " + std::to_string(rank)
@@ -185,7 +188,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
   }
 
   SupervisorOptions supervision;
-  supervision.grace = options.grace;
+  if (options.grace) supervision.grace = *options.grace;
   supervision.log_dir = options.log_dir;
   supervision.max_restarts = options.max_restarts;
   supervision.descendant_marker = supervisor_marker(*spec.supervisor_tag);
