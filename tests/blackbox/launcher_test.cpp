@@ -14,9 +14,9 @@
 #include "run_process.hpp"
 
 using dtlaunch::EnvMap;
-using dtlaunch::test::ProcessResult;
-using dtlaunch::test::run_process;
-using dtlaunch::test::slurm_step_env;
+using dtlaunch_test::ProcessResult;
+using dtlaunch_test::run_process;
+using dtlaunch_test::slurm_step_env;
 
 namespace {
 
