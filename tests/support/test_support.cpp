@@ -44,11 +44,7 @@ namespace {
 
 // Variables of the runtime's own that a test runner started under dtlaunch or torchrun must not
 // pass on; the contract's variables are written (or removed) by to_env.
-bool is_runtime_knob(std::string_view name) {
-  static constexpr std::string_view kNames[] = {"GLOO_SOCKET_IFNAME", "USE_LIBUV",
-                                                "OMP_NUM_THREADS"};
-  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
-}
+constexpr std::string_view kRuntimeKnobs[] = {"GLOO_SOCKET_IFNAME", "USE_LIBUV", "OMP_NUM_THREADS"};
 
 }  // namespace
 
@@ -60,8 +56,7 @@ Ranks::Ranks(const std::string& program, const std::vector<std::string>& args, i
   const std::uint16_t port = dtlaunch::find_free_port("127.0.0.1");
   for (int r : launched_) {
     dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
-    for (const auto& [name, value] : dtlaunch::EnvMap(inherited).vars())
-      if (is_runtime_knob(name)) inherited.erase(name);
+    for (const std::string_view knob : kRuntimeKnobs) inherited.erase(knob);
     dtlaunch::WorkerContract contract;
     contract.rank = static_cast<std::uint32_t>(r);
     contract.world_size = static_cast<std::uint32_t>(world);
