@@ -17,6 +17,7 @@
 #include "core/env_map.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "launch/system.hpp"
 #include "proc/supervisor.hpp"
 
 extern char** environ;

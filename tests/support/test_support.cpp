@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "contract/contract.hpp"
+#include "launch/system.hpp"
 #include "proc/supervisor.hpp"
 
 extern char** environ;

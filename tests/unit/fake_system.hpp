@@ -29,6 +29,9 @@ class FakeSystem final : public dtlaunch::System {
     topology_root = root;
     return node;
   }
+  std::uint16_t port = 29400;
+  std::uint16_t free_port(const std::string&) const override { return port; }
+  std::string random_tag() const override { return "4242-00000000deadbeef"; }
   dtlaunch::TaskMask task_mask(const std::string&, const dtlaunch::Topology&) const override {
     return mask;
   }
