@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtlaunch {
 
@@ -22,5 +23,12 @@ std::size_t utf8_sequence_length(std::string_view text) noexcept;
 // the lone surrogate of Python's "surrogateescape" (PEP 383): the output always parses, and
 // json.loads(...).encode("utf-8", "surrogateescape") gives the bytes back.
 std::string json_quote(std::string_view text);
+
+// Numbers as ranges, "0-3,8,10-11", sorted and each once, whatever the order given. With at most
+// max_ranges ranges; more end in ", ... (N in all)", N counting the distinct numbers. The one
+// copy for ranks, CPUs and devices (doctor's reports, CpuSet::to_list, the DDP runtime's
+// missing ranks).
+std::string compact_ranges(std::vector<std::uint32_t> numbers,
+                           std::size_t max_ranges = static_cast<std::size_t>(-1));
 
 }  // namespace dtlaunch
