@@ -116,6 +116,20 @@ std::string json_quote(std::string_view text) {
   return out + "\"";
 }
 
+std::string_view first_line(std::string_view text) noexcept {
+  return text.substr(0, text.find('\n'));
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::string s = std::to_string(ms.count() / 1000);
+  if (const auto fraction = ms.count() % 1000) {
+    std::string digits = std::to_string(1000 + fraction).substr(1);
+    digits.erase(digits.find_last_not_of('0') + 1);
+    s += "." + digits;
+  }
+  return s + "s";
+}
+
 std::string compact_ranges(std::vector<std::uint32_t> numbers, std::size_t max_ranges) {
   std::sort(numbers.begin(), numbers.end());
   numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());

@@ -64,10 +64,7 @@ int run(int argc, char** argv) {
     } else if (arg == "--master-port") {
       port = static_cast<std::uint16_t>(dtlaunch::parse_uint_var(arg, value, 65535));
     } else if (arg == "--grace") {
-      std::size_t used = 0;
-      const double seconds = std::stod(value, &used);
-      if (used != value.size() || !(seconds >= 0)) throw Error::usage("bad --grace " + value);
-      options.grace = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+      options.grace = dtlaunch::parse_seconds(arg, value, 86400);
     } else if (arg == "--max-restarts") {
       options.max_restarts = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value));
     } else if (arg == "--log-dir") {

@@ -76,3 +76,15 @@ TEST_CASE("compact_ranges: sorted, each number once, and bounded when asked") {
   for (const Case& c : cases) CHECK(compact_ranges(c.numbers, c.max_ranges) == c.expected);
   CHECK(compact_ranges({5, 4}) == "4-5");
 }
+
+TEST_CASE("first_line and seconds_text, as the DDP runtime's messages use them") {
+  CHECK(first_line("one\ntwo") == "one");
+  CHECK(first_line("one") == "one");
+  CHECK(first_line("") == "");
+  using std::chrono::milliseconds;
+  CHECK(seconds_text(milliseconds(2000)) == "2s");
+  CHECK(seconds_text(milliseconds(1500)) == "1.5s");
+  CHECK(seconds_text(milliseconds(250)) == "0.25s");
+  CHECK(seconds_text(milliseconds(300001)) == "300.001s");
+  CHECK(seconds_text(milliseconds(0)) == "0s");
+}
