@@ -115,7 +115,10 @@ int run(int argc, char** argv) {
     return run_hostlist(hostlist->remaining(), std::cout);
   }
   LaunchCommand& command = doctor_app->parsed() ? doctor : launch;
-  command.options.argv = program_argv(doctor_app->parsed() ? *doctor_app : app);
+  // CLI11 hands a "--" that comes before the subcommand's first positional, and all after it,
+  // back to the parent: `dtlaunch doctor --timeout 5 -- PROGRAM` leaves PROGRAM in app's.
+  const bool own_program = doctor_app->parsed() && !doctor_app->remaining().empty();
+  command.options.argv = program_argv(own_program ? *doctor_app : app);
   return run_launch(command.options, command.flags, EnvMap::from_environ(environ), std::cout);
 }
 

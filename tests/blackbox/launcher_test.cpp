@@ -417,6 +417,9 @@ TEST_CASE("blackbox: subcommands take arguments verbatim, and are subcommands on
       // Elsewhere the word is the program's name: no such program here.
       {{"--nproc-per-node", "1", "--", "hostnames", "[1-3]"}, 127, "hostnames"},
       {{"--nproc-per-node", "1", "hostlist", "x"}, 127, "hostlist"},
+      // The doctor's program, after "--" or not, is resolved before any check starts.
+      {{"doctor", "--nproc-per-node", "1", "--", "no-such-program"}, 127, "no-such-program"},
+      {{"doctor", "--nproc-per-node", "1", "no-such-program"}, 127, "no-such-program"},
   };
   for (const Case& c : cases) {
     INFO(c.args.front() << " " << c.args.back());
