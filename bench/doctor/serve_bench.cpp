@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "doctor/probe.hpp"
-#include "proc/supervisor.hpp"
+#include "launch/system.hpp"
 
 using namespace dtlaunch::doctor;
 

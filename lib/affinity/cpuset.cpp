@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "core/parse.hpp"
+#include "core/text.hpp"
 
 namespace dtlaunch {
 
@@ -59,16 +60,7 @@ CpuSet CpuSet::operator|(const CpuSet& other) const {
 }
 
 std::string CpuSet::to_list() const {
-  std::string out;
-  for (std::size_t i = 0; i < ids_.size();) {
-    std::size_t j = i;
-    while (j + 1 < ids_.size() && ids_[j + 1] == ids_[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(ids_[i]);
-    if (j > i) out += '-' + std::to_string(ids_[j]);
-    i = j + 1;
-  }
-  return out;
+  return compact_ranges({ids_.begin(), ids_.end()});
 }
 
 }  // namespace dtlaunch

@@ -8,13 +8,14 @@
 
 #include "affinity/apply.hpp"
 #include "cli/log.hpp"
+#include "contract/contract.hpp"
 #include "core/error.hpp"
 #include "doctor/probe.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/build_spec.hpp"
-#include "launch/contract.hpp"
 #include "launch/exec.hpp"
 #include "launch/gpu.hpp"
+#include "launch/plan.hpp"
 #include "launch/render.hpp"
 #include "launch/worker_env.hpp"
 #include "proc/supervisor.hpp"
@@ -23,28 +24,11 @@ namespace dtlaunch {
 
 namespace {
 
-std::optional<Binding> binding_of(const LaunchSpec& spec, std::uint32_t local_rank) {
-  if (const Binding* b = spec.affinity.of(local_rank)) return *b;
-  return std::nullopt;
-}
-
-std::vector<PlannedWorker> plan_workers(const LaunchSpec& spec, const EnvMap& env,
-                                        std::uint32_t restart_count, std::uint32_t slurm_rank,
-                                        std::uint32_t slurm_local_rank) {
-  std::vector<PlannedWorker> workers;
-  if (spec.mode == Mode::kSlurm) {
-    WorkerInfo self{slurm_rank, slurm_local_rank, restart_count};
-    workers.push_back({self.rank, self.local_rank, build_worker_env(spec, self, env),
-                       binding_of(spec, self.local_rank)});
-    return workers;
-  }
-  for (std::uint32_t local = 0; local < spec.local_world_size; ++local) {
-    WorkerInfo worker{spec.first_rank_on_node + local, local, restart_count};
-    workers.push_back({worker.rank, worker.local_rank, build_worker_env(spec, worker, env),
-                       binding_of(spec, worker.local_rank)});
-  }
-  return workers;
-}
+// A dry run supervises nothing: a fixed tag keeps its output the same from run to run.
+class DryRunSystem final : public LiveSystem {
+ public:
+  std::string random_tag() const override { return "dry-run"; }
+};
 
 // Every task's report, from the environment its worker would get: the checks see exactly
 // what the program will.
@@ -138,68 +122,53 @@ int run_checks(const LaunchSpec& spec, const std::vector<PlannedWorker>& planned
 
 int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
                std::ostream& out) {
-  LiveSystem system;
-  const Mode mode = resolve_mode(options, env);
-  std::uint32_t rank = 0, local_rank = 0;
-  LaunchSpec spec;
-  std::optional<SlurmStep> step;
-  if (mode == Mode::kSlurm) {
-    step = read_slurm_step(env);
-    rank = step->procid;
-    local_rank = step->localid;
-    spec = spec_from_slurm(*step, options, env, system);
-  } else {
-    spec = spec_from_local(options, env, system, [] { return find_free_port("127.0.0.1"); });
-    spec.supervisor_tag = supervisor_tag();
-    if (!spec.run_identity && spec.nnodes == 1) spec.run_identity = "local-" + *spec.supervisor_tag;
-  }
-  const std::string who = mode == Mode::kSlurm ? "rank " + std::to_string(rank)
-                                               : "node " + std::to_string(spec.node_rank);
-  const bool speaks_for_job = mode == Mode::kSlurm ? rank == 0 : spec.node_rank == 0;
-
-  std::vector<PlannedWorker> planned = plan_workers(spec, env, 0, rank, local_rank);
-  log_notes(spec.notes, who, speaks_for_job, flags.verbose);
+  const LaunchPlan launch =
+      flags.dry_run ? plan(options, env, DryRunSystem()) : plan(options, env, LiveSystem());
+  const LaunchSpec& spec = launch.spec;
+  log_notes(spec.notes, launch.who, launch.speaks_for_job, flags.verbose);
   if (flags.check != Check::kNone && !flags.dry_run) {
     const doctor::Expectation expected =
-        step ? doctor::slurm_expectation(step->hosts, step->tasks_per_node, step->distribution)
-             : doctor::local_expectation(spec.nnodes, spec.local_world_size);
-    const int status = run_checks(spec, planned, expected, env, flags, out);
+        launch.step ? doctor::slurm_expectation(launch.step->hosts, launch.step->tasks_per_node,
+                                                launch.step->distribution)
+                    : doctor::local_expectation(spec.nnodes, spec.local_world_size);
+    const int status = run_checks(spec, launch.workers, expected, env, flags, out);
     if (flags.check == Check::kDoctor || status != 0) return status;
   }
   if (flags.dry_run) {
-    out << (flags.format == OutputFormat::kJson ? render_json(planned, spec.argv)
-                                                : render_shell(planned, spec.argv));
+    out << (flags.format == OutputFormat::kJson ? render_json(launch.workers, spec.argv)
+                                                : render_shell(launch.workers, spec.argv));
     out.flush();
     return 0;
   }
 
-  if (mode == Mode::kSlurm) {
+  if (launch.mode == Mode::kSlurm) {
     out.flush();
     // On dtlaunch itself: the program inherits both across exec, before its first allocation.
-    if (const auto& binding = planned.front().binding)
-      if (const int e = PreparedBinding(*binding).apply())
-        throw Error::system("binding rank " + std::to_string(rank) + " to CPUs " +
-                                binding->cpus.to_list() + " (sched_setaffinity, set_mempolicy)",
+    const PlannedWorker& self = launch.workers.front();
+    if (self.binding)
+      if (const int e = PreparedBinding(*self.binding).apply())
+        throw Error::system("binding rank " + std::to_string(self.rank) + " to CPUs " +
+                                self.binding->cpus.to_list() +
+                                " (sched_setaffinity, set_mempolicy)",
                             e);
-    exec_program(spec.program_path, spec.argv, apply_env(env, planned.front().changes));
+    exec_program(spec.program_path, spec.argv, apply_env(env, self.changes));
   }
 
   SupervisorOptions supervision;
-  supervision.grace = options.grace;
+  if (options.grace) supervision.grace = *options.grace;
   supervision.log_dir = options.log_dir;
   supervision.max_restarts = options.max_restarts;
-  supervision.descendant_marker = std::string(kSupervisorVar) + "=" + *spec.supervisor_tag;
+  supervision.descendant_marker = *launch.descendant_marker;
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<WorkerProcess> processes;
-    for (PlannedWorker& w : plan_workers(spec, env, restart_count, 0, 0))
+    for (PlannedWorker& w : plan_workers(launch, env, restart_count))
       processes.push_back(
           {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes),
            w.binding ? std::make_shared<const PreparedBinding>(*w.binding) : nullptr});
     return processes;
   };
   out.flush();  // nothing of ours may come out after the workers' output
-  RunResult result = run_workers(make_workers, supervision);
-  return result.exit_status;
+  return run_workers(make_workers, supervision).exit_status;
 }
 
 int run_hostnames(const std::vector<std::string>& expressions, std::ostream& out) {

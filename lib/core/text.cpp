@@ -1,5 +1,6 @@
 #include "core/text.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace dtlaunch {
@@ -113,6 +114,39 @@ std::string json_quote(std::string_view text) {
     ++i;
   }
   return out + "\"";
+}
+
+std::string_view first_line(std::string_view text) noexcept {
+  return text.substr(0, text.find('\n'));
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::string s = std::to_string(ms.count() / 1000);
+  if (const auto fraction = ms.count() % 1000) {
+    std::string digits = std::to_string(1000 + fraction).substr(1);
+    digits.erase(digits.find_last_not_of('0') + 1);
+    s += "." + digits;
+  }
+  return s + "s";
+}
+
+std::string compact_ranges(std::vector<std::uint32_t> numbers, std::size_t max_ranges) {
+  std::sort(numbers.begin(), numbers.end());
+  numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+  std::string out;
+  std::size_t ranges = 0;
+  for (std::size_t i = 0; i < numbers.size(); ++ranges) {
+    if (ranges == max_ranges) {
+      out += ", ... (" + std::to_string(numbers.size()) + " in all)";
+      break;
+    }
+    std::size_t j = i;
+    while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(numbers[i]);
+    if (j > i) out += "-" + std::to_string(numbers[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 }  // namespace dtlaunch

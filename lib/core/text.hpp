@@ -3,9 +3,11 @@
 // line quotes a bounded, escaped excerpt, never the raw value.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtlaunch {
 
@@ -22,5 +24,18 @@ std::size_t utf8_sequence_length(std::string_view text) noexcept;
 // the lone surrogate of Python's "surrogateescape" (PEP 383): the output always parses, and
 // json.loads(...).encode("utf-8", "surrogateescape") gives the bytes back.
 std::string json_quote(std::string_view text);
+
+// The first line of `text` (a c10 error's message without its C++ stack trace).
+std::string_view first_line(std::string_view text) noexcept;
+
+// A duration as the DDP runtime's messages say it: "2s", "1.5s", "0.25s".
+std::string seconds_text(std::chrono::milliseconds ms);
+
+// Numbers as ranges, "0-3,8,10-11", sorted and each once, whatever the order given. With at most
+// max_ranges ranges; more end in ", ... (N in all)", N counting the distinct numbers. The one
+// copy for ranks, CPUs and devices (doctor's reports, CpuSet::to_list, the DDP runtime's
+// missing ranks).
+std::string compact_ranges(std::vector<std::uint32_t> numbers,
+                           std::size_t max_ranges = static_cast<std::size_t>(-1));
 
 }  // namespace dtlaunch

@@ -1,5 +1,7 @@
 #include "doctor/checks.hpp"
 
+#include "core/text.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>

@@ -194,18 +194,4 @@ Expectation local_expectation(std::uint32_t nnodes, std::uint32_t nproc_per_node
   return e;
 }
 
-std::string compact_ranges(std::vector<std::uint32_t> numbers) {
-  std::sort(numbers.begin(), numbers.end());
-  numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
-  std::string out;
-  for (std::size_t i = 0; i < numbers.size();) {
-    std::size_t j = i;
-    while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(numbers[i]);
-    if (j > i) out += "-" + std::to_string(numbers[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 }  // namespace dtlaunch::doctor

@@ -92,7 +92,4 @@ Expectation slurm_expectation(const std::vector<std::string>& hosts,
 // Local mode: nnodes launchers of nproc workers each.
 Expectation local_expectation(std::uint32_t nnodes, std::uint32_t nproc_per_node);
 
-// "0-3,8,10-11" for a sorted list of numbers.
-std::string compact_ranges(std::vector<std::uint32_t> numbers);
-
 }  // namespace dtlaunch::doctor

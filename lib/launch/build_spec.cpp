@@ -543,11 +543,4 @@ LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, cons
   return spec;
 }
 
-LaunchSpec build_spec(const LaunchOptions& options, const EnvMap& env, const System& system,
-                      const std::function<std::uint16_t()>& find_free_port) {
-  if (resolve_mode(options, env) == Mode::kLocal)
-    return spec_from_local(options, env, system, find_free_port);
-  return spec_from_slurm(read_slurm_step(env), options, env, system);
-}
-
 }  // namespace dtlaunch

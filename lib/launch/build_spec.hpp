@@ -29,15 +29,11 @@ LaunchSpec spec_from_slurm(const SlurmStep& step, const LaunchOptions& options, 
 LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, const System& system,
                            const std::function<std::uint16_t()>& find_free_port);
 
-// Both of the above resolve the program the same way; exposed for the subcommand-free paths.
 // Which GPU of `topology` each local rank's device is (choose_device, then find_gpu), or nullopt
 // where it cannot be located (MIG, or indices under a CUDA_DEVICE_ORDER other than PCI_BUS_ID);
 // `unlocated`, when given and empty, names the first such device.
 std::vector<std::optional<std::size_t>> locate_gpus(const LaunchSpec& spec, const EnvMap& env,
                                                     const Topology& topology,
                                                     std::string* unlocated = nullptr);
-
-LaunchSpec build_spec(const LaunchOptions& options, const EnvMap& env, const System& system,
-                      const std::function<std::uint16_t()>& find_free_port);
 
 }  // namespace dtlaunch

@@ -1,11 +1,18 @@
 #include "launch/system.hpp"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -107,6 +114,60 @@ std::string resolve_program(const std::string& program, const EnvMap& env) {
     throw Error(ExitCode::kNotExecutable, excerpt(*not_executable, 300) + ": cannot execute: " +
                                               std::strerror(not_executable_error));
   throw Error(ExitCode::kNotFound, excerpt(program, 300) + ": command not found in PATH");
+}
+
+std::uint16_t find_free_port(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &found); rc != 0) {
+    throw Error(ExitCode::kBadInput,
+                "address '" + addr + "' does not resolve: " + ::gai_strerror(rc));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
+  int last_errno = 0;
+  for (const addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    const std::unique_ptr<const int, void (*)(const int*)> closer(&fd, [](const int* f) {
+      if (*f >= 0) ::close(*f);
+    });
+    if (fd < 0 || ::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      last_errno = errno;
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+      last_errno = errno;
+      continue;
+    }
+    const in_port_t port = bound.ss_family == AF_INET6
+                               ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                               : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port;
+    return ntohs(port);
+  }
+  throw Error::system("cannot bind a TCP port on '" + addr + "'", last_errno);
+}
+
+std::string supervisor_tag() {
+  std::uint64_t random = 0;
+  // The pid alone can recur (an earlier dtlaunch of the same pid whose orphans still run).
+  if (::getrandom(&random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
+    random =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char text[48];
+  std::snprintf(text, sizeof text, "%d-%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(random));
+  return text;
+}
+
+std::uint16_t LiveSystem::free_port(const std::string& addr) const {
+  return find_free_port(addr);
+}
+
+std::string LiveSystem::random_tag() const {
+  return supervisor_tag();
 }
 
 }  // namespace dtlaunch

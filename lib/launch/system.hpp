@@ -29,9 +29,13 @@ class System {
   // DTLAUNCH_TOPOLOGY_ROOT): see affinity/read_topology.hpp. Asked only when binding.
   virtual Topology topology(const std::string& root) const = 0;
   virtual TaskMask task_mask(const std::string& root, const Topology& topology) const = 0;
+  // Local mode: a free TCP port on addr for a standalone MASTER_PORT, and the supervisor's tag
+  // (DTLAUNCH_SUPERVISOR). Behind the interface so that a plan is a pure function in tests.
+  virtual std::uint16_t free_port(const std::string& addr) const = 0;
+  virtual std::string random_tag() const = 0;
 };
 
-class LiveSystem final : public System {
+class LiveSystem : public System {
  public:
   std::optional<std::string> read_file_head(const std::string& path,
                                             std::size_t max_bytes) const override;
@@ -41,7 +45,19 @@ class LiveSystem final : public System {
   TaskMask task_mask(const std::string& root, const Topology& topology) const override {
     return read_task_mask(root, topology);
   }
+  std::uint16_t free_port(const std::string& addr) const override;
+  std::string random_tag() const override;
 };
+
+// A free TCP port on addr (a numeric address or a host name), found by binding port 0 and
+// reading back the port the kernel chose, for a standalone MASTER_PORT. The socket is closed
+// before returning, so another process can still take the port before rank 0 binds it.
+// Throws Error (ExitCode::kBadInput) when addr does not resolve, Error::system otherwise.
+std::uint16_t find_free_port(const std::string& addr = "127.0.0.1");
+
+// What names this supervisor in its workers' environments (SupervisorOptions::descendant_marker):
+// "<pid>-<16 random hex digits>", unique among the processes of a machine.
+std::string supervisor_tag();
 
 // execvp's search, done before anything starts so that a typo is an error with 127/126 rather
 // than a half-started job. Returns the path to execute; throws Error(kNotFound / kNotExecutable).

@@ -424,47 +424,4 @@ RunResult run_workers(
   }
 }
 
-std::uint16_t find_free_port(const std::string& addr) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (const int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &found); rc != 0) {
-    throw Error(ExitCode::kBadInput,
-                "address '" + addr + "' does not resolve: " + ::gai_strerror(rc));
-  }
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
-  int last_errno = 0;
-  for (const addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!sock || ::bind(sock.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      last_errno = errno;
-      continue;
-    }
-    sockaddr_storage bound{};
-    socklen_t len = sizeof bound;
-    if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-      last_errno = errno;
-      continue;
-    }
-    const in_port_t port = bound.ss_family == AF_INET6
-                               ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
-                               : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port;
-    return ntohs(port);
-  }
-  throw Error::system("cannot bind a TCP port on '" + addr + "'", last_errno);
-}
-
-std::string supervisor_tag() {
-  std::uint64_t random = 0;
-  // The pid alone can recur (an earlier dtlaunch of the same pid whose orphans still run).
-  if (::getrandom(&random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
-    random =
-        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  char text[48];
-  std::snprintf(text, sizeof text, "%d-%016llx", static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(random));
-  return text;
-}
-
 }  // namespace dtlaunch

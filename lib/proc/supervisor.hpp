@@ -87,14 +87,4 @@ RunResult run_workers(
     const std::function<std::vector<WorkerProcess>(std::uint32_t restart_count)>& make_workers,
     const SupervisorOptions& options);
 
-// A free TCP port on addr (a numeric address or a host name), found by binding port 0 and
-// reading back the port the kernel chose, for a standalone MASTER_PORT. The socket is closed
-// before returning, so another process can still take the port before rank 0 binds it.
-// Throws Error (ExitCode::kBadInput) when addr does not resolve, Error::system otherwise.
-std::uint16_t find_free_port(const std::string& addr = "127.0.0.1");
-
-// What names this supervisor in its workers' environments (SupervisorOptions::descendant_marker):
-// "<pid>-<16 random hex digits>", unique among the processes of a machine.
-std::string supervisor_tag();
-
 }  // namespace dtlaunch

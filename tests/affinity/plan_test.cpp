@@ -14,8 +14,8 @@
 #include "launch/worker_env.hpp"
 
 using namespace dtlaunch;
-using dtlaunch::test::FakeSystem;
-using dtlaunch::test::slurm_step_env;
+using dtlaunch_test::FakeSystem;
+using dtlaunch_test::slurm_step_env;
 using dtlaunch_test::contains_text;
 
 namespace {

@@ -15,8 +15,8 @@
 
 using dtlaunch::CpuSet;
 using dtlaunch::EnvMap;
-using dtlaunch::test::ProcessResult;
-using dtlaunch::test::run_process;
+using dtlaunch_test::ProcessResult;
+using dtlaunch_test::run_process;
 
 namespace {
 

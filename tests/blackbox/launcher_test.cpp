@@ -14,9 +14,9 @@
 #include "run_process.hpp"
 
 using dtlaunch::EnvMap;
-using dtlaunch::test::ProcessResult;
-using dtlaunch::test::run_process;
-using dtlaunch::test::slurm_step_env;
+using dtlaunch_test::ProcessResult;
+using dtlaunch_test::run_process;
+using dtlaunch_test::slurm_step_env;
 
 namespace {
 
@@ -396,4 +396,38 @@ TEST_CASE("blackbox: DTLAUNCH_RUN_ID names the run for the runtime's check-in") 
   named.insert(named.end(), {"--run-id", "exp7"});
   CHECK(run_id(plain, named) == "local-exp7");
   CHECK(run_id(plain, two_nodes) == "<unset>");  // and the outer launch's value is removed
+}
+
+TEST_CASE("blackbox: subcommands take arguments verbatim, and are subcommands only first") {
+  struct Case {
+    std::vector<std::string> args;
+    int status;
+    std::string out;  // stdout, or a part of stderr when the status is not 0
+  };
+  const EnvMap env{{"PATH", "/usr/bin:/bin"}};
+  const std::vector<Case> cases = {
+      // Arguments that look like CLI11's vector syntax or an option reach the hostlist parser.
+      {{"hostnames", "[1-3]"}, 0, "1\n2\n3\n"},
+      {{"hostnames", "[1-2],[5-6]"}, 0, "1\n2\n5\n6\n"},
+      {{"hostnames", "-n1"}, 0, "-n1\n"},
+      {{"hostlist", "[1-3]"}, 0, "[1-3]\n"},
+      {{"hostlist", "n1", "n2", "n3"}, 0, "n[1-3]\n"},
+      {{"env-table", "[x]"}, 2, "env-table takes no arguments, got '[x]'"},
+      {{"hostnames"}, 2, "no hostlist expression given"},
+      // Elsewhere the word is the program's name: no such program here.
+      {{"--nproc-per-node", "1", "--", "hostnames", "[1-3]"}, 127, "hostnames"},
+      {{"--nproc-per-node", "1", "hostlist", "x"}, 127, "hostlist"},
+      // The doctor's program, after "--" or not, is resolved before any check starts.
+      {{"doctor", "--nproc-per-node", "1", "--", "no-such-program"}, 127, "no-such-program"},
+      {{"doctor", "--nproc-per-node", "1", "no-such-program"}, 127, "no-such-program"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args.front() << " " << c.args.back());
+    const ProcessResult r = launch(env, c.args);
+    CHECK(r.exit_status == c.status);
+    if (c.status == 0)
+      CHECK(r.out == c.out);
+    else
+      check_refused(r, c.status, c.out);
+  }
 }

@@ -5,11 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <stdexcept>
 
-namespace dtlaunch::test {
+namespace dtlaunch_test {
 
-ProcessResult run_process(const std::vector<std::string>& argv, const EnvMap& env) {
+ProcessResult run_process(const std::vector<std::string>& argv, const dtlaunch::EnvMap& env,
+                          std::chrono::milliseconds timeout) {
   int out_pipe[2], err_pipe[2];
   if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) throw std::runtime_error("pipe");
   posix_spawn_file_actions_t actions;
@@ -39,8 +41,19 @@ ProcessResult run_process(const std::vector<std::string>& argv, const EnvMap& en
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   std::string* sinks[2] = {&result.out, &result.err};
   int open_fds = 2;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      for (const pollfd& fd : fds)
+        if (fd.fd >= 0) ::close(fd.fd);
+      throw std::runtime_error(argv[0] + " did not finish within " +
+                               std::to_string(timeout.count()) + " ms; its stderr: " + result.err);
+    }
+    if (::poll(fds, 2, static_cast<int>(left.count())) < 0) continue;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
       char buf[65536];
@@ -60,4 +73,4 @@ ProcessResult run_process(const std::vector<std::string>& argv, const EnvMap& en
   return result;
 }
 
-}  // namespace dtlaunch::test
+}  // namespace dtlaunch_test

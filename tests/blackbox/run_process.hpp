@@ -1,13 +1,14 @@
 // Runs a program as a real child process with exactly the given environment and collects what
-// it printed and how it ended.
+// it printed and how it ended, within a time limit.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "core/env_map.hpp"
 
-namespace dtlaunch::test {
+namespace dtlaunch_test {
 
 struct ProcessResult {
   int pid = 0;
@@ -16,6 +17,9 @@ struct ProcessResult {
   std::string err;
 };
 
-ProcessResult run_process(const std::vector<std::string>& argv, const EnvMap& env);
+// Throws std::runtime_error, after SIGKILLing the child, when it has not ended and closed its
+// output within `timeout`: a hung launcher fails its test instead of the whole suite's run.
+ProcessResult run_process(const std::vector<std::string>& argv, const dtlaunch::EnvMap& env,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
-}  // namespace dtlaunch::test
+}  // namespace dtlaunch_test

@@ -4,7 +4,7 @@
 
 #include "dtlaunch_catch.hpp"
 #include "harness.hpp"
-#include "proc/supervisor.hpp"
+#include "launch/system.hpp"
 
 using namespace proctest;
 using namespace std::chrono_literals;

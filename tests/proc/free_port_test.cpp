@@ -4,7 +4,7 @@
 
 #include "core/error.hpp"
 #include "dtlaunch_catch.hpp"
-#include "proc/supervisor.hpp"
+#include "launch/system.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // A test harness for lib/proc before (and besides) the launcher: starts --nproc copies of a
-// program through run_workers with the torchrun variables set here, and exits with the
+// program through run_workers with the worker contract written by to_env, and exits with the
 // RunResult's status. It decides nothing the launcher decides; it only feeds the supervisor.
 //   proc_driver --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
 //               [--grace SECONDS]
@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "contract/contract.hpp"
 #include "core/env_map.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "launch/system.hpp"
 #include "proc/supervisor.hpp"
 
 extern char** environ;
@@ -62,10 +64,7 @@ int run(int argc, char** argv) {
     } else if (arg == "--master-port") {
       port = static_cast<std::uint16_t>(dtlaunch::parse_uint_var(arg, value, 65535));
     } else if (arg == "--grace") {
-      std::size_t used = 0;
-      const double seconds = std::stod(value, &used);
-      if (used != value.size() || !(seconds >= 0)) throw Error::usage("bad --grace " + value);
-      options.grace = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+      options.grace = dtlaunch::parse_seconds(arg, value, 86400);
     } else if (arg == "--max-restarts") {
       options.max_restarts = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value));
     } else if (arg == "--log-dir") {
@@ -80,26 +79,29 @@ int run(int argc, char** argv) {
   const dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
   if (!port) port = dtlaunch::find_free_port();
   const std::string tag = dtlaunch::supervisor_tag();
-  options.descendant_marker = "DTLAUNCH_SUPERVISOR=" + tag;
+  options.descendant_marker = dtlaunch::supervisor_marker(tag);
 
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<dtlaunch::WorkerProcess> workers;
     for (std::uint32_t local = 0; local < nproc; ++local) {
+      dtlaunch::WorkerContract contract;
+      contract.rank = node_rank * nproc + local;
+      contract.local_rank = local;
+      contract.world_size = nnodes * nproc;
+      contract.local_world_size = nproc;
+      contract.node_rank = node_rank;
+      contract.nnodes = nnodes;
+      contract.master_addr = addr;
+      contract.master_port = *port;
+      contract.restart_count = restart_count;
+      contract.max_restarts = options.max_restarts;
+      contract.supervisor = tag;
       dtlaunch::WorkerProcess w;
-      w.rank = node_rank * nproc + local;
+      w.rank = contract.rank;
       w.local_rank = local;
       w.program_path = program_path;
       w.argv = args;
-      w.env = inherited;
-      w.env.set("RANK", std::to_string(w.rank));
-      w.env.set("LOCAL_RANK", std::to_string(local));
-      w.env.set("WORLD_SIZE", std::to_string(nnodes * nproc));
-      w.env.set("LOCAL_WORLD_SIZE", std::to_string(nproc));
-      w.env.set("GROUP_RANK", std::to_string(node_rank));
-      w.env.set("MASTER_ADDR", addr);
-      w.env.set("MASTER_PORT", std::to_string(*port));
-      w.env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
-      w.env.set("DTLAUNCH_SUPERVISOR", tag);
+      w.env = dtlaunch::apply_env(inherited, dtlaunch::to_env(contract, inherited));
       workers.push_back(std::move(w));
     }
     return workers;

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "contract/contract.hpp"
+#include "launch/system.hpp"
 #include "proc/supervisor.hpp"
 
 extern char** environ;
@@ -41,13 +43,9 @@ std::string read_file(const fs::path& path) {
 
 namespace {
 
-bool is_launch_variable(std::string_view name) {
-  static constexpr std::string_view kNames[] = {
-      "RANK",        "WORLD_SIZE",      "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
-      "MASTER_ADDR", "MASTER_PORT",     "DTLAUNCH_CUDA_DEVICE", "GLOO_SOCKET_IFNAME",
-      "USE_LIBUV",   "OMP_NUM_THREADS", "DTLAUNCH_RUN_ID"};
-  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
-}
+// Variables of the runtime's own that a test runner started under dtlaunch or torchrun must not
+// pass on; the contract's variables are written (or removed) by to_env.
+constexpr std::string_view kRuntimeKnobs[] = {"GLOO_SOCKET_IFNAME", "USE_LIBUV", "OMP_NUM_THREADS"};
 
 }  // namespace
 
@@ -56,25 +54,21 @@ Ranks::Ranks(const std::string& program, const std::vector<std::string>& args, i
   launched_ = options.launch;
   if (launched_.empty())
     for (int r = 0; r < world; ++r) launched_.push_back(r);
-  const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
+  const std::uint16_t port = dtlaunch::find_free_port("127.0.0.1");
   for (int r : launched_) {
-    std::map<std::string, std::string> vars;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view kv(*e);
-      const size_t eq = kv.find('=');
-      if (eq == std::string_view::npos || is_launch_variable(kv.substr(0, eq))) continue;
-      vars.emplace(kv.substr(0, eq), kv.substr(eq + 1));
-    }
-    vars["RANK"] = std::to_string(r);
-    vars["WORLD_SIZE"] = std::to_string(world);
-    vars["LOCAL_RANK"] = std::to_string(r);
-    vars["LOCAL_WORLD_SIZE"] = std::to_string(world);
-    vars["MASTER_ADDR"] = "127.0.0.1";
-    vars["MASTER_PORT"] = port;
-    for (const auto& [name, value] : options.env) vars[name] = value;
+    dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
+    for (const std::string_view knob : kRuntimeKnobs) inherited.erase(knob);
+    dtlaunch::WorkerContract contract;
+    contract.rank = static_cast<std::uint32_t>(r);
+    contract.world_size = static_cast<std::uint32_t>(world);
+    contract.local_rank = static_cast<std::uint32_t>(r);
+    contract.local_world_size = static_cast<std::uint32_t>(world);
+    contract.master_addr = "127.0.0.1";
+    contract.master_port = port;
+    dtlaunch::EnvMap vars = dtlaunch::apply_env(inherited, dtlaunch::to_env(contract, inherited));
+    for (const auto& [name, value] : options.env) vars.set(name, value);
 
-    std::vector<std::string> env;
-    for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
+    std::vector<std::string> env = vars.to_strings();
     std::vector<std::string> argv_s{program};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv, envp;

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "launch/system.hpp"  // find_free_port, which the tests that use Ranks call
+
 namespace dtlaunch_test {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents at destruction.

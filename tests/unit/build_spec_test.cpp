@@ -14,8 +14,8 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
-using dtlaunch::test::FakeSystem;
-using dtlaunch::test::slurm_step_env;
+using dtlaunch_test::FakeSystem;
+using dtlaunch_test::slurm_step_env;
 
 namespace {
 LaunchOptions with_program(std::vector<std::string> argv = {"sh", "-c", "true"}) {
@@ -175,42 +175,99 @@ TEST_CASE("slurm spec: OMP_NUM_THREADS from SLURM_CPUS_PER_TASK, else 1, never o
 }
 
 TEST_CASE("slurm spec: GPUs from CUDA_VISIBLE_DEVICES, device files or --gpus-per-node") {
-  FakeSystem sys;
-  EnvMap env = slurm_step_env();
-  CHECK(slurm_spec(env, with_program(), sys).gpu.visible.empty());
-  sys.gpu_files = 4;
-  CHECK(slurm_spec(env, with_program(), sys).gpu.visible ==
-        std::vector<std::string>{"0", "1", "2", "3"});
-  env.set("SLURM_STEP_GPUS", "5,7");  // allocated GPUs, no CUDA_VISIBLE_DEVICES: CUDA sees 0,1
-  CHECK(slurm_spec(env, with_program(), sys).gpu.visible == std::vector<std::string>{"0", "1"});
-  env.set("CUDA_VISIBLE_DEVICES", "6,7");
-  auto s = slurm_spec(env, with_program(), sys);
-  CHECK(s.gpu.visible == std::vector<std::string>{"6", "7"});
-  CHECK(s.gpu.from_cuda_visible_devices);
-
-  // One GPU for two tasks on the node, not per-task isolation: refused before exec.
-  env.set("CUDA_VISIBLE_DEVICES", "0");
-  std::string msg;
-  CHECK(status_of([&] { slurm_spec(env, with_program(), sys); }, &msg) == 2);
-  CHECK(msg.find("1 GPU(s) (CUDA_VISIBLE_DEVICES='0') for 2 ranks on this node") == 0);
-
-  // A plain srun --gpus-per-task=1 (or --gpu-bind=single:1) says so only in SLURMD_TRES_BIND.
-  for (const char* bind : {"gpu:per_task:1", "gpu:single:1"}) {
-    env.set("SLURMD_TRES_BIND", bind);
-    CHECK(slurm_spec(env, with_program(), sys).gpu.isolated_by_slurm);
+  using Vars = std::vector<std::pair<std::string, std::string>>;
+  using Ids = std::vector<std::string>;
+  struct Case {
+    const char* what;
+    Vars set;  // on top of a 2-tasks-per-node step
+    std::uint32_t device_files = 0;
+    std::optional<std::uint32_t> gpus_per_node;
+    Ids visible;  // expected, when no error
+    bool from_cuda_visible_devices = false;
+    bool isolated_by_slurm = false;
+    std::string error = {};  // expected message (prefix), exit 2
+  };
+  const std::vector<Case> cases = {
+      {"no GPU at all", {}, 0, {}, {}},
+      {"device files", {}, 4, {}, {"0", "1", "2", "3"}},
+      {"allocated GPUs, no CUDA_VISIBLE_DEVICES: CUDA sees 0,1",
+       {{"SLURM_STEP_GPUS", "5,7"}},
+       4,
+       {},
+       {"0", "1"}},
+      {"allocated to the job", {{"SLURM_JOB_GPUS", "2,3,4"}}, 0, {}, {"0", "1", "2"}},
+      {"CUDA_VISIBLE_DEVICES wins",
+       {{"SLURM_STEP_GPUS", "5,7"}, {"CUDA_VISIBLE_DEVICES", "6,7"}},
+       4,
+       {},
+       {"6", "7"},
+       true},
+      {"one GPU for two tasks, not per-task isolation: refused before exec",
+       {{"CUDA_VISIBLE_DEVICES", "0"}},
+       0,
+       {},
+       {},
+       false,
+       false,
+       "1 GPU(s) (CUDA_VISIBLE_DEVICES='0') for 2 ranks on this node"},
+      {"srun --gpus-per-task=1 says so only in SLURMD_TRES_BIND",
+       {{"CUDA_VISIBLE_DEVICES", "0"}, {"SLURMD_TRES_BIND", "gpu:per_task:1"}},
+       0,
+       {},
+       {"0"},
+       true,
+       true},
+      {"--gpu-bind=single:1",
+       {{"CUDA_VISIBLE_DEVICES", "0"}, {"SLURMD_TRES_BIND", "gpu:single:1"}},
+       0,
+       {},
+       {"0"},
+       true,
+       true},
+      {"--gpus-per-task=1 in the allocation: Slurm narrowed each task's list",
+       {{"CUDA_VISIBLE_DEVICES", "0"}, {"SLURM_GPUS_PER_TASK", "1"}},
+       0,
+       {},
+       {"0"},
+       true,
+       true},
+      {"--gpus-per-node narrows CUDA_VISIBLE_DEVICES",
+       {{"CUDA_VISIBLE_DEVICES", "0,1,2"}},
+       0,
+       2,
+       {"0", "1"},
+       true},
+      {"--gpus-per-node overrides the count", {}, 8, 2, {"0", "1"}},
+      {"--gpus-per-node beyond CUDA_VISIBLE_DEVICES",
+       {{"CUDA_VISIBLE_DEVICES", "0,1"}},
+       0,
+       3,
+       {},
+       false,
+       false,
+       "CUDA_VISIBLE_DEVICES='0,1': lists fewer devices than --gpus-per-node=3"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    FakeSystem sys;
+    sys.gpu_files = c.device_files;
+    EnvMap env = slurm_step_env();
+    for (const auto& [name, value] : c.set) env.set(name, value);
+    LaunchOptions o = with_program();
+    o.gpus_per_node = c.gpus_per_node;
+    std::string msg;
+    LaunchSpec s;
+    const int status = status_of([&] { s = slurm_spec(env, o, sys); }, &msg);
+    if (!c.error.empty()) {
+      CHECK(status == 2);
+      CHECK(msg.rfind(c.error, 0) == 0);
+      continue;
+    }
+    REQUIRE(status == 0);
+    CHECK(s.gpu.visible == c.visible);
+    CHECK(s.gpu.from_cuda_visible_devices == c.from_cuda_visible_devices);
+    CHECK(s.gpu.isolated_by_slurm == c.isolated_by_slurm);
   }
-  env.erase("SLURMD_TRES_BIND");
-  // --gpus-per-task=1 in the allocation: Slurm narrowed each task's list to its own GPU.
-  env.set("SLURM_GPUS_PER_TASK", "1");
-  s = slurm_spec(env, with_program(), sys);
-  CHECK(s.gpu.isolated_by_slurm);
-
-  LaunchOptions o = with_program();
-  o.gpus_per_node = 3;
-  env.erase("SLURM_GPUS_PER_TASK");
-  env.set("CUDA_VISIBLE_DEVICES", "0,1");
-  CHECK(status_of([&] { slurm_spec(env, o, sys); }, &msg) == 2);
-  CHECK(msg == "CUDA_VISIBLE_DEVICES='0,1': lists fewer devices than --gpus-per-node=3");
 }
 
 TEST_CASE("slurm spec: program not found is 127, not executable is 126") {

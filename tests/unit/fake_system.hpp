@@ -6,13 +6,13 @@
 
 #include "launch/system.hpp"
 
-namespace dtlaunch::test {
+namespace dtlaunch_test {
 
-class FakeSystem final : public System {
+class FakeSystem final : public dtlaunch::System {
  public:
   std::map<std::string, std::string> files;
   std::uint32_t gpu_files = 0;
-  std::optional<PortRange> ephemeral = PortRange{32768, 60999};
+  std::optional<dtlaunch::PortRange> ephemeral = dtlaunch::PortRange{32768, 60999};
 
   std::optional<std::string> read_file_head(const std::string& path,
                                             std::size_t max_bytes) const override {
@@ -21,15 +21,20 @@ class FakeSystem final : public System {
     return it->second.substr(0, max_bytes);
   }
   std::uint32_t count_gpu_device_files() const override { return gpu_files; }
-  std::optional<PortRange> ephemeral_port_range() const override { return ephemeral; }
-  Topology node;
-  TaskMask mask;
+  std::optional<dtlaunch::PortRange> ephemeral_port_range() const override { return ephemeral; }
+  dtlaunch::Topology node;
+  dtlaunch::TaskMask mask;
   mutable std::optional<std::string> topology_root;  // the root the launch asked for
-  Topology topology(const std::string& root) const override {
+  dtlaunch::Topology topology(const std::string& root) const override {
     topology_root = root;
     return node;
   }
-  TaskMask task_mask(const std::string&, const Topology&) const override { return mask; }
+  std::uint16_t port = 29400;
+  std::uint16_t free_port(const std::string&) const override { return port; }
+  std::string random_tag() const override { return "4242-00000000deadbeef"; }
+  dtlaunch::TaskMask task_mask(const std::string&, const dtlaunch::Topology&) const override {
+    return mask;
+  }
 };
 
-}  // namespace dtlaunch::test
+}  // namespace dtlaunch_test

@@ -3,11 +3,11 @@
 
 #include "core/env_map.hpp"
 
-namespace dtlaunch::test {
+namespace dtlaunch_test {
 
 // srun -N3 -n6 --ntasks-per-node=2 on node[1-3], seen by the task with the given rank.
-inline EnvMap slurm_step_env(int procid = 0, int localid = 0, int nodeid = 0) {
-  return EnvMap{
+inline dtlaunch::EnvMap slurm_step_env(int procid = 0, int localid = 0, int nodeid = 0) {
+  return dtlaunch::EnvMap{
       {"SLURM_JOB_ID", "4242"},
       {"SLURM_STEP_ID", "0"},
       {"SLURM_PROCID", std::to_string(procid)},
@@ -23,4 +23,4 @@ inline EnvMap slurm_step_env(int procid = 0, int localid = 0, int nodeid = 0) {
   };
 }
 
-}  // namespace dtlaunch::test
+}  // namespace dtlaunch_test

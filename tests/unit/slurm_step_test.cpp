@@ -5,7 +5,7 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
-using dtlaunch::test::slurm_step_env;
+using dtlaunch_test::slurm_step_env;
 
 namespace {
 std::string error_of(const EnvMap& env) {

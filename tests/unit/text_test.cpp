@@ -57,3 +57,34 @@ TEST_CASE("an empty variable counts as unset; get_raw still sees it") {
   CHECK(env.get("RANK") == "0");
   CHECK_FALSE(env.get_raw("MISSING"));
 }
+
+TEST_CASE("compact_ranges: sorted, each number once, and bounded when asked") {
+  struct Case {
+    std::vector<std::uint32_t> numbers;
+    std::size_t max_ranges;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {{}, 16, ""},
+      {{3}, 16, "3"},
+      {{7, 0, 1, 2, 4, 5}, 16, "0-2,4-5,7"},
+      {{2, 2, 1, 1}, 16, "1-2"},
+      {{0, 2, 4, 6, 8}, 2, "0,2, ... (5 in all)"},
+      {{0, 1, 2, 9}, 1, "0-2, ... (4 in all)"},
+      {{0, 1, 2}, 1, "0-2"},
+  };
+  for (const Case& c : cases) CHECK(compact_ranges(c.numbers, c.max_ranges) == c.expected);
+  CHECK(compact_ranges({5, 4}) == "4-5");
+}
+
+TEST_CASE("first_line and seconds_text, as the DDP runtime's messages use them") {
+  CHECK(first_line("one\ntwo") == "one");
+  CHECK(first_line("one") == "one");
+  CHECK(first_line("") == "");
+  using std::chrono::milliseconds;
+  CHECK(seconds_text(milliseconds(2000)) == "2s");
+  CHECK(seconds_text(milliseconds(1500)) == "1.5s");
+  CHECK(seconds_text(milliseconds(250)) == "0.25s");
+  CHECK(seconds_text(milliseconds(300001)) == "300.001s");
+  CHECK(seconds_text(milliseconds(0)) == "0s");
+}

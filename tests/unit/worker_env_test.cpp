@@ -2,17 +2,17 @@
 
 #include <set>
 
+#include "contract/contract.hpp"
 #include "dtlaunch_catch.hpp"
 #include "fake_system.hpp"
 #include "launch/build_spec.hpp"
-#include "launch/contract.hpp"
 #include "launch/port.hpp"
 #include "launch/render.hpp"
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
-using dtlaunch::test::FakeSystem;
-using dtlaunch::test::slurm_step_env;
+using dtlaunch_test::FakeSystem;
+using dtlaunch_test::slurm_step_env;
 
 namespace {
 LaunchSpec spec_for(const EnvMap& env, LaunchOptions o = {}) {

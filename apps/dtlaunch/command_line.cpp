@@ -1,0 +1,170 @@
+#include "command_line.hpp"
+
+#include <map>
+
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "core/text.hpp"
+
+namespace dtlaunch {
+
+namespace {
+
+// Numbers are taken as text and converted by lib's parser, so that an error quotes what the
+// user typed ("--master-port='99999999999999999999': expected an integer in 1..65535").
+template <class T>
+struct Number {
+  using type = T;
+};
+template <class T>
+struct Number<std::optional<T>> {
+  using type = T;
+};
+
+template <class T>
+CLI::Option* add_count(CLI::App& app, const std::string& flag, T& target, std::uint64_t min,
+                       std::uint64_t max, const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&target, flag, min, max](const std::string& text) {
+            target = static_cast<typename Number<T>::type>(parse_count(flag, text, min, max));
+          },
+          help)
+      ->type_name("N");
+}
+
+template <class T>
+CLI::Option* add_seconds(CLI::App& app, const std::string& flag, T& target,
+                         const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&target, flag](const std::string& text) { target = parse_seconds(flag, text, 86400); },
+          help)
+      ->type_name("SECONDS");
+}
+
+// One of a few words, each mapped to its value.
+template <class Target, class Value>
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, Target& target,
+                        std::map<std::string, Value> choices, const std::string& help) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : choices) names.push_back(name);
+  return app
+      .add_option_function<std::string>(
+          flag, [&target, choices](const std::string& word) { target = choices.at(word); }, help)
+      ->check(CLI::IsMember(names));
+}
+
+CLI::Option* add_text(CLI::App& app, const std::string& flag, std::optional<std::string>& target,
+                      const std::string& help, const std::string& type_name) {
+  return app.add_option(flag, target, help)->type_name(type_name);
+}
+
+}  // namespace
+
+void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
+  LaunchOptions& options = command.options;
+  RunFlags& flags = command.flags;
+  options.program_optional = doctor;
+  if (doctor) {
+    flags.check = Check::kDoctor;
+    add_seconds(app, "--timeout", flags.check_timeout,
+                "seconds to wait for every task (default 60)");
+    add_choice(app, "--format", flags.check_json,
+               std::map<std::string, bool>{{"table", false}, {"json", true}},
+               "report format: table (default) or json");
+  } else {
+    app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
+    app.add_option_function<std::string>(
+           "--format",
+           [&flags](const std::string& word) {
+             flags.format = word == "json" ? OutputFormat::kJson : OutputFormat::kShell;
+             flags.check_json = word == "json";
+           },
+           "--dry-run output: shell (export lines) or json")
+        ->check(CLI::IsMember({"shell", "json"}));
+    app.add_flag_callback(
+        "--preflight", [&flags] { flags.check = Check::kPreflight; },
+        "run dtlaunch doctor's checks first; start the program only if they pass (exit 3 "
+        "otherwise)");
+    add_seconds(app, "--preflight-timeout", flags.check_timeout,
+                "seconds the preflight waits for every task (default 60)");
+  }
+  app.add_flag("-v,--verbose", flags.verbose,
+               "log every decision to stderr, prefixed with the rank");
+  add_choice(app, "--mode", options.mode,
+             std::map<std::string, Mode>{
+                 {"auto", Mode::kAuto}, {"slurm", Mode::kSlurm}, {"local", Mode::kLocal}},
+             "auto (default): Slurm inside an srun step, local with --nproc-per-node; or force "
+             "slurm / local");
+  add_text(app, "--master-addr", options.master_addr,
+           "address of rank 0's host (default: the node of rank 0; local standalone: 127.0.0.1)",
+           "HOST");
+  add_count(app, "--master-port", options.master_port, 1, 65535,
+            "rendezvous port (default: hashed from job and step ids; local standalone: a free "
+            "port)")
+      ->type_name("PORT");
+  add_text(app, "--port-range", options.port_range,
+           "LO-HI range for the hashed port (default 20000-32767; also DTLAUNCH_PORT_RANGE)",
+           "LO-HI");
+  add_choice(
+      app, "--gpu-bind", options.gpu_bind,
+      std::map<std::string, GpuBind>{
+          {"share", GpuBind::kShare}, {"isolate", GpuBind::kIsolate}, {"none", GpuBind::kNone}},
+      "share (default): keep all GPUs visible and export DTLAUNCH_CUDA_DEVICE; isolate: "
+      "narrow CUDA_VISIBLE_DEVICES to one GPU; none");
+  std::map<std::string, std::optional<CpuBind>> cpu_binds;
+  for (const char* word : {"none", "numa", "socket", "exclusive", "cache"})
+    cpu_binds[word] = parse_cpu_bind(word);
+  add_choice(app, "--cpu-bind", options.cpu_bind, cpu_binds,
+             "none (default), numa, socket, exclusive or cache: the CPUs of each rank, near its "
+             "GPU, within what Slurm gave the task (also DTLAUNCH_CPU_BIND)");
+  std::map<std::string, std::optional<MemBind>> mem_binds;
+  for (const char* word : {"none", "local", "strict"}) mem_binds[word] = parse_mem_bind(word);
+  add_choice(app, "--mem-bind", options.mem_bind, mem_binds,
+             "none, local (prefer the NUMA nodes of the bound CPUs; the default with --cpu-bind) "
+             "or strict (allocate only there) (also DTLAUNCH_MEM_BIND)");
+  add_count(app, "--gpus-per-node", options.gpus_per_node, 0, 1024,
+            "GPUs on this node (default: CUDA_VISIBLE_DEVICES, else SLURM_STEP_GPUS or "
+            "SLURM_JOB_GPUS, else /dev/nvidiaN)");
+  app.add_flag("--allow-gpu-sharing", options.allow_gpu_sharing,
+               "allow more local ranks than GPUs (ranks share GPUs round-robin)");
+  app.add_flag("--export-run-id", options.export_run_id,
+               "export TORCHELASTIC_RUN_ID (PyTorch Lightning then acts as under torchrun and "
+               "turns off its Slurm requeue)");
+  add_text(app, "--run-id", options.run_id,
+           "value of TORCHELASTIC_RUN_ID (default: the job id); with --nnodes > 1 it also names "
+           "the run in DTLAUNCH_RUN_ID (pass the same on every launcher)",
+           "ID");
+  add_count(app, "--nproc-per-node", options.nproc_per_node, 1, 4096,
+            "local mode: spawn and supervise N workers");
+  add_count(app, "--nnodes", options.nnodes, 1, 1 << 20,
+            "local mode: number of machines, one dtlaunch each");
+  add_count(app, "--node-rank", options.node_rank, 0, 1 << 20,
+            "local mode: index of this machine, 0..nnodes-1")
+      ->type_name("R");
+  add_count(app, "--max-restarts", options.max_restarts, 0, 1000,
+            "local mode: restart the group up to K times")
+      ->type_name("K");
+  add_seconds(app, "--grace", options.grace,
+              "local mode: seconds between SIGTERM and SIGKILL when stopping workers (default "
+              "30)");
+  add_text(app, "--log-dir", options.log_dir,
+           "local mode: also write each rank's output to DIR/rank-N.log", "DIR");
+}
+
+std::vector<std::string> program_argv(const CLI::App& app) {
+  std::vector<std::string> argv = app.remaining();
+  if (!argv.empty() && argv.front() == "--") {
+    argv.erase(argv.begin());
+  } else if (!argv.empty() && argv.front().size() > 1 && argv.front().front() == '-') {
+    // prefix_command() hands an unknown option over as the program name; a typo in an option
+    // must not become "command not found" (a program named "-x" goes after "--").
+    throw Error::usage("unknown option " + excerpt(argv.front()) + " (see dtlaunch --help)");
+  }
+  return argv;
+}
+
+}  // namespace dtlaunch

@@ -1,0 +1,43 @@
+// The one planning function: from what the user asked and the environment to everything a
+// launch will do, decided before anything starts. run_launch (lib/cli) logs the plan's notes,
+// then prints it (--dry-run), execs its one worker (Slurm) or supervises its workers (local mode).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/env_map.hpp"
+#include "launch/options.hpp"
+#include "launch/render.hpp"
+#include "launch/slurm_step.hpp"
+#include "launch/spec.hpp"
+#include "launch/system.hpp"
+
+namespace dtlaunch {
+
+struct LaunchPlan {
+  Mode mode = Mode::kSlurm;  // never kAuto
+  LaunchSpec spec;           // program_path, argv, master, notes, ...
+  // Under Slurm: the step, read once (the doctor's expectation comes from it).
+  std::optional<SlurmStep> step;
+  // The first attempt's workers: this task under Slurm, every local rank in local mode.
+  std::vector<PlannedWorker> workers;
+  // Who this launcher is in its log lines ("rank 3" under Slurm, "node 0" in local mode), and
+  // whether it says the notes meant to be said once per job (rank 0, node 0).
+  std::string who;
+  bool speaks_for_job = false;
+  // Local mode: how the guardian recognises the workers' descendants, "DTLAUNCH_SUPERVISOR=<tag>",
+  // from the same spec.supervisor_tag that the workers' contract carries.
+  std::optional<std::string> descendant_marker;
+};
+
+// Throws Error for anything wrong, before anything was started. The system supplies the machine's
+// facts, the free port of a standalone launch without --master-port and the supervisor's tag.
+LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& system);
+
+// The workers of one attempt: restart_count 0 is plan().workers; local mode's restarts ask again.
+std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const EnvMap& env,
+                                        std::uint32_t restart_count);
+
+}  // namespace dtlaunch
