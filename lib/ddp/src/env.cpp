@@ -53,7 +53,7 @@ class Reader {
       msg += (i || !missing_.empty()) ? "; " : "";
       msg += problems_[i];
     }
-    throw Error(ExitCode::kBadInput, msg);
+    throw Error(ErrorKind::kConfig, msg);
   }
 
  private:
