@@ -419,8 +419,8 @@ TEST_CASE("with DTLAUNCH_DDP_CHECK=1 a different shape or operation is kMismatch
     const char* rank1_calls;
     const char* differs;
   };
-  for (const Case c : {Case{"check-shape", "rank 1 call #3 all_reduce sum Float [5]", "shape"},
-                       Case{"check-op", "rank 1 call #3 all_gather Float [4]", "operation"}}) {
+  for (const Case c : {Case{"check-shape", "rank 1 call #3 all_reduce sum float32 [5]", "shape"},
+                       Case{"check-op", "rank 1 call #3 all_gather float32 [4]", "operation"}}) {
     DYNAMIC_SECTION(c.scenario) {
       auto run = run_ranks(DDP_WORKER, {c.scenario}, 3, all_ranks(3),
                            hang_env({{"DTLAUNCH_DDP_CHECK", "1"}}));
@@ -431,7 +431,7 @@ TEST_CASE("with DTLAUNCH_DDP_CHECK=1 a different shape or operation is kMismatch
         CHECK(has(r.output, "error-kind: mismatch"));
         CHECK(has(r.output, "ERROR: dtlaunch ddp: ranks disagree on collective #3 of rank " +
                                 std::to_string(r.rank) +
-                                " (DTLAUNCH_DDP_CHECK=1): ranks 0,2 call #3 all_reduce sum Float "
+                                " (DTLAUNCH_DDP_CHECK=1): ranks 0,2 call #3 all_reduce sum float32 "
                                 "[4]; " +
                                 c.rank1_calls + " (differs in " + c.differs + ")"));
         // Before the collectives' timeout: the check does not wait for it.

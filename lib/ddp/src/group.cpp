@@ -59,7 +59,7 @@ std::string signature_text(const std::vector<int64_t>& v) {
   std::string out = "#" + std::to_string(v[0]) + " " + detail::op_name(static_cast<Op>(v[1]));
   if (v[2] >= 0) out += std::string(" ") + reduce_name(v[2]);
   if (v[3] >= 0) {
-    out += std::string(" ") + c10::toString(static_cast<at::ScalarType>(v[3])) + " [";
+    out += " " + detail::dtype_name(static_cast<int8_t>(v[3])) + " [";
     for (int64_t d = 0; d < v[5] && d < kMaxDims; ++d)
       out += (d ? ", " : "") + std::to_string(v[6 + d]);
     out += v[5] > kMaxDims ? ", ...]" : "]";

@@ -59,7 +59,8 @@ std::string hostname() {
   return buf;
 }
 
-// PyTorch's names, which the people reading the report know.
+}  // namespace
+
 std::string dtype_name(int8_t dtype) {
   if (dtype < 0) return "";
   switch (static_cast<at::ScalarType>(dtype)) {
@@ -87,6 +88,8 @@ std::string dtype_name(int8_t dtype) {
       return c10::toString(static_cast<at::ScalarType>(dtype));
   }
 }
+
+namespace {
 
 // "all_reduce (float32, 256 elements)", "broadcast (float32, 10 elements, root 0)", "barrier".
 std::string signature_text(const CollectiveRecord& r) {

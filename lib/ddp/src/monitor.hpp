@@ -18,6 +18,8 @@ namespace dtlaunch::ddp::detail {
 
 enum class Op : uint8_t { kAllReduce, kBroadcast, kAllGather, kBarrier };
 const char* op_name(Op op) noexcept;
+// PyTorch's names ("float32", "bfloat16"), which the people reading a report know; "" for -1.
+std::string dtype_name(int8_t dtype);
 
 // The environment variables of the diagnostics (docs/ddp.md, "When a job hangs").
 struct MonitorSettings {
