@@ -40,24 +40,10 @@ at::Tensor signature(uint64_t seq, Op op, int reduce_op, const at::Tensor* t, in
   return s;
 }
 
-const char* reduce_name(int64_t op) {
-  switch (static_cast<ReduceOp>(op)) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-  }
-  return "?";
-}
-
 // "#5 all_reduce sum float32 [256]", "#5 broadcast float32 [2, 3] root 0", "#6 barrier".
 std::string signature_text(const std::vector<int64_t>& v) {
   std::string out = "#" + std::to_string(v[0]) + " " + detail::op_name(static_cast<Op>(v[1]));
-  if (v[2] >= 0) out += std::string(" ") + reduce_name(v[2]);
+  if (v[2] >= 0) out += std::string(" ") + to_string(static_cast<ReduceOp>(v[2]));
   if (v[3] >= 0) {
     out += " " + detail::dtype_name(static_cast<int8_t>(v[3])) + " [";
     for (int64_t d = 0; d < v[5] && d < kMaxDims; ++d)

@@ -21,6 +21,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <tuple>
 
+#include "core/text.hpp"
 #include "internal.hpp"
 
 namespace dtlaunch::ddp::detail {
@@ -155,32 +156,6 @@ std::string name_ranks(const std::vector<int>& ranks,
     out += (i ? ", " : "") + pos[ranks[i]]->host + " local rank " +
            std::to_string(pos[ranks[i]]->local_rank);
   return out + (ranks.size() > 3 ? ", ...)" : ")");
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
 }
 
 const char* state_name(CollectiveRecord::State s) {
@@ -405,9 +380,9 @@ std::string Monitor::write_file(const std::string& reason) const {
     std::ofstream out(tmp);
     if (!out) return "";
     out << "{\"rank\": " << env_.rank << ", \"world_size\": " << env_.world_size
-        << ", \"local_rank\": " << env_.local_rank << ", \"host\": \"" << json_escape(host_)
-        << "\", \"collectives_started\": " << recorder_->started() << ", \"reason\": \""
-        << json_escape(reason) << "\",\n \"entries\": [";
+        << ", \"local_rank\": " << env_.local_rank << ", \"host\": " << json_quote(host_)
+        << ", \"collectives_started\": " << recorder_->started()
+        << ", \"reason\": " << json_quote(reason) << ",\n \"entries\": [";
     bool first = true;
     for (const auto& r : recorder_->entries()) {
       out << (first ? "\n" : ",\n") << "  {\"seq\": " << r.seq << ", \"op\": \"" << op_name(r.op)
