@@ -27,6 +27,11 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::mi
                                            std::chrono::milliseconds progress_every,
                                            StartupPhases& phases);
 
+// Another client connection to the store that rank 0 hosts (a client is for one thread at a
+// time), on the server kind env asks for, as the rendezvous opens it.
+c10::intrusive_ptr<c10d::Store> connect_store(const WorkerEnv& env,
+                                              std::chrono::milliseconds timeout);
+
 // "the store at ADDR:PORT is unreachable (connect: Connection refused), so rank 0 (HOST) is gone"
 // when a fresh connection to MASTER_ADDR:MASTER_PORT fails within `within`; "" when it succeeds.
 std::string store_host_gone(const WorkerEnv& env, std::chrono::milliseconds within);

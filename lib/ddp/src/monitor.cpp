@@ -18,7 +18,6 @@
 #include <optional>
 #include <sstream>
 #include <thread>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <tuple>
 
 #include "core/text.hpp"
@@ -208,12 +207,8 @@ namespace {
 void watch(WorkerEnv env, std::string host, std::shared_ptr<FlightRecorder> recorder,
            std::shared_ptr<WatcherState> state) {
   try {
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(env.master_port);
-    o.isServer = false;
-    o.waitWorkers = false;
-    o.timeout = std::chrono::seconds(30);
-    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    // LibTorch 2.x built without libuv (Debian's) refuses a client that asks for it too.
+    auto store = connect_store(env, std::chrono::seconds(30));
     const milliseconds every = watch_interval(env.world_size);
     for (int64_t round = 1;;) {
       {

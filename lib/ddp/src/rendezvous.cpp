@@ -372,6 +372,15 @@ std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
   return out;
 }
 
+c10::intrusive_ptr<c10d::Store> connect_store(const WorkerEnv& env, milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  return open_store(env, o);
+}
+
 std::string store_host_gone(const WorkerEnv& env, milliseconds within) {
   std::string reason;
   try {
