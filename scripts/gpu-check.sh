@@ -174,6 +174,9 @@ step configure 150 configure &&
     step gloo-train-x2 60 ranks 2 train
     step gloo-unused-x2 60 ranks 2 unused
     step nccl-x1 120 ranks 1 nccl
+    # Rank 1 passes the rendezvous and never joins NCCL: rank 0's init must end at its 10 s
+    # deadline with kTimeout naming rank 1 (ncclCommInitRank alone would wait forever).
+    step nccl-init-bounded-x2 60 ranks 2 nccl-init-lost
     step example-gpu 150 example
   }
 

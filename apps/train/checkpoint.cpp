@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "core/error.hpp"
+#include "error.hpp"
 
 namespace dtlaunch::train {
 namespace {

@@ -31,7 +31,7 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
                      const torch::optim::Optimizer& optimizer, const Progress& progress);
 
 // Loads the file into model and optimizer (built with the same architecture and parameters)
-// and returns the saved progress. Throws dtlaunch::Error (exit status 2) naming the path when
+// and returns the saved progress. Throws dtlaunch::train::Error (exit status 2) naming the path when
 // the file is not a checkpoint of this program.
 Progress load_checkpoint(const std::string& path, torch::nn::Module& model,
                          torch::optim::Optimizer& optimizer);

@@ -38,7 +38,7 @@ struct TrainConfig {
 // Runs the whole training program on this rank (the process group comes from the environment:
 // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...). Returns the process exit status: 0 when
 // training finished, kExitCheckpointed (75) when a stop signal ended it at a step boundary.
-// Errors are thrown (dtlaunch::Error for bad input, std::exception from LibTorch otherwise).
+// Errors are thrown (dtlaunch::train::Error for bad input, std::exception from LibTorch otherwise).
 int run_training(const TrainConfig& config);
 
 }  // namespace dtlaunch::train

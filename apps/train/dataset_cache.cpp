@@ -11,7 +11,7 @@
 #include <fstream>
 #include <vector>
 
-#include "core/error.hpp"
+#include "error.hpp"
 
 namespace dtlaunch::train {
 namespace {

@@ -20,10 +20,10 @@ std::filesystem::path default_cache_dir(const std::string& xdg_cache_home);
 // case it is returned as is. Each file is written under a unique temporary name and renamed
 // into place, so ranks that start together never read a half-written file; a file already in
 // the cache is reused when its size matches the size recorded in the gzip trailer.
-// Throws dtlaunch::Error (exit status 2) naming the path and the Debian package when the
+// Throws dtlaunch::train::Error (exit status 2) naming the path and the Debian package when the
 // dataset is missing, and (status 1) when the cache cannot be written.
 // The start-up check of every rank, before any communication: data_dir holds the four IDX files,
-// plain or gzipped, and this process can read them. Throws dtlaunch::Error (exit status 2)
+// plain or gzipped, and this process can read them. Throws dtlaunch::train::Error (exit status 2)
 // naming the first missing or unreadable file and the Debian package.
 void check_fashion_mnist(const std::filesystem::path& data_dir);
 

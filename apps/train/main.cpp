@@ -9,14 +9,15 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "config.hpp"
-#include "core/error.hpp"
-#include "core/parse.hpp"
 #include "dataset_cache.hpp"
+#include "dtlaunch/ddp.h"
+#include "error.hpp"
 #include "preflight.hpp"
 #include "stop_signal.hpp"
 
@@ -26,6 +27,18 @@ namespace {
 std::string first_line(const char* text) {
   std::string s(text);
   return s.substr(0, s.find('\n'));
+}
+
+// Decimal digits only, as the launcher takes its numbers: "8 ", "0x10", "-1" and "" are errors.
+std::optional<std::uint64_t> parse_uint(const std::string& text, std::uint64_t max) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return {};
+  std::uint64_t v = 0;
+  for (char c : text) {
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (v > (max - digit) / 10) return {};
+    v = v * 10 + digit;
+  }
+  return v;
 }
 
 std::string env_or_empty(const char* name) {
@@ -39,11 +52,11 @@ std::string env_or_empty(const char* name) {
 // what the user typed.
 std::uint64_t whole(const std::string& option, const std::string& text, std::uint64_t min,
                     std::uint64_t max) {
-  if (auto v = dtlaunch::parse_uint(text, max); v && *v >= min) return *v;
+  if (auto v = parse_uint(text, max); v && *v >= min) return *v;
   std::string want = "expected a whole number ";
   want += max == UINT64_MAX ? "of at least " + std::to_string(min)
                             : "from " + std::to_string(min) + " to " + std::to_string(max);
-  throw dtlaunch::Error::usage(option + " '" + text + "': " + want);
+  throw dtlaunch::train::Error::usage(option + " '" + text + "': " + want);
 }
 
 // A finite decimal number (no hex, no "inf", no "nan", no blanks) in [min, max], or above min
@@ -59,7 +72,7 @@ double real(const std::string& option, const std::string& text, double min, bool
   const double v = plain ? std::strtod(text.c_str(), &end) : 0.0;
   if (!plain || end != text.c_str() + text.size() || !std::isfinite(v) ||
       (min_exclusive ? v <= min : v < min) || v > max)
-    throw dtlaunch::Error::usage(option + " '" + text + "': expected " + want);
+    throw dtlaunch::train::Error::usage(option + " '" + text + "': expected " + want);
   return v;
 }
 
@@ -169,7 +182,7 @@ int main(int argc, char** argv) {
     for (size_t i = 1; i < glued.size(); ++i) {
       const std::string name = glued[i].substr(0, glued[i].find('='));
       if (name.rfind("--", 0) == 0 && name.size() > 2 && !seen.insert(name).second)
-        throw dtlaunch::Error::usage(name + " is given more than once; give it once");
+        throw dtlaunch::train::Error::usage(name + " is given more than once; give it once");
     }
     app.parse(static_cast<int>(glued_argv.size()), glued_argv.data());
     for (auto& [option, n] : numbers) n.check(option, n.text);
@@ -177,8 +190,8 @@ int main(int argc, char** argv) {
       dtlaunch::train::check_checkpoint_path(cfg.checkpoint);
   } catch (const CLI::ParseError& e) {
     // CLI11 has a status per kind of error (105, 106, ...); ours is 2 for every bad input.
-    return app.exit(e) == 0 ? 0 : static_cast<int>(dtlaunch::ExitCode::kBadInput);
-  } catch (const dtlaunch::Error& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(dtlaunch::train::ExitCode::kBadInput);
+  } catch (const dtlaunch::train::Error& e) {
     std::fprintf(stderr, "dtlaunch-train: %s\n", e.what());
     return e.exit_status();
   }
@@ -186,9 +199,17 @@ int main(int argc, char** argv) {
   try {
     dtlaunch::train::install_stop_handlers();
     return dtlaunch::train::run_training(cfg);
-  } catch (const dtlaunch::Error& e) {
+  } catch (const dtlaunch::train::Error& e) {
     std::fprintf(stderr, "dtlaunch-train: %s\n", e.what());
     return e.exit_status();
+  } catch (const dtlaunch::ddp::Error& e) {
+    // The runtime's message holds its report: for a hang, which rank is where (docs/ddp.md). A
+    // program that checkpoints could end with 75 on kPeerLost, to be restarted.
+    std::fprintf(stderr, "dtlaunch-train: %s error: %s\n", dtlaunch::ddp::to_string(e.kind()),
+                 first_line(e.what()).c_str());
+    return e.kind() == dtlaunch::ddp::ErrorKind::kConfig
+               ? static_cast<int>(dtlaunch::train::ExitCode::kBadInput)
+               : static_cast<int>(dtlaunch::train::ExitCode::kFailure);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtlaunch-train: %s\n", first_line(e.what()).c_str());
     return 1;

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/error.hpp"
+#include "error.hpp"
 
 namespace dtlaunch::train {
 namespace fs = std::filesystem;

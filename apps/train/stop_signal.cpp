@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/error.hpp"
+#include "error.hpp"
 
 namespace dtlaunch::train {
 namespace {

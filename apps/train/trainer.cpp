@@ -15,7 +15,7 @@
 
 #include "checkpoint.hpp"
 #include "config.hpp"
-#include "core/error.hpp"
+#include "error.hpp"
 #include "dataset_cache.hpp"
 #include "model.hpp"
 #include "stop_signal.hpp"

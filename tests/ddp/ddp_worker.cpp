@@ -8,15 +8,25 @@
 //   ddp_worker unused        unused parameters: the default error, and find_unused_parameters
 //   ddp_worker rendezvous    init only (DDP_TEST_TIMEOUT_MS bounds it), then a barrier
 //   ddp_worker peer-exit     ranks other than 0 leave after init; rank 0's all_reduce must fail
+//   ddp_worker skip          3 collectives, then rank 1 skips the 4th and stays away a while
+//   ddp_worker kill          collectives until rank DDP_TEST_VICTIM SIGKILLs itself after #5
+//   ddp_worker check-shape   rank 1's 3rd all_reduce has another shape (DTLAUNCH_DDP_CHECK=1)
+//   ddp_worker check-op      rank 1 calls all_gather where the others call all_reduce
+//   ddp_worker late          rank DDP_TEST_LATE_RANK comes 1.5 s late; then a barrier
+//   ddp_worker nccl-init-lost  2 ranks: rank 0 asks for NCCL, rank 1 for Gloo, so rank 1 passes
+//                            the rendezvous and never joins NCCL's init: rank 0 must fail with
+//                            kTimeout naming rank 1 (GPU machine only, scripts/gpu-check.sh)
 //   ddp_worker nccl          the NCCL backend (GPU machine only, scripts/gpu-check.sh): the
 //                            collectives on CUDA and CPU tensors, then training on the GPU
 #include <torch/torch.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "dtlaunch/ddp.h"
 
@@ -394,6 +404,81 @@ void unused(const std::shared_ptr<ddp::ProcessGroup>& pg) {
   }
 }
 
+// Each rank all-reduces a float32 [4] `count` times.
+void all_reduces(ddp::ProcessGroup& pg, int count) {
+  for (int i = 0; i < count; ++i) {
+    auto t = torch::ones({4});
+    pg.all_reduce(t);
+    check(t[0].item<float>() == static_cast<float>(pg.size()), "all_reduce result");
+  }
+}
+
+const char* kind_name(const std::exception& e) {
+  auto* typed = dynamic_cast<const ddp::Error*>(&e);
+  return typed ? ddp::to_string(typed->kind()) : "untyped";
+}
+
+// Returns the process status, or -1 to go on with the closing barrier.
+int diagnostics(const std::string& scenario, ddp::ProcessGroup& pg) {
+  if (scenario == "skip") {
+    all_reduces(pg, 3);
+    if (pg.rank() == 1) {
+      // Stuck outside the runtime (a data loader, say) while the others wait in #4.
+      std::this_thread::sleep_for(pg.timeout() + std::chrono::seconds(3));
+      std::cout << "skipper done" << std::endl;
+      return 0;
+    }
+    all_reduces(pg, 1);
+    std::cout << "FAIL: all_reduce #4 without rank 1 returned" << std::endl;
+    return 1;
+  }
+  if (scenario == "kill") {
+    const int victim = std::atoi(std::getenv("DDP_TEST_VICTIM"));
+    for (int i = 1;; ++i) {
+      if (pg.rank() == victim && i == 6) ::raise(SIGKILL);
+      all_reduces(pg, 1);
+      if (i > 100000) return 1;
+    }
+  }
+  if (scenario == "check-shape" || scenario == "check-op") {
+    all_reduces(pg, 2);
+    auto t = torch::ones({pg.rank() == 1 && scenario == "check-shape" ? 5 : 4});
+    if (pg.rank() == 1 && scenario == "check-op")
+      pg.all_gather(t);
+    else
+      pg.all_reduce(t);
+    std::cout << "FAIL: the mismatched collective returned" << std::endl;
+    return 1;
+  }
+  return -1;
+}
+
+int nccl_init_lost() {
+  const int rank = std::atoi(std::getenv("RANK"));
+  ddp::InitOptions o;
+  o.backend = rank == 0 ? ddp::Backend::kNccl : ddp::Backend::kGloo;
+  o.timeout = std::chrono::seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ddp::init_process_group(o);
+  } catch (const ddp::Error& e) {
+    const std::string msg = e.what();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "rank " << rank << " " << ddp::to_string(e.kind()) << " after " << s
+              << " s: " << msg.substr(0, msg.find('\n')) << std::endl;
+    if (rank != 0) return 0;  // Gloo without its peer: expected to fail too
+    check(e.kind() == ddp::ErrorKind::kTimeout, "NCCL init: kTimeout");
+    check(msg.find("NCCL init timed out") != std::string::npos &&
+              msg.find("ranks 1 never joined") != std::string::npos,
+          "NCCL init names rank 1 as never joined");
+    check(s < 10.0 + 5.0, "NCCL init bounded by the timeout");
+    std::cout << "nccl-init-lost: 1 checks, " << failures << " failed" << std::endl;
+    return failures == 0 ? 0 : 1;
+  }
+  std::cout << "FAIL: rank " << rank << " init returned without its peer" << std::endl;
+  return rank == 0 ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -404,7 +489,11 @@ int main(int argc, char** argv) {
   const std::string scenario = argv[1];
   torch::set_num_threads(1);
   const auto started = std::chrono::steady_clock::now();
+  if (scenario == "nccl-init-lost") return nccl_init_lost();
   try {
+    if (const char* late = std::getenv("DDP_TEST_LATE_RANK"))
+      if (std::getenv("RANK") && std::atoi(late) == std::atoi(std::getenv("RANK")))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     auto pg = init(scenario == "nccl" ? ddp::Backend::kNccl : ddp::Backend::kGloo);
     if (scenario == "collectives") {
       collectives(*pg, torch::kCPU);
@@ -427,6 +516,10 @@ int main(int argc, char** argv) {
       pg->all_reduce(t);  // must throw: the peers are gone or going
       std::cout << "FAIL: all_reduce without peers returned" << std::endl;
       return 1;
+    } else if (int status = diagnostics(scenario, *pg); status >= 0) {
+      return status;
+    } else if (scenario == "late") {
+      std::cout << "late ok rank " << pg->rank() << std::endl;
     } else if (scenario == "rendezvous") {
       std::cout << "rendezvous ok rank " << pg->rank() << std::endl;
     } else {
@@ -437,6 +530,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::string msg = e.what();
     std::cout << "ERROR: " << msg.substr(0, msg.find('\n')) << std::endl;
+    std::cout << "error-kind: " << kind_name(e) << std::endl;
     // From the call into the runtime, so that process start-up under load does not count.
     std::cout << "error-after-seconds: "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()

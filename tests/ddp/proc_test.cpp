@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -146,8 +148,10 @@ TEST_CASE("a rank that leaves makes the peer's collective fail, not hang", "[ddp
   for (const auto& r : run.ranks) {
     if (r.rank == 0) {
       CHECK(r.status == 3);
-      CHECK(r.output.find("ERROR: dtlaunch ddp: gloo all_reduce on rank 0 of 2 failed: ") !=
+      // The peer is gone: kPeerLost naming it (it published nothing), or kTimeout.
+      CHECK(r.output.find("ERROR: dtlaunch ddp: all_reduce #1 (float32, 1000 elements) ") !=
             std::string::npos);
+      CHECK(r.output.find("rank 1 (") != std::string::npos);
     } else {
       CHECK(r.status == 0);
     }
@@ -302,4 +306,148 @@ TEST_CASE("rendezvous: a long wait prints which ranks are missing", "[ddp][proc]
   INFO(describe(lone));
   CHECK(lone.ranks[0].output.find("rank 1 is waiting for the store that rank 0 hosts at "
                                   "127.0.0.1:") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// When a job hangs (docs/ddp.md): typed errors, the cross-rank report, the mismatch check, the
+// flight recorder and the startup line. Timeouts of 2 s and a grace of 1 s keep each case short;
+// the bounds allow 3 s for process start-up and the rendezvous under load.
+
+namespace {
+
+constexpr double kTimeoutSeconds = 2.0, kGraceSeconds = 1.0, kSlackSeconds = 3.0;
+
+std::map<std::string, std::string> hang_env(std::map<std::string, std::string> extra = {}) {
+  extra["DDP_TEST_TIMEOUT_MS"] = "2000";
+  extra["DTLAUNCH_DDP_REPORT_GRACE_MS"] = "1000";
+  return extra;
+}
+
+bool has(const std::string& output, const std::string& what) {
+  return output.find(what) != std::string::npos;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("a rank that skips a collective: the others time out naming it and both numbers",
+          "[ddp][proc][hang]") {
+  dtlaunch_test::TempDir trace("ddp-trace");
+  auto run = run_ranks(
+      DDP_WORKER, {"skip"}, 3, all_ranks(3),
+      hang_env({{"DTLAUNCH_DDP_TRACE_DIR", trace.path()}, {"DTLAUNCH_DDP_TRACE_AT_EXIT", "1"}}));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 3);
+  for (const auto& r : run.ranks) {
+    if (r.rank == 1) {
+      CHECK(r.status == 0);
+      CHECK(has(r.output, "skipper done"));
+      continue;
+    }
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "error-kind: timeout"));
+    CHECK(has(r.output,
+              "ERROR: dtlaunch ddp: all_reduce #4 (float32, 4 elements) timed out after "
+              "2s on rank " +
+                  std::to_string(r.rank) + ": ranks 0,2 wait in #4; rank 1 ("));
+    CHECK(has(r.output,
+              ", local rank 1) last entered #3 all_reduce (float32, 4 elements), "
+              "finished "));
+    CHECK(error_after_seconds(r.output) < kTimeoutSeconds + kGraceSeconds + kSlackSeconds);
+  }
+  // The flight recorder: rank 0's file, written at the error, ends with the failed #4; rank 1's,
+  // written at exit, with the completed #3.
+  const std::string rank0 = read_file(trace.path() + "/rank-0.json");
+  INFO(rank0);
+  CHECK(has(rank0, "\"reason\": \"dtlaunch ddp: all_reduce #4 (float32, 4 elements) timed out"));
+  CHECK(has(rank0, "{\"seq\": 3, \"op\": \"all_reduce\", \"dtype\": \"float32\", \"numel\": 4, "));
+  CHECK(has(rank0, "{\"seq\": 4, \"op\": \"all_reduce\", \"dtype\": \"float32\", \"numel\": 4, "));
+  CHECK(rank0.find("\"state\": \"failed\"") > rank0.find("\"seq\": 4"));
+  const std::string rank1 = read_file(trace.path() + "/rank-1.json");
+  INFO(rank1);
+  CHECK(has(rank1, "\"reason\": \"exit\""));
+  CHECK(has(rank1, "\"collectives_started\": 3,"));
+  CHECK(!has(rank1, "\"seq\": 4"));
+}
+
+TEST_CASE("a rank killed mid-job: the survivors throw in bounded time naming it",
+          "[ddp][proc][hang]") {
+  auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3), hang_env({{"DDP_TEST_VICTIM", "1"}}));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 3);
+  for (const auto& r : run.ranks) {
+    if (r.rank == 1) {
+      CHECK(r.status == 128 + SIGKILL);
+      continue;
+    }
+    CHECK(r.status == 3);
+    CHECK((has(r.output, "error-kind: peer-lost") || has(r.output, "error-kind: timeout")));
+    CHECK(has(r.output, "rank 1 ("));
+    CHECK(has(r.output, ", local rank 1) published nothing within 1s"));
+    CHECK(error_after_seconds(r.output) < kTimeoutSeconds + kGraceSeconds + kSlackSeconds);
+  }
+}
+
+TEST_CASE("rank 0 killed mid-job: the others say the store's host is gone", "[ddp][proc][hang]") {
+  auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3), hang_env({{"DDP_TEST_VICTIM", "0"}}));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 3);
+  for (const auto& r : run.ranks) {
+    if (r.rank == 0) {
+      CHECK(r.status == 128 + SIGKILL);
+      continue;
+    }
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "the store at 127.0.0.1:"));
+    CHECK(has(r.output,
+              "is unreachable (connect: Connection refused), so rank 0 (127.0.0.1, the "
+              "store's host) is gone"));
+    CHECK(error_after_seconds(r.output) < kTimeoutSeconds + kGraceSeconds + kSlackSeconds);
+  }
+}
+
+TEST_CASE("with DTLAUNCH_DDP_CHECK=1 a different shape or operation is kMismatch on every rank",
+          "[ddp][proc][hang]") {
+  struct Case {
+    const char* scenario;
+    const char* rank1_calls;
+    const char* differs;
+  };
+  for (const Case c : {Case{"check-shape", "rank 1 call #3 all_reduce sum float32 [5]", "shape"},
+                       Case{"check-op", "rank 1 call #3 all_gather float32 [4]", "operation"}}) {
+    DYNAMIC_SECTION(c.scenario) {
+      auto run = run_ranks(DDP_WORKER, {c.scenario}, 3, all_ranks(3),
+                           hang_env({{"DTLAUNCH_DDP_CHECK", "1"}}));
+      INFO(describe(run));
+      REQUIRE(run.ranks.size() == 3);
+      for (const auto& r : run.ranks) {
+        CHECK(r.status == 3);
+        CHECK(has(r.output, "error-kind: mismatch"));
+        CHECK(has(r.output, "ERROR: dtlaunch ddp: ranks disagree on collective #3 of rank " +
+                                std::to_string(r.rank) +
+                                " (DTLAUNCH_DDP_CHECK=1): ranks 0,2 call #3 all_reduce sum float32 "
+                                "[4]; " +
+                                c.rank1_calls + " (differs in " + c.differs + ")"));
+        // Before the collectives' timeout: the check does not wait for it.
+        CHECK(error_after_seconds(r.output) < kTimeoutSeconds + kSlackSeconds - 1.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("a late rank: the job completes and rank 0's startup line names it",
+          "[ddp][proc][hang]") {
+  auto run = run_ranks(DDP_WORKER, {"late"}, 3, all_ranks(3),
+                       {{"DDP_TEST_TIMEOUT_MS", "20000"}, {"DDP_TEST_LATE_RANK", "2"}});
+  require_all_ok(run);
+  INFO(describe(run));
+  CHECK(has(run.ranks[0].output, "dtlaunch ddp: rendezvous: 3 ranks in "));
+  CHECK(has(run.ranks[0].output, "; slowest: rank 2 ("));
+  CHECK(!has(run.ranks[1].output, "rendezvous: 3 ranks in"));
 }

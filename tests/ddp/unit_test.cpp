@@ -154,3 +154,45 @@ TEST_CASE("automatic Gloo threads count the CPUs this rank may run on, not the n
   CHECK(automatic_gloo_threads(2, 224, 8) == 1);  // hardware_concurrency would have said 224
   CHECK(automatic_gloo_threads(1, 2, 1) == 1);
 }
+
+TEST_CASE("backend failures are classified by their message", "[ddp][errors]") {
+  using dtlaunch::ddp::ErrorKind;
+  using dtlaunch::ddp::detail::classify_backend_failure;
+  struct Row {
+    const char* message;
+    ErrorKind kind;
+  };
+  // Gloo's own wording, as LibTorch 1.13 and 2.6 print it.
+  for (const Row& row :
+       {Row{"[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+            "2000ms for recv operation to complete",
+            ErrorKind::kTimeout},
+        Row{"[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+            "[127.0.0.1]:27734",
+            ErrorKind::kPeerLost},
+        Row{"[pair.cc:589] Read error [127.0.0.1]:5678: Connection reset by peer",
+            ErrorKind::kPeerLost},
+        Row{"[pair.cc:446] Write error [127.0.0.1]:5678: Broken pipe", ErrorKind::kPeerLost},
+        Row{"Invalid scalar type", ErrorKind::kBackend}}) {
+    INFO(row.message);
+    CHECK(classify_backend_failure(row.message) == row.kind);
+  }
+}
+
+TEST_CASE("the runtime's errors carry their kind", "[ddp][errors]") {
+  using dtlaunch::ddp::ErrorKind;
+  CHECK(std::string(dtlaunch::ddp::to_string(ErrorKind::kPeerLost)) == "peer-lost");
+  CHECK(std::string(dtlaunch::ddp::to_string(ErrorKind::kMismatch)) == "mismatch");
+  try {
+    WorkerEnv::from_variables(without(base(), "RANK"));
+    FAIL("no error for a missing RANK");
+  } catch (const dtlaunch::ddp::Error& e) {
+    CHECK(e.kind() == ErrorKind::kConfig);
+  }
+  try {
+    plan_buckets({4}, {0, 1}, 16);
+    FAIL("no error for slots and kinds of different lengths");
+  } catch (const dtlaunch::ddp::Error& e) {
+    CHECK(e.kind() == ErrorKind::kConfig);
+  }
+}

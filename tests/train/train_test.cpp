@@ -267,7 +267,7 @@ TEST_CASE("train: two jobs on one MASTER_PORT both fail at once with status 2", 
   CHECK(sa == std::vector<int>{2});
   CHECK(sb == std::vector<int>{2});
   const std::string expected =
-      "dtlaunch-train: dtlaunch ddp: rank 1 of run 'slurm-1299.0' (world 2) "
+      "dtlaunch-train: config error: dtlaunch ddp: rank 1 of run 'slurm-1299.0' (world 2) "
       "reached the rendezvous at 127.0.0.1:" +
       port + " of run 'slurm-1234.0' (world 2): two jobs share";
   CHECK(la.find(expected) != std::string::npos);

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <map>
 
-#include "core/error.hpp"
 #include "dtlaunch/ddp.h"
 
 namespace dtlaunch::ddp {
@@ -12,9 +11,9 @@ namespace dtlaunch::ddp {
 std::vector<std::vector<size_t>> plan_buckets(const std::vector<size_t>& slot_bytes,
                                               const std::vector<int>& slot_kind, size_t cap_bytes) {
   if (slot_bytes.size() != slot_kind.size())
-    throw Error(ExitCode::kBadInput, "dtlaunch ddp: plan_buckets got " +
-                                         std::to_string(slot_bytes.size()) + " sizes but " +
-                                         std::to_string(slot_kind.size()) + " kinds");
+    throw Error(ErrorKind::kConfig, "dtlaunch ddp: plan_buckets got " +
+                                        std::to_string(slot_bytes.size()) + " sizes but " +
+                                        std::to_string(slot_kind.size()) + " kinds");
   struct Open {
     std::vector<size_t> slots;
     size_t bytes = 0;

@@ -23,8 +23,8 @@ WorkerEnv from_env_map(const EnvMap& vars) {
   WorkerContract contract;
   try {
     contract = parse_contract(vars, problems);
-  } catch (const Error& e) {
-    throw Error(e.code(), std::string("dtlaunch ddp: ") + e.what());
+  } catch (const dtlaunch::Error& e) {
+    throw Error(ErrorKind::kConfig, std::string("dtlaunch ddp: ") + e.what());
   }
   WorkerEnv env;
   env.rank = static_cast<int>(contract.rank);

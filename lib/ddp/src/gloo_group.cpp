@@ -1,6 +1,6 @@
 // The Gloo backend: c10d::ProcessGroupGloo from LibTorch, over the rendezvous store, on CPU
-// tensors. Its errors (gloo::IoException, c10::Error) become one-line dtlaunch errors naming the
-// collective and the rank.
+// tensors. Its errors (gloo::IoException, c10::Error) become one-line errors naming the collective
+// and the rank, of the kind the message shows (a timeout, a peer that closed its connection).
 #include <ATen/ops/empty_like.h>
 #include <sched.h>
 
@@ -9,19 +9,12 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "core/error.hpp"
 #include "internal.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
 
 using GlooPG = c10d::ProcessGroupGloo;
-
-std::string first_line(const std::exception& e) {
-  std::string what = e.what();
-  auto nl = what.find('\n');
-  return nl == std::string::npos ? what : what.substr(0, nl);
-}
 
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
@@ -78,6 +71,11 @@ int gloo_threads_for(int requested, int local_world_size) {
                                 local_world_size);
 }
 
+Error failure(const std::string& what, const std::exception& e) {
+  const std::string line = first_line(e);
+  return Error(classify_backend_failure(line), "dtlaunch ddp: " + what + " failed: " + line);
+}
+
 class GlooWork final : public Work {
  public:
   GlooWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish)
@@ -89,7 +87,7 @@ class GlooWork final : public Work {
       work_->wait();
     } catch (const std::exception& e) {
       done_ = true;
-      throw Error(ExitCode::kFailure, "dtlaunch ddp: " + what_ + " failed: " + first_line(e));
+      throw failure(what_, e);
     }
     if (finish_) finish_();
     done_ = true;
@@ -105,8 +103,10 @@ class GlooWork final : public Work {
 
 class GlooGroup final : public ProcessGroup {
  public:
-  GlooGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store)
-      : ProcessGroup(env, Backend::kGloo, at::Device(at::kCPU), options.timeout),
+  GlooGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store,
+            std::shared_ptr<Monitor> monitor)
+      : ProcessGroup(env, Backend::kGloo, at::Device(at::kCPU), options.timeout,
+                     std::move(monitor)),
         store_(std::move(store)) {
     auto opts = GlooPG::Options::create(options.timeout);
     opts->threads = gloo_threads_for(options.gloo_threads, env.local_world_size);
@@ -132,17 +132,15 @@ class GlooGroup final : public ProcessGroup {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw Error(ExitCode::kFailure, "dtlaunch ddp: rank " + std::to_string(env.rank) +
-                                          " could not connect Gloo to its peers: " + first_line(e));
+      const std::string line = first_line(e);
+      throw Error(classify_backend_failure(line),
+                  "dtlaunch ddp: rank " + std::to_string(env.rank) +
+                      " could not connect Gloo to its peers: " + line);
     }
   }
 
-  std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
+  std::shared_ptr<Work> start_all_reduce(at::Tensor& tensor, ReduceOp op) override {
     check_cpu(tensor, "all_reduce");
-    if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type()))
-      throw Error(ExitCode::kBadInput,
-                  "dtlaunch ddp: all_reduce avg needs a floating tensor, got " +
-                      std::string(c10::toString(tensor.scalar_type())));
     at::Tensor buf = staging_for(tensor);
     std::vector<at::Tensor> bufs{buf};
     c10d::AllreduceOptions o;
@@ -158,19 +156,20 @@ class GlooGroup final : public ProcessGroup {
                                       });
   }
 
-  void broadcast(at::Tensor& tensor, int root) override {
+  std::shared_ptr<Work> start_broadcast(at::Tensor& tensor, int root) override {
     check_cpu(tensor, "broadcast");
-    check_root(root);
     at::Tensor buf = staging_for(tensor);
     std::vector<at::Tensor> bufs{buf};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    GlooWork(call("broadcast", [&] { return pg_->broadcast(bufs, o); }), what("broadcast"), {})
-        .wait();
-    if (!buf.is_same(tensor)) tensor.copy_(buf);
+    auto work = call("broadcast", [&] { return pg_->broadcast(bufs, o); });
+    at::Tensor target = tensor;
+    return std::make_shared<GlooWork>(std::move(work), what("broadcast"), [buf, target]() mutable {
+      if (!buf.is_same(target)) target.copy_(buf);
+    });
   }
 
-  std::vector<at::Tensor> all_gather(const at::Tensor& tensor) override {
+  std::vector<at::Tensor> run_all_gather(const at::Tensor& tensor) override {
     check_cpu(tensor, "all_gather");
     at::Tensor in = staging_for(tensor);
     std::vector<std::vector<at::Tensor>> out(1);
@@ -183,8 +182,9 @@ class GlooGroup final : public ProcessGroup {
     return out[0];
   }
 
-  void barrier() override {
-    GlooWork(call("barrier", [&] { return pg_->barrier(); }), what("barrier"), {}).wait();
+  std::shared_ptr<Work> start_barrier() override {
+    return std::make_shared<GlooWork>(call("barrier", [&] { return pg_->barrier(); }),
+                                      what("barrier"), nullptr);
   }
 
  private:
@@ -199,25 +199,15 @@ class GlooGroup final : public ProcessGroup {
     try {
       return issue();
     } catch (const std::exception& e) {
-      throw Error(ExitCode::kFailure, "dtlaunch ddp: " + what(op) + " failed: " + first_line(e));
+      throw failure(what(op), e);
     }
   }
 
   void check_cpu(const at::Tensor& t, const char* op) const {
-    if (!t.defined())
-      throw Error(ExitCode::kBadInput,
-                  std::string("dtlaunch ddp: ") + op + " of an undefined tensor");
     if (!t.device().is_cpu())
-      throw Error(ExitCode::kBadInput, std::string("dtlaunch ddp: ") + op +
-                                           " on the gloo backend needs a CPU tensor, got " +
-                                           t.device().str());
-  }
-
-  void check_root(int root) const {
-    if (root < 0 || root >= size())
-      throw Error(ExitCode::kBadInput, "dtlaunch ddp: broadcast root " + std::to_string(root) +
-                                           " is not a rank of a group of " +
-                                           std::to_string(size()));
+      throw Error(ErrorKind::kConfig, std::string("dtlaunch ddp: ") + op +
+                                          " on the gloo backend needs a CPU tensor, got " +
+                                          t.device().str());
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -227,8 +217,9 @@ class GlooGroup final : public ProcessGroup {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
-                                              c10::intrusive_ptr<c10d::Store> store) {
-  return std::make_shared<GlooGroup>(env, options, std::move(store));
+                                              c10::intrusive_ptr<c10d::Store> store,
+                                              std::shared_ptr<Monitor> monitor) {
+  return std::make_shared<GlooGroup>(env, options, std::move(store), std::move(monitor));
 }
 
 }  // namespace dtlaunch::ddp::detail

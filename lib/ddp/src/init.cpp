@@ -1,8 +1,9 @@
 // init_process_group: the environment, the rendezvous, then the backend.
 #include <csignal>
+#include <cstdio>
 
-#include "core/error.hpp"
 #include "internal.hpp"
+#include "monitor.hpp"
 
 namespace dtlaunch::ddp {
 
@@ -14,24 +15,23 @@ bool nccl_available() noexcept {
 #endif
 }
 
-std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
-  return init_process_group(WorkerEnv::from_environment(), options);
-}
+namespace {
 
-std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const InitOptions& options) {
+std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions& options,
+                                         detail::StartupPhases& phases) {
   if (options.timeout.count() <= 0)
-    throw Error(ExitCode::kBadInput, "dtlaunch ddp: InitOptions::timeout must be positive");
+    throw Error(ErrorKind::kConfig, "dtlaunch ddp: InitOptions::timeout must be positive");
   if (options.rendezvous_timeout.count() < 0)
-    throw Error(ExitCode::kBadInput,
+    throw Error(ErrorKind::kConfig,
                 "dtlaunch ddp: InitOptions::rendezvous_timeout must not be negative");
   if (options.progress_every.count() < 0)
-    throw Error(ExitCode::kBadInput,
+    throw Error(ErrorKind::kConfig,
                 "dtlaunch ddp: InitOptions::progress_every must not be negative");
   Backend backend = options.backend;
   if (backend == Backend::kAuto) backend = nccl_available() ? Backend::kNccl : Backend::kGloo;
 #ifndef DTLAUNCH_DDP_HAVE_NCCL
   if (backend == Backend::kNccl)
-    throw Error(ExitCode::kBadInput,
+    throw Error(ErrorKind::kConfig,
                 "dtlaunch ddp: the nccl backend was requested, but this build of dtlaunch::ddp has "
                 "none (CUDA toolkit or libnccl not found when it was built)");
 #endif
@@ -41,16 +41,45 @@ std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const Ini
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
     std::signal(SIGPIPE, SIG_IGN);
+  // Read before the rendezvous, so that a malformed variable fails every rank at once.
+  auto settings = detail::MonitorSettings::from_environment(env.world_size);
   auto store = detail::rendezvous(
       env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
-      options.progress_every);
+      options.progress_every, phases);
   // The rendezvous bounded the store's waits by its own timeout; Gloo and NCCL use the store
   // afterwards under the collectives' timeout.
   store->setTimeout(options.timeout);
+  auto monitor = std::make_shared<detail::Monitor>(env, store, options.timeout, settings);
+  std::shared_ptr<ProcessGroup> group;
+  try {
 #ifdef DTLAUNCH_DDP_HAVE_NCCL
-  if (backend == Backend::kNccl) return detail::make_nccl_group(env, options, std::move(store));
+    if (backend == Backend::kNccl) group = detail::make_nccl_group(env, options, store, monitor);
 #endif
-  return detail::make_gloo_group(env, options, std::move(store));
+    if (!group) group = detail::make_gloo_group(env, options, store, monitor);
+  } catch (const Error& e) {
+    throw monitor->record(e);
+  }
+  monitor->start_watcher();
+  phases.backend_ready = std::chrono::steady_clock::now();
+  const std::string line = monitor->startup_line(phases);
+  if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+  return group;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  detail::StartupPhases phases;
+  phases.start = std::chrono::steady_clock::now();
+  const WorkerEnv env = WorkerEnv::from_environment();
+  phases.env_read = std::chrono::steady_clock::now();
+  return init_timed(env, options, phases);
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const InitOptions& options) {
+  detail::StartupPhases phases;
+  phases.start = phases.env_read = std::chrono::steady_clock::now();
+  return init_timed(env, options, phases);
 }
 
 }  // namespace dtlaunch::ddp

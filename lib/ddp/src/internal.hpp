@@ -7,22 +7,42 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "core/text.hpp"
 #include "dtlaunch/ddp.h"
 
 namespace dtlaunch::ddp::detail {
+
+// The first line of an exception's message: c10 errors append a C++ stack trace.
+std::string first_line(const std::exception& e);
+// "2.5s", "30s" (core/text.hpp: the launcher's messages say durations the same way).
+using dtlaunch::seconds_text;
+// kTimeout, kPeerLost or kBackend, from a Gloo, NCCL or store message.
+ErrorKind classify_backend_failure(const std::string& message);
 
 // Hosts (rank 0) or reaches the TCP store at MASTER_ADDR:MASTER_PORT and waits until every rank
 // has checked in with rank 0's identity (DTLAUNCH_RUN_ID, WORLD_SIZE), or throws naming how many
 // arrived, the missing ranks and the address, or both identities. Prints a progress line to
 // stderr every `progress_every` (0: never) while it waits.
+struct StartupPhases;
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::milliseconds timeout,
-                                           std::chrono::milliseconds progress_every);
+                                           std::chrono::milliseconds progress_every,
+                                           StartupPhases& phases);
 
-// "0-3,7,9-10" for sorted ranks, cut after `limit` ranges with ", ... (N in all)".
-std::string format_ranks(const std::vector<int>& sorted_ranks, size_t limit = 16);
+// Another client connection to the store that rank 0 hosts (a client is for one thread at a
+// time), on the server kind env asks for, as the rendezvous opens it.
+c10::intrusive_ptr<c10d::Store> connect_store(const WorkerEnv& env,
+                                              std::chrono::milliseconds timeout);
+
+// "the store at ADDR:PORT is unreachable (connect: Connection refused), so rank 0 (HOST) is gone"
+// when a fresh connection to MASTER_ADDR:MASTER_PORT fails within `within`; "" when it succeeds.
+std::string store_host_gone(const WorkerEnv& env, std::chrono::milliseconds within);
+
+// "0-3,7,9-10", cut after `limit` ranges with ", ... (N in all)" (core's compact_ranges).
+std::string format_ranks(const std::vector<int>& ranks, size_t limit = 16);
 
 std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
-                                              c10::intrusive_ptr<c10d::Store> store);
+                                              c10::intrusive_ptr<c10d::Store> store,
+                                              std::shared_ptr<Monitor> monitor);
 
 // InitOptions::gloo_threads = 0: 2 Gloo threads when this rank has at least 4 CPUs of its own,
 // else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.
@@ -33,7 +53,8 @@ int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_
 int cuda_device_count() noexcept;
 
 std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
-                                              c10::intrusive_ptr<c10d::Store> store);
+                                              c10::intrusive_ptr<c10d::Store> store,
+                                              std::shared_ptr<Monitor> monitor);
 #endif
 
 }  // namespace dtlaunch::ddp::detail

@@ -17,7 +17,6 @@
 
 #include <thread>
 
-#include "core/error.hpp"
 #include "internal.hpp"
 
 namespace dtlaunch::ddp::detail {
@@ -26,8 +25,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 const std::string kUniqueIdKey = "dtlaunch/nccl/unique_id";
 
-[[noreturn]] void fail(const std::string& what) {
-  throw Error(ExitCode::kFailure, "dtlaunch ddp: " + what);
+[[noreturn]] void fail(const std::string& what, ErrorKind kind = ErrorKind::kBackend) {
+  throw Error(kind, "dtlaunch ddp: " + what);
 }
 
 void cuda_check(cudaError_t err, const char* what) {
@@ -35,8 +34,25 @@ void cuda_check(cudaError_t err, const char* what) {
     fail(std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
+ErrorKind nccl_kind(ncclResult_t res) {
+  return res == ncclRemoteError ? ErrorKind::kPeerLost : ErrorKind::kBackend;
+}
+
+// A non-blocking communicator (see the constructor) may answer ncclInProgress to any call: the
+// call goes on in the background and its outcome shows in ncclCommGetAsyncError.
 void nccl_check(ncclResult_t res, const char* what) {
-  if (res != ncclSuccess) fail(std::string(what) + ": " + ncclGetErrorString(res));
+  if (res != ncclSuccess && res != ncclInProgress)
+    fail(std::string(what) + ": " + ncclGetErrorString(res), nccl_kind(res));
+}
+
+// Waits until a call on the non-blocking communicator has been enqueued (NCCL takes no more than
+// the enqueue itself; the work goes on on the stream).
+void settle(ncclComm_t comm, const std::string& what) {
+  ncclResult_t state = ncclInProgress;
+  while (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclInProgress)
+    std::this_thread::yield();
+  if (state != ncclSuccess && state != ncclInProgress)
+    fail(what + ": " + ncclGetErrorString(state), nccl_kind(state));
 }
 
 ncclDataType_t nccl_type(at::ScalarType t, const char* op) {
@@ -60,7 +76,7 @@ ncclDataType_t nccl_type(at::ScalarType t, const char* op) {
     default:
       break;
   }
-  throw Error(ExitCode::kBadInput,
+  throw Error(ErrorKind::kConfig,
               std::string("dtlaunch ddp: nccl ") + op + " has no dtype " + c10::toString(t));
 }
 
@@ -76,10 +92,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclMax;
   }
   return ncclSum;
-}
-
-std::string seconds_text(std::chrono::milliseconds ms) {
-  return std::to_string(ms.count() / 1000) + "." + std::to_string(ms.count() % 1000 / 100) + "s";
 }
 
 // Comm and stream, shared by the group and the collectives still in flight.
@@ -126,14 +138,15 @@ class NcclWork final : public Work {
       if (q != cudaErrorNotReady) cuda_check(q, (what_ + ": cudaEventQuery").c_str());
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_->comm, &async);
-      if (async != ncclSuccess) {
+      if (async != ncclSuccess && async != ncclInProgress) {
         abort_comm();
-        fail(what_ + " failed: " + ncclGetErrorString(async));
+        fail(what_ + " failed: " + ncclGetErrorString(async), nccl_kind(async));
       }
       if (Clock::now() > deadline) {
         abort_comm();
-        fail(what_ + " did not finish within " + seconds_text(timeout_) +
-             " (a rank died or stopped calling collectives)");
+        fail(what_ + " timed out: not finished within " + seconds_text(timeout_) +
+                 " (a rank died or stopped calling collectives)",
+             ErrorKind::kTimeout);
       }
       if (spins < 1000)
         std::this_thread::yield();
@@ -165,17 +178,19 @@ class NcclWork final : public Work {
 
 class NcclGroup final : public ProcessGroup {
  public:
-  NcclGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store)
+  NcclGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store,
+            std::shared_ptr<Monitor> monitor)
       : ProcessGroup(env, Backend::kNccl,
                      at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.device_index)),
-                     options.timeout),
+                     options.timeout, std::move(monitor)),
         store_(std::move(store)),
         comm_(std::make_shared<Comm>()) {
     const int count = cuda_device_count();
     if (env.device_index >= count)
       fail("rank " + std::to_string(env.rank) + " wants CUDA device " +
-           std::to_string(env.device_index) + " (DTLAUNCH_CUDA_DEVICE, else LOCAL_RANK) but " +
-           std::to_string(count) + " are visible");
+               std::to_string(env.device_index) + " (DTLAUNCH_CUDA_DEVICE, else LOCAL_RANK) but " +
+               std::to_string(count) + " are visible",
+           ErrorKind::kConfig);
     comm_->device = env.device_index;
     cuda_check(cudaSetDevice(comm_->device), "cudaSetDevice");
 
@@ -189,19 +204,19 @@ class NcclGroup final : public ProcessGroup {
       try {
         bytes = store_->get(kUniqueIdKey);
       } catch (const std::exception& e) {
-        fail("rank " + std::to_string(env.rank) + " got no NCCL id from rank 0: " + e.what());
+        const std::string line = first_line(e);
+        fail("rank " + std::to_string(env.rank) + " got no NCCL id from rank 0: " + line,
+             classify_backend_failure(line));
       }
       if (bytes.size() != sizeof(id)) fail("the NCCL id in the store has the wrong size");
       std::copy(bytes.begin(), bytes.end(), reinterpret_cast<uint8_t*>(&id));
     }
-    nccl_check(ncclCommInitRank(&comm_->comm, env.world_size, id, env.rank), "ncclCommInitRank");
+    init_bounded(env, id, options.timeout);
     cuda_check(cudaStreamCreateWithFlags(&comm_->stream, cudaStreamNonBlocking),
                "cudaStreamCreate");
   }
 
-  std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
-    if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type()))
-      throw Error(ExitCode::kBadInput, "dtlaunch ddp: all_reduce avg needs a floating tensor");
+  std::shared_ptr<Work> start_all_reduce(at::Tensor& tensor, ReduceOp op) override {
     const ncclDataType_t type = nccl_type(tensor.scalar_type(), "all_reduce");
     const ncclRedOp_t red = nccl_op(op);
     const size_t count = static_cast<size_t>(tensor.numel());
@@ -211,20 +226,16 @@ class NcclGroup final : public ProcessGroup {
     });
   }
 
-  void broadcast(at::Tensor& tensor, int root) override {
-    if (root < 0 || root >= size())
-      throw Error(ExitCode::kBadInput, "dtlaunch ddp: broadcast root " + std::to_string(root) +
-                                           " is not a rank of a group of " +
-                                           std::to_string(size()));
+  std::shared_ptr<Work> start_broadcast(at::Tensor& tensor, int root) override {
     const ncclDataType_t type = nccl_type(tensor.scalar_type(), "broadcast");
     const size_t count = static_cast<size_t>(tensor.numel());
-    run("broadcast", tensor, count, count, [&](const void* in, void* out) {
+    return run("broadcast", tensor, count, count, [&](const void* in, void* out) {
       nccl_check(ncclBroadcast(in, out, count, type, root, comm_->comm, comm_->stream),
                  "ncclBroadcast");
-    })->wait();
+    });
   }
 
-  std::vector<at::Tensor> all_gather(const at::Tensor& tensor) override {
+  std::vector<at::Tensor> run_all_gather(const at::Tensor& tensor) override {
     const ncclDataType_t type = nccl_type(tensor.scalar_type(), "all_gather");
     const size_t count = static_cast<size_t>(tensor.numel());
     at::Tensor out = at::empty({static_cast<int64_t>(size()) * tensor.numel()}, tensor.options());
@@ -243,9 +254,9 @@ class NcclGroup final : public ProcessGroup {
     return parts;
   }
 
-  void barrier() override {
+  std::shared_ptr<Work> start_barrier() override {
     at::Tensor one = at::empty({1}, at::kFloat).fill_(1);
-    all_reduce(one, ReduceOp::kSum);
+    return start_all_reduce(one, ReduceOp::kSum);
   }
 
  private:
@@ -289,8 +300,8 @@ class NcclGroup final : public ProcessGroup {
     if (in.is_cuda() || out.is_cuda()) {
 #ifdef DTLAUNCH_DDP_TORCH_CUDA
       if (!in.is_cuda() || !out.is_cuda() || in.device() != device() || out.device() != device())
-        throw Error(ExitCode::kBadInput, "dtlaunch ddp: " + what(op) + " needs tensors on " +
-                                             device().str() + ", got " + in.device().str());
+        throw Error(ErrorKind::kConfig, "dtlaunch ddp: " + what(op) + " needs tensors on " +
+                                            device().str() + ", got " + in.device().str());
       // NCCL's stream starts after whatever the caller queued on its current stream.
       cudaStream_t current =
           c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(comm_->device)).stream();
@@ -300,10 +311,11 @@ class NcclGroup final : public ProcessGroup {
       cuda_check(cudaStreamWaitEvent(comm_->stream, ready, 0), "cudaStreamWaitEvent");
       cudaEventDestroy(ready);
       issue(in.data_ptr(), out.data_ptr());
+      settle(comm_->comm, what(op));
       return std::make_shared<NcclWork>(comm_, what(op), timeout(),
                                         std::vector<at::Tensor>{in, out}, nullptr);
 #else
-      throw Error(ExitCode::kBadInput,
+      throw Error(ErrorKind::kConfig,
                   "dtlaunch ddp: " + what(op) + ": this LibTorch has no CUDA; pass CPU tensors");
 #endif
     }
@@ -316,11 +328,72 @@ class NcclGroup final : public ProcessGroup {
     cuda_check(cudaMemcpyAsync(dev_in, in.data_ptr(), in_count * elem, cudaMemcpyHostToDevice, s),
                "cudaMemcpyAsync");
     issue(dev_in, dev);
+    settle(comm_->comm, what(op));
     cuda_check(cudaMemcpyAsync(out.data_ptr(), dev, out_bytes, cudaMemcpyDeviceToHost, s),
                "cudaMemcpyAsync");
     cuda_check(cudaFreeAsync(dev, s), "cudaFreeAsync");
     return std::make_shared<NcclWork>(comm_, what(op), timeout(), std::vector<at::Tensor>{in, out},
                                       nullptr);
+  }
+
+  // ncclCommInitRank blocks until every rank has joined: a rank that died after the rendezvous
+  // would hold the others forever. So the communicator is made non-blocking, polled, and aborted
+  // at the deadline; the store says which ranks never got as far as NCCL's init, or never
+  // finished it.
+  void init_bounded(const WorkerEnv& env, const ncclUniqueId& id,
+                    std::chrono::milliseconds timeout) {
+    store_->set(joined_key(env.rank), std::vector<uint8_t>{1});
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t res = ncclCommInitRankConfig(&comm_->comm, env.world_size, id, env.rank, &config);
+    const auto deadline = Clock::now() + timeout;
+    while (res == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        ncclCommAbort(comm_->comm);
+        comm_->aborted = true;
+        fail("NCCL init timed out after " + seconds_text(timeout) + " on rank " +
+                 std::to_string(env.rank) + ": " + missing_from_init(env),
+             ErrorKind::kTimeout);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (ncclCommGetAsyncError(comm_->comm, &res) != ncclSuccess) break;
+    }
+    if (res != ncclSuccess) {
+      if (comm_->comm != nullptr) ncclCommAbort(comm_->comm);
+      comm_->aborted = true;
+      fail("ncclCommInitRankConfig on rank " + std::to_string(env.rank) + ": " +
+               ncclGetErrorString(res),
+           nccl_kind(res));
+    }
+    store_->set(ready_key(env.rank), std::vector<uint8_t>{1});
+  }
+
+  static std::string joined_key(int rank) {
+    return "dtlaunch/nccl/joined/" + std::to_string(rank);
+  }
+  static std::string ready_key(int rank) {
+    return "dtlaunch/nccl/ready/" + std::to_string(rank);
+  }
+
+  std::string missing_from_init(const WorkerEnv& env) {
+    std::vector<int> never, unfinished;
+    try {
+      for (int r = 0; r < env.world_size; ++r) {
+        if (!store_->check({joined_key(r)}))
+          never.push_back(r);
+        else if (!store_->check({ready_key(r)}))
+          unfinished.push_back(r);
+      }
+    } catch (const std::exception& e) {
+      return "the store could not say which ranks are missing (" + first_line(e) + ")";
+    }
+    std::string out;
+    if (!never.empty())
+      out += "ranks " + format_ranks(never) + " never joined (died, or stuck before init)";
+    if (!unfinished.empty())
+      out += std::string(out.empty() ? "" : "; ") + "ranks " + format_ranks(unfinished) +
+             " joined but did not finish";
+    return out.empty() ? "every rank joined; NCCL's own connection setup did not finish" : out;
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -340,8 +413,9 @@ int cuda_device_count() noexcept {
 }
 
 std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
-                                              c10::intrusive_ptr<c10d::Store> store) {
-  return std::make_shared<NcclGroup>(env, options, std::move(store));
+                                              c10::intrusive_ptr<c10d::Store> store,
+                                              std::shared_ptr<Monitor> monitor) {
+  return std::make_shared<NcclGroup>(env, options, std::move(store), std::move(monitor));
 }
 
 }  // namespace dtlaunch::ddp::detail

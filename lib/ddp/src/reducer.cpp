@@ -115,12 +115,12 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& p = params[i];
       if (p.device() != params[0].device())
-        throw Error(ExitCode::kBadInput, "dtlaunch ddp: parameters on several devices (" +
-                                             names[0] + " on " + params[0].device().str() + ", " +
-                                             names[i] + " on " + p.device().str() +
-                                             "); put the module on one device");
+        throw Error(ErrorKind::kConfig, "dtlaunch ddp: parameters on several devices (" + names[0] +
+                                            " on " + params[0].device().str() + ", " + names[i] +
+                                            " on " + p.device().str() +
+                                            "); put the module on one device");
       if (p.is_sparse())
-        throw Error(ExitCode::kBadInput,
+        throw Error(ErrorKind::kConfig,
                     "dtlaunch ddp: sparse parameter " + names[i] + " is not supported");
     }
 
@@ -176,7 +176,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     }
     if (ready[i]) {
       reset_iteration();
-      throw Error(ExitCode::kFailure, "dtlaunch ddp: parameter " + names[i] +
+      throw Error(ErrorKind::kConfig, "dtlaunch ddp: parameter " + names[i] +
                                           " got its gradient twice in one backward");
     }
     ready[i] = 1;
@@ -187,7 +187,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     if (grad.defined()) {
       if (grad.is_sparse()) {
         reset_iteration();
-        throw Error(ExitCode::kBadInput,
+        throw Error(ErrorKind::kConfig,
                     "dtlaunch ddp: sparse gradient of " + names[i] + " is not supported");
       }
       dst.copy_(grad.reshape(-1));
@@ -251,7 +251,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
         list += (k ? ", " : "") + names[unready[k]];
       if (unready.size() > 8) list += ", ... (" + std::to_string(unready.size()) + " in all)";
       reset_iteration();
-      throw Error(ExitCode::kFailure,
+      throw Error(ErrorKind::kConfig,
                   "dtlaunch ddp: rank " + std::to_string(pg.rank()) + ": " +
                       std::to_string(unready.size()) +
                       " parameter(s) got no gradient in this backward: " + list +
@@ -341,9 +341,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                                                  DdpOptions options)
     : module_(std::move(module)), group_(std::move(group)) {
   if (!module_)
-    throw Error(ExitCode::kBadInput, "dtlaunch ddp: DistributedDataParallel got no module");
+    throw Error(ErrorKind::kConfig, "dtlaunch ddp: DistributedDataParallel got no module");
   if (!group_)
-    throw Error(ExitCode::kBadInput, "dtlaunch ddp: DistributedDataParallel got no process group");
+    throw Error(ErrorKind::kConfig, "dtlaunch ddp: DistributedDataParallel got no process group");
   reducer_ = std::make_shared<Reducer>(*group_, options);
   reducer_->build(*module_);
   std::vector<at::Tensor> state = reducer_->params;

@@ -33,8 +33,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/error.hpp"
 #include "internal.hpp"
+#include "monitor.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
@@ -67,22 +67,8 @@ std::string text(const std::vector<uint8_t>& v) {
   return {v.begin(), v.end()};
 }
 
-std::string seconds_text(milliseconds ms) {
-  auto s = std::to_string(static_cast<double>(ms.count()) / 1000.0);
-  s.erase(s.find_last_not_of('0') + 1);
-  if (!s.empty() && s.back() == '.') s.pop_back();
-  return s + "s";
-}
-
 std::string address(const WorkerEnv& env) {
   return env.master_addr + ":" + std::to_string(env.master_port);
-}
-
-// One line: the first line of a c10 error message, without its C++ stack trace.
-std::string first_line(const std::exception& e) {
-  std::string what = e.what();
-  auto nl = what.find('\n');
-  return nl == std::string::npos ? what : what.substr(0, nl);
 }
 
 // Who is at the rendezvous: the launcher's run identity and the world size it was started with.
@@ -257,9 +243,9 @@ AddrList resolve(const WorkerEnv& env, std::string& reason) {
   const int rc = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found);
   AddrList owner(found, ::freeaddrinfo);
   if (rc == EAI_NONAME || rc == EAI_FAIL)
-    throw Error(ExitCode::kBadInput, "dtlaunch ddp: rank " + std::to_string(env.rank) +
-                                         " cannot resolve MASTER_ADDR '" + env.master_addr +
-                                         "': " + ::gai_strerror(rc));
+    throw Error(ErrorKind::kConfig, "dtlaunch ddp: rank " + std::to_string(env.rank) +
+                                        " cannot resolve MASTER_ADDR '" + env.master_addr +
+                                        "': " + ::gai_strerror(rc));
   if (rc != 0) {
     reason = "cannot resolve MASTER_ADDR '" + env.master_addr + "': " + ::gai_strerror(rc);
     return AddrList(nullptr, ::freeaddrinfo);
@@ -346,12 +332,16 @@ c10::intrusive_ptr<c10d::Store> open_store(const WorkerEnv& env, Options options
 
 // The failure record rank 0 publishes: the exit status, a newline, the one-line message.
 std::string failure_record(const Error& e) {
-  return std::to_string(e.exit_status()) + "\n" + e.what();
+  return std::to_string(static_cast<int>(e.kind())) + "\n" + e.what();
 }
 Error from_failure_record(const std::string& rec) {
   const auto nl = rec.find('\n');
-  const ExitCode code = rec.substr(0, nl) == "2" ? ExitCode::kBadInput : ExitCode::kFailure;
-  return Error(code, nl == std::string::npos ? rec : rec.substr(nl + 1));
+  const std::string kind = rec.substr(0, nl);
+  ErrorKind k = ErrorKind::kBackend;
+  for (ErrorKind each : {ErrorKind::kConfig, ErrorKind::kTimeout, ErrorKind::kPeerLost,
+                         ErrorKind::kMismatch, ErrorKind::kBackend})
+    if (kind == std::to_string(static_cast<int>(each))) k = each;
+  return Error(k, nl == std::string::npos ? rec : rec.substr(nl + 1));
 }
 
 // Keeps a peer's text to one line of reasonable length.
@@ -363,27 +353,34 @@ std::string one_line(std::string s) {
 
 }  // namespace
 
-std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
-  std::string out;
-  size_t ranges = 0;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (ranges == limit) {
-      out += ", ... (" + std::to_string(ranks.size()) + " in all)";
-      break;
+c10::intrusive_ptr<c10d::Store> connect_store(const WorkerEnv& env, milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  return open_store(env, o);
+}
+
+std::string store_host_gone(const WorkerEnv& env, milliseconds within) {
+  std::string reason;
+  try {
+    const AddrList found = resolve(env, reason);
+    const auto deadline = Clock::now() + within;
+    for (const addrinfo* a = found.get(); a; a = a->ai_next) {
+      const int err = try_connect(*a, deadline);
+      if (err == 0) return "";
+      reason = "connect: " + std::string(std::strerror(err));
     }
-    if (ranges) out += ",";
-    out += std::to_string(ranks[i]);
-    if (j > i) out += "-" + std::to_string(ranks[j]);
-    ++ranges;
-    i = j + 1;
+  } catch (const Error& e) {
+    reason = e.what();
   }
-  return out;
+  return "the store at " + address(env) + " is unreachable (" + reason + "), so rank 0 (" +
+         env.master_addr + ", the store's host) is gone";
 }
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds timeout,
-                                           milliseconds progress_every) {
+                                           milliseconds progress_every, StartupPhases& phases) {
   const auto start = Clock::now();
   const auto deadline = start + timeout;
   Progress progress(start, timeout, progress_every);
@@ -397,7 +394,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
   const std::string where = "dtlaunch ddp: rendezvous at " + address(env);
 
   auto unreachable = [&](const std::string& reason) {
-    return Error(ExitCode::kFailure,
+    return Error(ErrorKind::kTimeout,
                  where + " failed: " + me + " could not reach the store that rank 0 hosts within " +
                      seconds_text(timeout) +
                      " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + reason);
@@ -424,18 +421,18 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
     store = open_store(env, so);
   } catch (const std::exception& e) {
     if (env.rank == 0)
-      throw Error(ExitCode::kFailure,
+      throw Error(ErrorKind::kBackend,
                   "dtlaunch ddp: rank 0 could not host the rendezvous store at " + address(env) +
                       ": " + first_line(e));
     // LibTorch 2.x pings the server in the constructor: a silent peer is found here, and is
     // worded as when 1.13 finds it at the first request below.
     if (watchdog.fired())
-      throw Error(ExitCode::kFailure, where + " failed: " + me +
-                                          " connected, but the peer there did not answer within " +
-                                          seconds_text(first_answer) +
-                                          " (is MASTER_PORT another program's port, or is rank 0 "
-                                          "stopped?): " +
-                                          first_line(e));
+      throw Error(ErrorKind::kTimeout, where + " failed: " + me +
+                                           " connected, but the peer there did not answer within " +
+                                           seconds_text(first_answer) +
+                                           " (is MASTER_PORT another program's port, or is rank 0 "
+                                           "stopped?): " +
+                                           first_line(e));
     throw unreachable(first_line(e));
   }
 
@@ -478,7 +475,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
         std::string host = "another job";
         if (store->check({kIdentityKey}))
           if (auto other = parse_record(text(store->get(kIdentityKey)))) host = describe(*other);
-        throw Error(ExitCode::kBadInput,
+        throw Error(ErrorKind::kConfig,
                     "dtlaunch ddp: rank 0 of " + describe(mine) + " found the rendezvous at " +
                         address(env) + " already hosted by " + host +
                         ": two jobs share MASTER_ADDR:MASTER_PORT, or MASTER_ADDR is not the "
@@ -498,7 +495,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
         }
         if (published) break;
         if (Clock::now() >= deadline)
-          throw Error(ExitCode::kFailure,
+          throw Error(ErrorKind::kTimeout,
                       where + " timed out after " + seconds_text(timeout) + ": " + me +
                           " reached a store there, but no dtlaunch rank 0 published its identity "
                           "in it (is MASTER_PORT another program's TCPStore, or a rank 0 of an "
@@ -511,13 +508,13 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
       const std::string rec = text(store->get(kIdentityKey));
       const auto host = parse_record(rec);
       if (!host)
-        throw Error(ExitCode::kFailure, where + ": " + me +
+        throw Error(ErrorKind::kConfig, where + ": " + me +
                                             " found a store whose identity record is not "
                                             "dtlaunch's: is MASTER_PORT another program's port?");
       if (!(*host == mine)) {
         const std::string msg = foreign_message(env, env.rank, mine, *host);
         store->set(kRefusedKey, bytes(msg));
-        throw Error(ExitCode::kBadInput, msg);
+        throw Error(ErrorKind::kConfig, msg);
       }
       if (store->add(claim_key(env.rank), 1) != 1) {
         const std::string msg = "dtlaunch ddp: " + me + " of " + describe(mine) +
@@ -525,11 +522,15 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
                                 ", where another process has already checked in as " + me +
                                 ": two jobs share MASTER_ADDR:MASTER_PORT, or RANK is set wrong";
         store->set(kRefusedKey, bytes(msg));
-        throw Error(ExitCode::kBadInput, msg);
+        throw Error(ErrorKind::kConfig, msg);
       }
     }
+    phases.store_connected = Clock::now();
+    // For rank 0's startup line and the reports: where this rank runs, and when it came.
+    store->set(checkin_key(env.rank), bytes(checkin_record(env)));
     store->set(rank_key(env.rank), bytes(record(mine)));
     store->add(kCountKey, 1);
+    const auto checked_in = Clock::now();
 
     // Polling an add(0) or a check rather than a blocking wait(): a TCPStore wait that times out
     // leaves its reply pending on the socket, and the diagnosis below needs the socket afterwards.
@@ -538,7 +539,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
       if (env.rank == 0) {
         arrived = store->add(kCountKey, 0);
         if (store->check({kRefusedKey}))
-          throw fail_all(Error(ExitCode::kBadInput, one_line(text(store->get(kRefusedKey)))));
+          throw fail_all(Error(ErrorKind::kConfig, one_line(text(store->get(kRefusedKey)))));
         if (arrived >= env.world_size) {
           // Every rank checked in with this run's identity: the clients checked it already;
           // this catches a peer that wrote its rank key without doing so.
@@ -546,13 +547,14 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
             const auto theirs = parse_record(text(store->get(rank_key(r))));
             if (!theirs || !(*theirs == mine))
               throw fail_all(Error(
-                  ExitCode::kBadInput,
+                  ErrorKind::kConfig,
                   theirs ? foreign_message(env, r, *theirs, mine)
                          : where + ": rank " + std::to_string(r) +
                                " checked in without a dtlaunch identity (another program, or an "
                                "older dtlaunch, on MASTER_PORT?)"));
           }
           store->set(kDoneKey, bytes("1"));
+          phases.rank0_waited = std::chrono::duration_cast<milliseconds>(Clock::now() - checked_in);
           break;
         }
       } else {
@@ -564,9 +566,9 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
         const std::string msg = where + " timed out after " + seconds_text(timeout) + ": " +
                                 std::to_string(arrived) + " of " + std::to_string(env.world_size) +
                                 " ranks arrived; missing ranks: " + format_ranks(missing_ranks());
-        if (env.rank == 0) throw fail_all(Error(ExitCode::kFailure, msg));
+        if (env.rank == 0) throw fail_all(Error(ErrorKind::kTimeout, msg));
         store->add(kAckKey, 1);
-        throw Error(ExitCode::kFailure, msg);
+        throw Error(ErrorKind::kTimeout, msg);
       }
       if (progress.due()) {
         if (env.rank == 0) {
@@ -588,24 +590,25 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
       const std::string how = watchdog.fired()
                                   ? "did not answer within " + seconds_text(first_answer)
                                   : "did not answer as a c10d TCPStore";
-      throw Error(ExitCode::kFailure, where + " failed: " + me + " connected, but the peer there " +
-                                          how +
-                                          " (is MASTER_PORT another program's port, or is rank 0 "
-                                          "stopped?): " +
-                                          first_line(e));
+      throw Error(ErrorKind::kTimeout, where + " failed: " + me +
+                                           " connected, but the peer there " + how +
+                                           " (is MASTER_PORT another program's port, or is rank 0 "
+                                           "stopped?): " +
+                                           first_line(e));
     }
     if (watchdog.fired())
-      throw Error(ExitCode::kFailure, where + " failed on " + me +
-                                          ": the store that rank 0 hosts "
-                                          "stopped answering; gave up at the deadline (" +
-                                          seconds_text(timeout) + ")");
-    throw Error(ExitCode::kFailure, where + " failed on " + me + " after " +
-                                        std::to_string(arrived) + " of " +
-                                        std::to_string(env.world_size) +
-                                        " ranks had arrived: lost the store that rank 0 hosts "
-                                        "(rank 0 gave up or died): " +
-                                        first_line(e));
+      throw Error(ErrorKind::kTimeout, where + " failed on " + me +
+                                           ": the store that rank 0 hosts "
+                                           "stopped answering; gave up at the deadline (" +
+                                           seconds_text(timeout) + ")");
+    throw Error(ErrorKind::kPeerLost, where + " failed on " + me + " after " +
+                                          std::to_string(arrived) + " of " +
+                                          std::to_string(env.world_size) +
+                                          " ranks had arrived: lost the store that rank 0 hosts "
+                                          "(rank 0 gave up or died): " +
+                                          first_line(e));
   }
+  phases.all_checked_in = Clock::now();
   return store;
 }
 

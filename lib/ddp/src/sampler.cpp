@@ -5,7 +5,6 @@
 #include <ATen/ops/randperm.h>
 #include <torch/serialize/archive.h>
 
-#include "core/error.hpp"
 #include "dtlaunch/ddp.h"
 
 namespace dtlaunch::ddp {
@@ -19,10 +18,10 @@ DistributedSampler::DistributedSampler(size_t dataset_size, int num_replicas, in
       seed_(seed),
       drop_last_(drop_last) {
   if (num_replicas < 1)
-    throw Error(ExitCode::kBadInput, "dtlaunch ddp: DistributedSampler num_replicas=" +
-                                         std::to_string(num_replicas) + " must be at least 1");
+    throw Error(ErrorKind::kConfig, "dtlaunch ddp: DistributedSampler num_replicas=" +
+                                        std::to_string(num_replicas) + " must be at least 1");
   if (rank < 0 || rank >= num_replicas)
-    throw Error(ExitCode::kBadInput,
+    throw Error(ErrorKind::kConfig,
                 "dtlaunch ddp: DistributedSampler rank=" + std::to_string(rank) +
                     " is not in [0, " + std::to_string(num_replicas - 1) + "]");
   recompute_sizes();
@@ -101,9 +100,9 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
   archive.read("epoch", epoch);
   archive.read("cursor", cursor);
   if (static_cast<size_t>(size.toInt()) != dataset_size_)
-    throw Error(ExitCode::kBadInput, "dtlaunch ddp: DistributedSampler state is for a dataset of " +
-                                         std::to_string(size.toInt()) + " samples, not " +
-                                         std::to_string(dataset_size_));
+    throw Error(ErrorKind::kConfig, "dtlaunch ddp: DistributedSampler state is for a dataset of " +
+                                        std::to_string(size.toInt()) + " samples, not " +
+                                        std::to_string(dataset_size_));
   set_epoch(static_cast<uint64_t>(epoch.toInt()));
   cursor_ = std::min(epoch_indices_.size(), static_cast<size_t>(cursor.toInt()));
 }

@@ -2,8 +2,8 @@
 // DistributedDataParallel give a Python training program, for a LibTorch one.
 // This is the only header users include (docs/ddp.md). It builds against LibTorch 1.13 and 2.x.
 //
-// Errors are thrown as std::runtime_error (dtlaunch::Error inside the project) with a one-line
-// message that names the variable, rank or address at fault.
+// Every error the runtime throws is a dtlaunch::ddp::Error (a std::runtime_error) with a kind and
+// a one-line message that names the variable, rank, collective or address at fault.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,11 +17,32 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace dtlaunch::ddp {
+
+// What went wrong, so that a program can act on it (checkpoint and exit 75 on kPeerLost, say).
+enum class ErrorKind {
+  kConfig,    // the environment, an option, or a misuse of the API
+  kTimeout,   // a deadline passed (the rendezvous, a collective, NCCL's init)
+  kPeerLost,  // a peer's connection closed, or the peer died
+  kMismatch,  // ranks called different collectives, or with a different dtype, shape or root
+  kBackend,   // any other failure of Gloo, NCCL, CUDA or the store
+};
+
+const char* to_string(ErrorKind kind) noexcept;
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  ErrorKind kind() const noexcept { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
 
 enum class Backend { kAuto, kGloo, kNccl };
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
@@ -85,9 +106,16 @@ class Work {
   virtual bool completed() = 0;
 };
 
+namespace detail {
+class Monitor;
+}
+
+// Every collective is numbered (per group, from 1) and recorded in the group's flight recorder;
+// a collective that times out or loses a peer throws after asking the other ranks where they
+// are (docs/ddp.md, "When a job hangs").
 class ProcessGroup {
  public:
-  virtual ~ProcessGroup() = default;
+  virtual ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -99,6 +127,11 @@ class ProcessGroup {
   at::Device device() const noexcept { return device_; }
   const WorkerEnv& env() const noexcept { return env_; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  // Collectives started on this group so far (the last one's sequence number).
+  uint64_t collectives_started() const noexcept;
+  // Writes this rank's flight recorder file now (into DTLAUNCH_DDP_TRACE_DIR); returns its path,
+  // or "" when no directory is set or the file could not be written.
+  std::string write_flight_record(const std::string& reason) const;
 
   // In place. float32 and float64 on every backend; float16/bfloat16 too (Gloo reduces bfloat16
   // in float32). kAvg is defined for floating types only.
@@ -106,27 +139,35 @@ class ProcessGroup {
     all_reduce_async(tensor, op)->wait();
   }
   // The tensor must stay alive and untouched until wait() returns.
-  virtual std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor,
-                                                 ReduceOp op = ReduceOp::kSum) = 0;
+  std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // In place: every rank ends with root's values.
-  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  void broadcast(at::Tensor& tensor, int root);
   // One tensor per rank, in rank order; every rank passes a tensor of the same shape and dtype.
-  virtual std::vector<at::Tensor> all_gather(const at::Tensor& tensor) = 0;
-  virtual void barrier() = 0;
+  std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+  void barrier();
 
  protected:
-  ProcessGroup(WorkerEnv env, Backend backend, at::Device device, std::chrono::milliseconds timeout)
-      : env_(std::move(env)), backend_(backend), device_(device), timeout_(timeout) {}
+  ProcessGroup(WorkerEnv env, Backend backend, at::Device device, std::chrono::milliseconds timeout,
+               std::shared_ptr<detail::Monitor> monitor);
+
+  // The backend's collectives, called with arguments already checked (a defined tensor, a root
+  // in range, a floating type for kAvg).
+  virtual std::shared_ptr<Work> start_all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> start_broadcast(at::Tensor& tensor, int root) = 0;
+  virtual std::vector<at::Tensor> run_all_gather(const at::Tensor& tensor) = 0;
+  virtual std::shared_ptr<Work> start_barrier() = 0;
 
  private:
+  friend class detail::Monitor;
   WorkerEnv env_;
   Backend backend_;
   at::Device device_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<detail::Monitor> monitor_;
 };
 
 // Rendezvous through a TCP store at MASTER_ADDR:MASTER_PORT (hosted by rank 0) and connect the
-// backend. When ranks are missing at the deadline, throws an error saying how many arrived,
+// backend. When ranks are missing at the deadline, throws kTimeout saying how many arrived,
 // which ranks are missing and the address tried.
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
 std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,

@@ -1,0 +1,49 @@
+// The runtime's error kinds and the text helpers its messages share.
+#include <string_view>
+
+#include "internal.hpp"
+
+namespace dtlaunch::ddp {
+
+const char* to_string(ErrorKind kind) noexcept {
+  switch (kind) {
+    case ErrorKind::kConfig:
+      return "config";
+    case ErrorKind::kTimeout:
+      return "timeout";
+    case ErrorKind::kPeerLost:
+      return "peer-lost";
+    case ErrorKind::kMismatch:
+      return "mismatch";
+    case ErrorKind::kBackend:
+      return "backend";
+  }
+  return "backend";
+}
+
+namespace detail {
+
+std::string first_line(const std::exception& e) {
+  return std::string(dtlaunch::first_line(e.what()));
+}
+
+std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
+  return compact_ranges(std::vector<std::uint32_t>(ranks.begin(), ranks.end()), limit);
+}
+
+ErrorKind classify_backend_failure(const std::string& message) {
+  const std::string_view m = message;
+  // Gloo: "Timed out waiting 2000ms for recv operation to complete"; NCCL's own watchdog below.
+  if (m.find("Timed out") != m.npos || m.find("timed out") != m.npos || m.find("Timeout") != m.npos)
+    return ErrorKind::kTimeout;
+  // Gloo: "Connection closed by peer [10.0.0.2]:4711", "Connection reset by peer", a broken
+  // pipe on write; NCCL: ncclRemoteError ("remote process exited or there was a network error").
+  if (m.find("closed by peer") != m.npos || m.find("reset by peer") != m.npos ||
+      m.find("Broken pipe") != m.npos || m.find("remote process exited") != m.npos ||
+      m.find("Connection refused") != m.npos)
+    return ErrorKind::kPeerLost;
+  return ErrorKind::kBackend;
+}
+
+}  // namespace detail
+}  // namespace dtlaunch::ddp
