@@ -65,16 +65,26 @@ Args parse(int argc, char** argv) {
     char* end = nullptr;
     const double x = std::strtod(v, &end);
     if (end == v || *end != '\0') usage((key + " " + v + ": not a number").c_str());
-    if (key == "--synthetic") a.synthetic = static_cast<std::int64_t>(x);
-    else if (key == "--batch-size") a.batch = static_cast<std::int64_t>(x);
-    else if (key == "--max-steps") a.max_steps = static_cast<std::int64_t>(x);
-    else if (key == "--warmup-steps") a.warmup = static_cast<std::int64_t>(x);
-    else if (key == "--threads") a.threads = static_cast<int>(x);
-    else if (key == "--seed") a.seed = static_cast<std::uint64_t>(x);
-    else if (key == "--lr") a.lr = x;
-    else if (key == "--momentum") a.momentum = x;
-    else if (key == "--bucket-cap-mb") a.bucket_cap_mb = x;
-    else usage(("unknown option " + key).c_str());
+    if (key == "--synthetic")
+      a.synthetic = static_cast<std::int64_t>(x);
+    else if (key == "--batch-size")
+      a.batch = static_cast<std::int64_t>(x);
+    else if (key == "--max-steps")
+      a.max_steps = static_cast<std::int64_t>(x);
+    else if (key == "--warmup-steps")
+      a.warmup = static_cast<std::int64_t>(x);
+    else if (key == "--threads")
+      a.threads = static_cast<int>(x);
+    else if (key == "--seed")
+      a.seed = static_cast<std::uint64_t>(x);
+    else if (key == "--lr")
+      a.lr = x;
+    else if (key == "--momentum")
+      a.momentum = x;
+    else if (key == "--bucket-cap-mb")
+      a.bucket_cap_mb = x;
+    else
+      usage(("unknown option " + key).c_str());
   }
   if (a.synthetic <= 0 || a.batch <= 0 || a.max_steps <= a.warmup || a.warmup < 0)
     usage("need --synthetic > 0, --batch-size > 0 and --max-steps > --warmup-steps >= 0");

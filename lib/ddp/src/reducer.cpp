@@ -170,9 +170,9 @@ DistributedDataParallel::Reducer::Reducer(ProcessGroup& group, DdpOptions option
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     if (p.device() != params[0].device())
-      throw Error(ExitCode::kBadInput, "dtlaunch ddp: parameters on several devices (" +
-                                           names_[0] + " on " + params[0].device().str() + ", " +
-                                           names_[i] + " on " + p.device().str() +
+      throw Error(ExitCode::kBadInput, "dtlaunch ddp: parameters on several devices (" + names_[0] +
+                                           " on " + params[0].device().str() + ", " + names_[i] +
+                                           " on " + p.device().str() +
                                            "); put the module on one device");
     if (p.is_sparse())
       throw Error(ExitCode::kBadInput,
@@ -259,8 +259,8 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
   }
   if (ready_[i]) {
     reset_iteration();
-    throw Error(ExitCode::kFailure, "dtlaunch ddp: parameter " + names_[i] +
-                                        " got its gradient twice in one backward");
+    throw Error(ExitCode::kFailure,
+                "dtlaunch ddp: parameter " + names_[i] + " got its gradient twice in one backward");
   }
   ready_[i] = 1;
   ++ready_count_;
@@ -347,8 +347,7 @@ std::vector<size_t> DistributedDataParallel::Reducer::unready_params() const {
 void DistributedDataParallel::Reducer::check_all_used(const std::vector<size_t>& unready) {
   if (unready.empty() || opts_.find_unused_parameters) return;
   std::string list;
-  for (size_t k = 0; k < unready.size() && k < 8; ++k)
-    list += (k ? ", " : "") + names_[unready[k]];
+  for (size_t k = 0; k < unready.size() && k < 8; ++k) list += (k ? ", " : "") + names_[unready[k]];
   if (unready.size() > 8) list += ", ... (" + std::to_string(unready.size()) + " in all)";
   reset_iteration();
   throw Error(ExitCode::kFailure,
