@@ -8,6 +8,9 @@
 #   3. runs the NCCL backend at world size 1: collectives on CUDA and CPU tensors, DDP training
 #      on the GPU against a one-process reference;
 #   4. runs the example on the GPU;
+#   5. decomposes the training step at world size 1 on the GPU, ours against PyTorch's DDP
+#      (bench/ddp/run.sh PHASES=1 DEVICE=cuda: data, forward, backward, the wait after
+#      backward, optimizer step), 3 runs per side per bucket size, table in phases-gpu.log;
 # and prints a table of the steps. Bounded by 8 minutes in all (each step has its own limit).
 #
 # Usage: scripts/gpu-check.sh [BUILD_DIR]     (default: build-gpu; logs in BUILD_DIR/gpu-check)
@@ -108,7 +111,7 @@ configure() {
   # only what this check needs, through a small wrapper project.
   # Release: no -g, the quickest compile of the torch headers.
   if cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$prefix" "${cuda[@]}" -DDTLAUNCH_BUILD_BENCHMARKS=OFF; then
+      -DCMAKE_PREFIX_PATH="$prefix" "${cuda[@]}"; then
     echo "configured: whole project"
   else
     echo "whole-project configure failed (see above); using the wrapper project"
@@ -144,6 +147,7 @@ build_targets() {
   local all
   all=$(cmake --build "$build" --target help 2>/dev/null)
   [[ $all == *dtlaunch-train* ]] && targets+=(dtlaunch-train)
+  [[ $all == *ddp_phases* ]] && targets+=(ddp_phases)
   cmake --build "$build" -j "$jobs" --target "${targets[@]}" && echo "PASS: built ${targets[*]}"
 }
 
@@ -159,6 +163,15 @@ example() {
   fi
   env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
     MASTER_PORT=$port DTLAUNCH_CUDA_DEVICE=0 "$exe" --backend nccl "${data[@]}"
+}
+
+# The step decomposed, world size 1 on the GPU, both sides alternating (docs/benchmarks.md).
+phases() {
+  [[ -x $build/bench/ddp/ddp_phases ]] ||
+    { echo "dtlaunch: bench/ddp/ddp_phases was not built (its dependencies are missing)"; return 1; }
+  PYTHON=$python DTLAUNCH_CUDA_DEVICE=0 PHASES=1 DEVICE=cuda WORLDS=1 REPS=3 STEPS=200 WARMUP=20 \
+    "$root/bench/ddp/run.sh" "$build" || return 1
+  echo "PASS: phases measured (table above)"
 }
 
 if [[ $mode == run ]]; then
@@ -178,6 +191,7 @@ step configure 150 configure &&
     # deadline with kTimeout naming rank 1 (ncclCommInitRank alone would wait forever).
     step nccl-init-bounded-x2 60 ranks 2 nccl-init-lost
     step example-gpu 150 example
+    step phases-gpu-x1 150 phases
   }
 
 echo

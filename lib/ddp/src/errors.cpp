@@ -1,6 +1,7 @@
 // The runtime's error kinds and the text helpers its messages share.
 #include <string_view>
 
+#include "core/text.hpp"
 #include "internal.hpp"
 
 namespace dtlaunch::ddp {
@@ -25,6 +26,10 @@ namespace detail {
 
 std::string first_line(const std::exception& e) {
   return std::string(dtlaunch::first_line(e.what()));
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  return dtlaunch::seconds_text(ms);
 }
 
 std::string format_ranks(const std::vector<int>& ranks, size_t limit) {

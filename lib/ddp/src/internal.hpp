@@ -7,15 +7,14 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
-#include "core/text.hpp"
 #include "dtlaunch/ddp.h"
 
 namespace dtlaunch::ddp::detail {
 
 // The first line of an exception's message: c10 errors append a C++ stack trace.
 std::string first_line(const std::exception& e);
-// "2.5s", "30s" (core/text.hpp: the launcher's messages say durations the same way).
-using dtlaunch::seconds_text;
+// "2.5s", "30s", as the launcher's messages say durations (core/text.hpp).
+std::string seconds_text(std::chrono::milliseconds ms);
 // kTimeout, kPeerLost or kBackend, from a Gloo, NCCL or store message.
 ErrorKind classify_backend_failure(const std::string& message);
 

@@ -13,8 +13,12 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "core/error.hpp"
 #include "dtlaunch/ddp.h"
@@ -47,294 +51,393 @@ void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& tensor
   }
 }
 
+// glibc gives a freed block above its mmap threshold (128 KiB at first, raised as such blocks
+// are freed) back with munmap, and trims the heap once 128 KiB at its top are free; every step's
+// activations then come back as fresh pages, one fault per 4 KiB. A user's own setting wins.
+void keep_step_memory() {
+#if defined(__GLIBC__)
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
 }  // namespace
 
 struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> {
+ public:
+  // Finds the parameters that require grad and plans their buckets; register_hooks() then
+  // connects it to autograd (it needs shared_from_this, so not here).
+  Reducer(ProcessGroup& group, DdpOptions options, torch::nn::Module& module);
+
+  // Everything rank 0 broadcasts at construction: parameters (trainable or not) and buffers.
+  std::vector<at::Tensor> initial_state(torch::nn::Module& module) const;
+  void register_hooks();
+  void remove_hooks();
+
+  // The engine's final callback at the end of a synchronised backward (and
+  // finish_gradient_sync()): a no-op outside an iteration.
+  void finish();
+
+  // Returns the previous setting.
+  bool set_sync_enabled(bool enabled);
+  const std::vector<std::vector<size_t>>& bucket_params() const noexcept { return bucket_params_; }
+  DdpStats stats() const;
+  void reset_stats();
+
+ private:
   struct Slot {
     size_t bucket = 0;
     int64_t offset = 0;
     int64_t numel = 0;
   };
   struct Bucket {
-    std::vector<size_t> params;  // indices into Reducer::params
+    std::vector<size_t> params;  // indices into params_
     at::Tensor flat;
     size_t pending = 0;
     std::shared_ptr<Work> work;
     Clock::time_point launched, completed;
     bool done = false;
   };
-
   // Fires after AccumulateGrad has written .grad. Holds the reducer weakly: the reducer owns
   // the hooks' nodes, not the other way round.
-  struct ReadyHook final : torch::autograd::FunctionPostHook {
-    ReadyHook(std::weak_ptr<Reducer> reducer, size_t index)
-        : reducer_(std::move(reducer)), index_(index) {}
-    torch::autograd::variable_list operator()(
-        const torch::autograd::variable_list& outputs,
-        const torch::autograd::variable_list& /*inputs*/) override {
-      if (auto r = reducer_.lock()) r->mark_ready(index_);
-      return outputs;
-    }
-    std::weak_ptr<Reducer> reducer_;
-    size_t index_;
-  };
+  struct ReadyHook;
 
-  ProcessGroup& pg;
-  DdpOptions opts;
-  std::vector<at::Tensor> params;
-  std::vector<std::string> names;
+  void plan(const std::vector<at::Tensor>& params);
+  void mark_ready(size_t i);
+  void launch_ready();
+  void poll();
+  void reset_iteration();
+
+  // The parts of finish(), in order.
+  std::vector<size_t> unready_params() const;
+  void check_all_used(const std::vector<size_t>& unready);
+  void reduce_zeros_for(const std::vector<size_t>& unready);
+  std::vector<char> used_on_any_rank();
+  void wait_for_buckets();
+  void write_back(const std::vector<char>& used_anywhere);
+  void account(Clock::time_point backward_end, Clock::time_point comm_end);
+
+  ProcessGroup& pg_;
+  DdpOptions opts_;
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> buffers_;
   // The variable keeps only a weak reference to its AccumulateGrad node: without these the
   // node, and the hook on it, would vanish with the first temporary. (A shared_ptr up to
   // LibTorch 2.1x, an intrusive_ptr in 2.14: the type is taken from the function.)
   using NodeRef =
       decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
-  std::vector<NodeRef> accumulators;
-  std::vector<uintptr_t> hook_keys;
-  std::vector<Slot> slots;
-  std::vector<Bucket> buckets;
-  std::vector<std::vector<size_t>> bucket_params;
-  std::vector<at::Tensor> buffers;
+  std::vector<NodeRef> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<size_t>> bucket_params_;
 
-  std::mutex mu;
-  std::vector<char> ready;
-  size_t ready_count = 0;
-  size_t next_launch = 0;
-  bool sync_enabled = true;
-  bool in_iteration = false;
-  DdpStats stats;
+  // Guards what follows: hooks may fire on the engine's worker threads.
+  mutable std::mutex mu_;
+  std::vector<char> ready_;
+  size_t ready_count_ = 0;
+  size_t next_launch_ = 0;
+  bool sync_enabled_ = true;
+  bool in_iteration_ = false;
+  Clock::time_point comm_start_;  // this iteration's first launch
+  DdpStats stats_;
+};
 
-  Reducer(ProcessGroup& group, DdpOptions options) : pg(group), opts(options) {}
-
-  void build(torch::nn::Module& module) {
-    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-      if (!item.value().requires_grad()) continue;
-      params.push_back(item.value());
-      names.push_back(item.key());
-    }
-    for (const auto& b : module.buffers(/*recurse=*/true)) buffers.push_back(b);
-    for (size_t i = 0; i < params.size(); ++i) {
-      const auto& p = params[i];
-      if (p.device() != params[0].device())
-        throw Error(ErrorKind::kConfig, "dtlaunch ddp: parameters on several devices (" + names[0] +
-                                            " on " + params[0].device().str() + ", " + names[i] +
-                                            " on " + p.device().str() +
-                                            "); put the module on one device");
-      if (p.is_sparse())
-        throw Error(ErrorKind::kConfig,
-                    "dtlaunch ddp: sparse parameter " + names[i] + " is not supported");
-    }
-
-    // Gradients become ready roughly in reverse order of registration (the output layer first).
-    const size_t n = params.size();
-    std::vector<size_t> bytes(n);
-    std::vector<int> kinds(n);
-    for (size_t k = 0; k < n; ++k) {
-      const auto& p = params[n - 1 - k];
-      bytes[k] = static_cast<size_t>(p.numel()) * p.element_size();
-      kinds[k] = static_cast<int>(p.scalar_type());
-    }
-    slots.resize(n);
-    for (auto& positions : plan_buckets(bytes, kinds, opts.bucket_cap_bytes)) {
-      Bucket b;
-      int64_t offset = 0;
-      for (size_t k : positions) {
-        const size_t i = n - 1 - k;
-        b.params.push_back(i);
-        slots[i] = Slot{buckets.size(), offset, params[i].numel()};
-        offset += params[i].numel();
-      }
-      b.flat = at::zeros({offset}, params[b.params.front()].options().requires_grad(false));
-      b.pending = b.params.size();
-      bucket_params.push_back(b.params);
-      buckets.push_back(std::move(b));
-    }
-    ready.assign(n, 0);
+struct DistributedDataParallel::Reducer::ReadyHook final : torch::autograd::FunctionPostHook {
+  ReadyHook(std::weak_ptr<Reducer> reducer, size_t index)
+      : reducer_(std::move(reducer)), index_(index) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto r = reducer_.lock()) r->mark_ready(index_);
+    return outputs;
   }
+  std::weak_ptr<Reducer> reducer_;
+  size_t index_;
+};
 
-  void register_hooks() {
+DistributedDataParallel::Reducer::Reducer(ProcessGroup& group, DdpOptions options,
+                                          torch::nn::Module& module)
+    : pg_(group), opts_(options) {
+  std::vector<at::Tensor> params;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    params.push_back(item.value());
+    names_.push_back(item.key());
+  }
+  for (const auto& b : module.buffers(/*recurse=*/true)) buffers_.push_back(b);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    if (p.device() != params[0].device())
+      throw Error(ErrorKind::kConfig, "dtlaunch ddp: parameters on several devices (" + names_[0] +
+                                          " on " + params[0].device().str() + ", " + names_[i] +
+                                          " on " + p.device().str() +
+                                          "); put the module on one device");
+    if (p.is_sparse())
+      throw Error(ErrorKind::kConfig,
+                  "dtlaunch ddp: sparse parameter " + names_[i] + " is not supported");
+  }
+  plan(params);
+  params_ = std::move(params);
+}
+
+void DistributedDataParallel::Reducer::plan(const std::vector<at::Tensor>& params) {
+  // Gradients become ready roughly in reverse order of registration (the output layer first).
+  const size_t n = params.size();
+  std::vector<size_t> bytes(n);
+  std::vector<int> kinds(n);
+  for (size_t k = 0; k < n; ++k) {
+    const auto& p = params[n - 1 - k];
+    bytes[k] = static_cast<size_t>(p.numel()) * p.element_size();
+    kinds[k] = static_cast<int>(p.scalar_type());
+  }
+  slots_.resize(n);
+  for (auto& positions : plan_buckets(bytes, kinds, opts_.bucket_cap_bytes)) {
+    Bucket b;
+    int64_t offset = 0;
+    for (size_t k : positions) {
+      const size_t i = n - 1 - k;
+      b.params.push_back(i);
+      slots_[i] = Slot{buckets_.size(), offset, params[i].numel()};
+      offset += params[i].numel();
+    }
+    b.flat = at::zeros({offset}, params[b.params.front()].options().requires_grad(false));
+    b.pending = b.params.size();
+    bucket_params_.push_back(b.params);
+    buckets_.push_back(std::move(b));
+  }
+  ready_.assign(n, 0);
+}
+
+std::vector<at::Tensor> DistributedDataParallel::Reducer::initial_state(
+    torch::nn::Module& module) const {
+  std::vector<at::Tensor> state = params_;
+  for (const auto& p : module.parameters(/*recurse=*/true))
+    if (!p.requires_grad()) state.push_back(p);
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  return state;
+}
+
+void DistributedDataParallel::Reducer::register_hooks() {
+  std::weak_ptr<Reducer> self = shared_from_this();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(self, i)));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+void DistributedDataParallel::Reducer::remove_hooks() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+}
+
+bool DistributedDataParallel::Reducer::set_sync_enabled(bool enabled) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(sync_enabled_, enabled);
+}
+
+DdpStats DistributedDataParallel::Reducer::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void DistributedDataParallel::Reducer::reset_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = DdpStats{};
+}
+
+void DistributedDataParallel::Reducer::mark_ready(size_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sync_enabled_) return;
+  if (!in_iteration_) {
+    in_iteration_ = true;
     std::weak_ptr<Reducer> self = shared_from_this();
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(params[i]);
-      hook_keys.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(self, i)));
-      accumulators.push_back(std::move(acc));
-    }
+    torch::autograd::Engine::get_default_engine().queue_callback([self] {
+      if (auto r = self.lock()) r->finish();
+    });
   }
-
-  void remove_hooks() {
-    for (size_t i = 0; i < accumulators.size(); ++i) accumulators[i]->del_post_hook(hook_keys[i]);
+  if (ready_[i]) {
+    reset_iteration();
+    throw Error(ErrorKind::kConfig,
+                "dtlaunch ddp: parameter " + names_[i] + " got its gradient twice in one backward");
   }
-
-  void mark_ready(size_t i) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!sync_enabled) return;
-    if (!in_iteration) {
-      in_iteration = true;
-      std::weak_ptr<Reducer> self = shared_from_this();
-      torch::autograd::Engine::get_default_engine().queue_callback([self] {
-        if (auto r = self.lock()) r->finish();
-      });
-    }
-    if (ready[i]) {
+  ready_[i] = 1;
+  ++ready_count_;
+  const Slot& s = slots_[i];
+  const at::Tensor& grad = params_[i].grad();
+  at::Tensor dst = buckets_[s.bucket].flat.narrow(0, s.offset, s.numel);
+  if (grad.defined()) {
+    if (grad.is_sparse()) {
       reset_iteration();
-      throw Error(ErrorKind::kConfig, "dtlaunch ddp: parameter " + names[i] +
-                                          " got its gradient twice in one backward");
+      throw Error(ErrorKind::kConfig,
+                  "dtlaunch ddp: sparse gradient of " + names_[i] + " is not supported");
     }
-    ready[i] = 1;
-    ++ready_count;
-    const Slot& s = slots[i];
-    const at::Tensor& grad = params[i].grad();
-    at::Tensor dst = buckets[s.bucket].flat.narrow(0, s.offset, s.numel);
-    if (grad.defined()) {
-      if (grad.is_sparse()) {
-        reset_iteration();
-        throw Error(ErrorKind::kConfig,
-                    "dtlaunch ddp: sparse gradient of " + names[i] + " is not supported");
-      }
-      dst.copy_(grad.reshape(-1));
-    } else {
-      dst.zero_();
-    }
-    --buckets[s.bucket].pending;
-    launch_ready();
-    poll();
+    dst.copy_(grad.reshape(-1));
+  } else {
+    dst.zero_();
   }
+  --buckets_[s.bucket].pending;
+  launch_ready();
+  poll();
+}
 
-  // Starts the all-reduce of every complete bucket whose predecessors have started, so that
-  // all ranks issue them in the same order whatever order their gradients arrive in.
-  void launch_ready() {
-    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
-      Bucket& b = buckets[next_launch++];
-      b.flat.div_(pg.size());
-      b.launched = Clock::now();
-      b.work = pg.all_reduce_async(b.flat, ReduceOp::kSum);
-      if (in_iteration && ready_count < params.size()) ++stats.buckets_overlapped;
+// Starts the all-reduce of every complete bucket whose predecessors have started, so that
+// all ranks issue them in the same order whatever order their gradients arrive in.
+void DistributedDataParallel::Reducer::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& b = buckets_[next_launch_++];
+    b.flat.div_(pg_.size());
+    b.launched = Clock::now();
+    if (next_launch_ == 1) comm_start_ = b.launched;
+    b.work = pg_.all_reduce_async(b.flat, ReduceOp::kSum);
+    if (in_iteration_ && ready_count_ < params_.size()) ++stats_.buckets_overlapped;
+  }
+}
+
+// Notes completion times of buckets that finished while backward was still running.
+void DistributedDataParallel::Reducer::poll() {
+  for (size_t k = 0; k < next_launch_; ++k) {
+    Bucket& b = buckets_[k];
+    if (!b.done && b.work->completed()) {
+      b.completed = Clock::now();
+      b.done = true;
     }
   }
+}
 
-  // Notes completion times of buckets that finished while backward was still running.
-  void poll() {
-    for (size_t k = 0; k < next_launch; ++k) {
-      Bucket& b = buckets[k];
-      if (!b.done && b.work->completed()) {
+// Forgets the current iteration, once it is finished or after an error, so that the next
+// backward starts clean.
+void DistributedDataParallel::Reducer::reset_iteration() {
+  for (auto& b : buckets_) {
+    b.work.reset();
+    b.done = false;
+    b.pending = b.params.size();
+  }
+  std::fill(ready_.begin(), ready_.end(), 0);
+  ready_count_ = 0;
+  next_launch_ = 0;
+  in_iteration_ = false;
+}
+
+void DistributedDataParallel::Reducer::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!in_iteration_) return;
+  const auto backward_end = Clock::now();
+  poll();
+  const std::vector<size_t> unready = unready_params();
+  check_all_used(unready);
+  reduce_zeros_for(unready);
+  const std::vector<char> used_anywhere = used_on_any_rank();
+  wait_for_buckets();
+  write_back(used_anywhere);
+  const auto comm_end = Clock::now();
+  if (opts_.broadcast_buffers && !buffers_.empty()) broadcast_coalesced(pg_, buffers_);
+  account(backward_end, comm_end);
+  reset_iteration();
+}
+
+std::vector<size_t> DistributedDataParallel::Reducer::unready_params() const {
+  std::vector<size_t> unready;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!ready_[i]) unready.push_back(i);
+  return unready;
+}
+
+void DistributedDataParallel::Reducer::check_all_used(const std::vector<size_t>& unready) {
+  if (unready.empty() || opts_.find_unused_parameters) return;
+  std::string list;
+  for (size_t k = 0; k < unready.size() && k < 8; ++k) list += (k ? ", " : "") + names_[unready[k]];
+  if (unready.size() > 8) list += ", ... (" + std::to_string(unready.size()) + " in all)";
+  reset_iteration();
+  throw Error(ErrorKind::kConfig,
+              "dtlaunch ddp: rank " + std::to_string(pg_.rank()) + ": " +
+                  std::to_string(unready.size()) +
+                  " parameter(s) got no gradient in this backward: " + list +
+                  "; if that is intended, set DdpOptions::find_unused_parameters");
+}
+
+// Unused here: reduce zeros in their place (another rank may have used them).
+void DistributedDataParallel::Reducer::reduce_zeros_for(const std::vector<size_t>& unready) {
+  ready_count_ = params_.size();  // backward is over: what starts now overlaps nothing
+  for (size_t i : unready) {
+    const Slot& s = slots_[i];
+    buckets_[s.bucket].flat.narrow(0, s.offset, s.numel).zero_();
+    --buckets_[s.bucket].pending;
+  }
+  launch_ready();
+}
+
+// A parameter that no rank used keeps its gradient, as in PyTorch: that needs the global
+// picture, one more small all-reduce, paid only with find_unused_parameters.
+std::vector<char> DistributedDataParallel::Reducer::used_on_any_rank() {
+  std::vector<char> used_anywhere(params_.size(), 1);
+  if (!opts_.find_unused_parameters) return used_anywhere;
+  // On the parameters' device: a CPU LibTorch with the NCCL backend has CPU parameters.
+  at::Tensor used =
+      at::zeros({static_cast<int64_t>(params_.size())},
+                at::TensorOptions().dtype(at::kFloat).device(params_.front().device()));
+  at::Tensor local = at::zeros({static_cast<int64_t>(params_.size())}, at::kFloat);
+  for (size_t i = 0; i < params_.size(); ++i)
+    local[static_cast<int64_t>(i)] = ready_[i] ? 1.0 : 0.0;
+  used.copy_(local);
+  pg_.all_reduce(used, ReduceOp::kMax);
+  at::Tensor back = used.cpu();
+  for (size_t i = 0; i < params_.size(); ++i)
+    used_anywhere[i] = back[static_cast<int64_t>(i)].item<float>() > 0.5f;
+  return used_anywhere;
+}
+
+void DistributedDataParallel::Reducer::wait_for_buckets() {
+  try {
+    for (auto& b : buckets_) {
+      b.work->wait();
+      if (!b.done) {
         b.completed = Clock::now();
         b.done = true;
       }
     }
-  }
-
-  // Forgets the current iteration, once it is finished or after an error, so that the next
-  // backward starts clean.
-  void reset_iteration() {
-    for (auto& b : buckets) {
-      b.work.reset();
-      b.done = false;
-      b.pending = b.params.size();
-    }
-    std::fill(ready.begin(), ready.end(), 0);
-    ready_count = 0;
-    next_launch = 0;
-    in_iteration = false;
-  }
-
-  void finish() {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!in_iteration) return;
-    const auto backward_end = Clock::now();
-    poll();
-
-    std::vector<size_t> unready;
-    for (size_t i = 0; i < params.size(); ++i)
-      if (!ready[i]) unready.push_back(i);
-    if (!unready.empty() && !opts.find_unused_parameters) {
-      std::string list;
-      for (size_t k = 0; k < unready.size() && k < 8; ++k)
-        list += (k ? ", " : "") + names[unready[k]];
-      if (unready.size() > 8) list += ", ... (" + std::to_string(unready.size()) + " in all)";
-      reset_iteration();
-      throw Error(ErrorKind::kConfig,
-                  "dtlaunch ddp: rank " + std::to_string(pg.rank()) + ": " +
-                      std::to_string(unready.size()) +
-                      " parameter(s) got no gradient in this backward: " + list +
-                      "; if that is intended, set DdpOptions::find_unused_parameters");
-    }
-    // Unused here: reduce zeros in their place (another rank may have used them).
-    ready_count = params.size();  // backward is over: what starts now overlaps nothing
-    for (size_t i : unready) {
-      const Slot& s = slots[i];
-      buckets[s.bucket].flat.narrow(0, s.offset, s.numel).zero_();
-      --buckets[s.bucket].pending;
-    }
-    launch_ready();
-
-    // A parameter that no rank used keeps its gradient, as in PyTorch: that needs the global
-    // picture, one more small all-reduce, paid only with find_unused_parameters.
-    std::vector<char> used_anywhere(params.size(), 1);
-    if (opts.find_unused_parameters) {
-      // On the parameters' device: a CPU LibTorch with the NCCL backend has CPU parameters.
-      at::Tensor used =
-          at::zeros({static_cast<int64_t>(params.size())},
-                    at::TensorOptions().dtype(at::kFloat).device(params.front().device()));
-      at::Tensor local = at::zeros({static_cast<int64_t>(params.size())}, at::kFloat);
-      for (size_t i = 0; i < params.size(); ++i)
-        local[static_cast<int64_t>(i)] = ready[i] ? 1.0 : 0.0;
-      used.copy_(local);
-      pg.all_reduce(used, ReduceOp::kMax);
-      at::Tensor back = used.cpu();
-      for (size_t i = 0; i < params.size(); ++i)
-        used_anywhere[i] = back[static_cast<int64_t>(i)].item<float>() > 0.5f;
-    }
-
-    try {
-      for (auto& b : buckets) {
-        b.work->wait();
-        if (!b.done) {
-          b.completed = Clock::now();
-          b.done = true;
-        }
-      }
-    } catch (...) {
-      reset_iteration();
-      throw;
-    }
-    {
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) {
-        if (!used_anywhere[i]) continue;
-        const Slot& s = slots[i];
-        at::Tensor avg =
-            buckets[s.bucket].flat.narrow(0, s.offset, s.numel).view(params[i].sizes());
-        at::Tensor& grad = params[i].mutable_grad();
-        if (grad.defined())
-          grad.copy_(avg);
-        else
-          grad = avg.clone();
-      }
-    }
-    if (opts.broadcast_buffers && !buffers.empty()) broadcast_coalesced(pg, buffers);
-    account(backward_end);
+  } catch (...) {
     reset_iteration();
+    throw;
   }
+}
 
-  // allreduce_seconds: the union of the buckets' [launched, completed] intervals; hidden: the
-  // part of it before backward ended.
-  void account(Clock::time_point backward_end) {
-    std::vector<std::pair<Clock::time_point, Clock::time_point>> spans;
-    for (const auto& b : buckets) spans.emplace_back(b.launched, std::max(b.completed, b.launched));
-    std::sort(spans.begin(), spans.end());
-    double total = 0, hidden = 0;
-    for (size_t k = 0; k < spans.size();) {
-      auto begin = spans[k].first, end = spans[k].second;
-      for (++k; k < spans.size() && spans[k].first <= end; ++k)
-        end = std::max(end, spans[k].second);
-      total += seconds(end - begin);
-      if (begin < backward_end) hidden += seconds(std::min(end, backward_end) - begin);
-    }
-    stats.iterations += 1;
-    stats.buckets_reduced += buckets.size();
-    stats.allreduce_seconds += total;
-    stats.hidden_seconds += hidden;
+void DistributedDataParallel::Reducer::write_back(const std::vector<char>& used_anywhere) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!used_anywhere[i]) continue;
+    const Slot& s = slots_[i];
+    at::Tensor avg = buckets_[s.bucket].flat.narrow(0, s.offset, s.numel).view(params_[i].sizes());
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (grad.defined())
+      grad.copy_(avg);
+    else
+      grad = avg.clone();
   }
-};
+}
+
+// allreduce_seconds: the union of the buckets' [launched, completed] intervals; hidden: the
+// part of it before backward ended. The spans as PyTorch's Reducer measures them go alongside.
+void DistributedDataParallel::Reducer::account(Clock::time_point backward_end,
+                                               Clock::time_point comm_end) {
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> spans;
+  for (const auto& b : buckets_) spans.emplace_back(b.launched, std::max(b.completed, b.launched));
+  std::sort(spans.begin(), spans.end());
+  double total = 0, hidden = 0;
+  for (size_t k = 0; k < spans.size();) {
+    auto begin = spans[k].first, end = spans[k].second;
+    for (++k; k < spans.size() && spans[k].first <= end; ++k) end = std::max(end, spans[k].second);
+    total += seconds(end - begin);
+    if (begin < backward_end) hidden += seconds(std::min(end, backward_end) - begin);
+  }
+  stats_.iterations += 1;
+  stats_.buckets_reduced += buckets_.size();
+  stats_.allreduce_seconds += total;
+  stats_.hidden_seconds += hidden;
+  stats_.comm_span_seconds += seconds(comm_end - comm_start_);
+  stats_.overlap_span_seconds += seconds(std::max(backward_end, comm_start_) - comm_start_);
+}
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                                                  std::shared_ptr<ProcessGroup> group,
@@ -344,13 +447,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: DistributedDataParallel got no module");
   if (!group_)
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: DistributedDataParallel got no process group");
-  reducer_ = std::make_shared<Reducer>(*group_, options);
-  reducer_->build(*module_);
-  std::vector<at::Tensor> state = reducer_->params;
-  for (const auto& p : module_->parameters(/*recurse=*/true))
-    if (!p.requires_grad()) state.push_back(p);
-  state.insert(state.end(), reducer_->buffers.begin(), reducer_->buffers.end());
-  broadcast_coalesced(*group_, state);
+  if (options.keep_step_memory) keep_step_memory();
+  reducer_ = std::make_shared<Reducer>(*group_, options, *module_);
+  broadcast_coalesced(*group_, reducer_->initial_state(*module_));
   reducer_->register_hooks();
 }
 
@@ -358,15 +457,11 @@ DistributedDataParallel::~DistributedDataParallel() {
   if (reducer_) reducer_->remove_hooks();
 }
 
-DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp) {
-  std::lock_guard<std::mutex> lock(ddp_.reducer_->mu);
-  previous_ = ddp_.reducer_->sync_enabled;
-  ddp_.reducer_->sync_enabled = false;
-}
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp)
+    : ddp_(ddp), previous_(ddp_.reducer_->set_sync_enabled(false)) {}
 
 DistributedDataParallel::NoSync::~NoSync() {
-  std::lock_guard<std::mutex> lock(ddp_.reducer_->mu);
-  ddp_.reducer_->sync_enabled = previous_;
+  ddp_.reducer_->set_sync_enabled(previous_);
 }
 
 void DistributedDataParallel::finish_gradient_sync() {
@@ -374,17 +469,15 @@ void DistributedDataParallel::finish_gradient_sync() {
 }
 
 const std::vector<std::vector<size_t>>& DistributedDataParallel::buckets() const noexcept {
-  return reducer_->bucket_params;
+  return reducer_->bucket_params();
 }
 
 DdpStats DistributedDataParallel::stats() const {
-  std::lock_guard<std::mutex> lock(reducer_->mu);
-  return reducer_->stats;
+  return reducer_->stats();
 }
 
 void DistributedDataParallel::reset_stats() {
-  std::lock_guard<std::mutex> lock(reducer_->mu);
-  reducer_->stats = DdpStats{};
+  reducer_->reset_stats();
 }
 
 }  // namespace dtlaunch::ddp

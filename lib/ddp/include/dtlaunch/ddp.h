@@ -234,6 +234,14 @@ struct DdpOptions {
   // Broadcast rank 0's buffers (e.g. BatchNorm running stats) after each synchronised backward
   // (and at construction), so that every rank's next forward uses rank 0's buffers.
   bool broadcast_buffers = true;
+  // Keep the memory that a step frees (activations, gradients) in the process for the next step
+  // instead of handing it back to the system and faulting it in again. With glibc: malloc's mmap
+  // threshold at its 32 MiB maximum and the heap trimmed only above 1 GiB free, set once for the
+  // whole process at construction, unless MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ is
+  // set. On a 2-core AMD EPYC VM page faults were half of the step without it
+  // (docs/benchmarks.md). The price: the process keeps its peak step memory. false: malloc as
+  // it was.
+  bool keep_step_memory = true;
 };
 
 // Communication timing accumulated over synchronised iterations, for benchmarks.
@@ -249,6 +257,14 @@ struct DdpStats {
   double hidden_seconds = 0;
   // Time spent waiting for all-reduces after backward finished (= allreduce - hidden).
   double exposed_seconds() const noexcept { return allreduce_seconds - hidden_seconds; }
+  // PyTorch DDP's own runtime statistics, defined as its Reducer defines them, so that a
+  // benchmark compares like with like (avg_backward_comm_time and
+  // avg_backward_compute_comm_overlap_time of DistributedDataParallel._get_ddp_logging_data()):
+  // comm: from the first bucket's launch to the gradients written back after the last wait;
+  // overlap: from the first bucket's launch to the end of backward's computation (the engine's
+  // final callback). comm - overlap is the wait after backward.
+  double comm_span_seconds = 0;
+  double overlap_span_seconds = 0;
 };
 
 class DistributedDataParallel {
