@@ -44,8 +44,8 @@ doctor::TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker
   r.nnodes = spec.nnodes;
   r.master_addr = spec.master.addr;
   r.master_port = spec.master.port;
-  r.run_id = value("DTLAUNCH_RUN_ID");
-  r.visible_devices = std::string(final_env.get_raw("CUDA_VISIBLE_DEVICES").value_or(""));
+  r.run_id = value(env_var::kRunId);
+  r.visible_devices = std::string(final_env.get_raw(env_var::kCudaVisibleDevices).value_or(""));
   if (auto device = choose_device(spec.gpu, worker.local_rank, spec.local_world_size))
     r.bound_device = device->id;
   r.gpu_sharing_allowed = spec.gpu.allow_sharing;
