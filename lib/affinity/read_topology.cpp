@@ -1,7 +1,6 @@
 #include "affinity/read_topology.hpp"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <hwloc.h>
 #include <sched.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "core/file.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
@@ -24,19 +24,7 @@ namespace {
 constexpr std::size_t kFileLimit = 64 * 1024;
 
 std::optional<std::string> read_small(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return std::nullopt;
-  std::string text(kFileLimit, '\0');
-  std::size_t used = 0;
-  while (used < kFileLimit) {
-    const ssize_t n = ::read(fd, text.data() + used, kFileLimit - used);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    used += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  text.resize(used);
-  return text;
+  return read_file_head(path, kFileLimit);
 }
 
 // The value after "key:" on its line of a "key: value" file (nvidia information, status).

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/file.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
@@ -23,24 +24,7 @@ namespace dtlaunch {
 
 std::optional<std::string> LiveSystem::read_file_head(const std::string& path,
                                                       std::size_t max_bytes) const {
-  // O_NONBLOCK: a FIFO named by a variable must not block the launch (a read then fails).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return std::nullopt;
-  std::string text(max_bytes, '\0');
-  std::size_t used = 0;
-  while (used < max_bytes) {
-    const ssize_t n = ::read(fd, text.data() + used, max_bytes - used);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    used += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  text.resize(used);
-  return text;
+  return dtlaunch::read_file_head(path, max_bytes);
 }
 
 std::uint32_t LiveSystem::count_gpu_device_files() const {
