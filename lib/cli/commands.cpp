@@ -13,11 +13,11 @@
 #include "doctor/probe.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/build_spec.hpp"
-#include "launch/exec.hpp"
 #include "launch/gpu.hpp"
 #include "launch/plan.hpp"
 #include "launch/render.hpp"
 #include "launch/worker_env.hpp"
+#include "proc/exec.hpp"
 #include "proc/supervisor.hpp"
 
 namespace dtlaunch {
@@ -60,18 +60,18 @@ doctor::TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker
 
 // Where a rank's GPU can be located on this node, the CPUs local to it, and whether the rank's
 // own CPUs are all elsewhere. The topology is read only when some rank has a GPU.
-void mark_cpus_far_from_gpu(const LaunchSpec& spec, const EnvMap& env,
+void mark_cpus_far_from_gpu(const LaunchSpec& spec, const LaunchInputs& in,
                             std::vector<doctor::TaskReport>& reports) {
   if (std::all_of(reports.begin(), reports.end(),
                   [](const doctor::TaskReport& r) { return r.bound_device.empty(); }))
     return;
   Topology topology;
   try {
-    topology = LiveSystem().topology(std::string(env.get("DTLAUNCH_TOPOLOGY_ROOT").value_or("/")));
+    topology = LiveSystem().topology(in.topology_root);
   } catch (const Error&) {
     return;  // no topology, no locality: the other checks still stand
   }
-  const auto gpus = locate_gpus(spec, env, topology);
+  const auto gpus = locate_gpus(spec, in, topology);
   for (doctor::TaskReport& r : reports) {
     if (r.local_rank >= gpus.size() || !gpus[r.local_rank]) continue;
     const CpuSet& local = topology.gpus[*gpus[r.local_rank]].local_cpus;
@@ -83,9 +83,10 @@ void mark_cpus_far_from_gpu(const LaunchSpec& spec, const EnvMap& env,
 
 // Runs the checks for this launcher's workers; returns 0 or 3. The task (or node) that hosts
 // rank 0 judges and prints; the others report and get the same status back.
-int run_checks(const LaunchSpec& spec, const std::vector<PlannedWorker>& planned,
-               const doctor::Expectation& expected, const EnvMap& env, const RunFlags& flags,
-               std::ostream& out) {
+int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, const EnvMap& env,
+               const RunFlags& flags, std::ostream& out) {
+  const LaunchSpec& spec = launch.spec;
+  const std::vector<PlannedWorker>& planned = launch.workers;
   const auto deadline = doctor::Clock::now() + flags.check_timeout;
   std::vector<doctor::TaskReport> mine;
   for (const PlannedWorker& w : planned) {
@@ -95,7 +96,7 @@ int run_checks(const LaunchSpec& spec, const std::vector<PlannedWorker>& planned
     else
       doctor::copy_node_facts(mine.front(), mine.back());
   }
-  mark_cpus_far_from_gpu(spec, env, mine);
+  mark_cpus_far_from_gpu(spec, launch.inputs, mine);
   const bool hosts_rank0 = planned.front().rank == 0;
   if (!hosts_rank0) {
     try {
@@ -128,10 +129,11 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
   log_notes(spec.notes, launch.who, launch.speaks_for_job, flags.verbose);
   if (flags.check != Check::kNone && !flags.dry_run) {
     const doctor::Expectation expected =
-        launch.step ? doctor::slurm_expectation(launch.step->hosts, launch.step->tasks_per_node,
-                                                launch.step->distribution)
-                    : doctor::local_expectation(spec.nnodes, spec.local_world_size);
-    const int status = run_checks(spec, launch.workers, expected, env, flags, out);
+        launch.mode == Mode::kSlurm ? doctor::slurm_expectation(launch.inputs.step->hosts,
+                                                                launch.inputs.step->tasks_per_node,
+                                                                launch.inputs.step->distribution)
+                                    : doctor::local_expectation(spec.nnodes, spec.local_world_size);
+    const int status = run_checks(launch, expected, env, flags, out);
     if (flags.check == Check::kDoctor || status != 0) return status;
   }
   if (flags.dry_run) {

@@ -1,5 +1,5 @@
 // What a failed execve means, worded and numbered once for both modes: the Slurm path
-// (launch/exec.cpp, which replaces dtlaunch) and local mode (proc/spawn.cpp, a worker's exec).
+// (proc/exec.cpp, which replaces dtlaunch) and local mode (proc/spawn.cpp, a worker's exec).
 // The same failure must give the same status and line whichever mode the user ran.
 #pragma once
 

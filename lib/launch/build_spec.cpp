@@ -1,6 +1,7 @@
 #include "launch/build_spec.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "affinity/plan.hpp"
@@ -128,7 +129,7 @@ void check_master_addr(std::string_view source, std::string_view addr) {
     throw Error::bad_env(source, addr, problem);
 }
 
-void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
+void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& in,
                         const std::function<std::string()>& derived, std::string_view derived_why,
                         std::string_view derived_source) {
   if (options.master_addr) {
@@ -136,7 +137,7 @@ void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const En
     check_master_addr("--master-addr", *options.master_addr);
     spec.master.addr = *options.master_addr;
     note(spec, Note::Level::kInfo, true, "MASTER_ADDR=" + spec.master.addr + " from --master-addr");
-  } else if (auto inherited = env.get("MASTER_ADDR")) {
+  } else if (const auto& inherited = in.master_addr) {
     check_master_addr("MASTER_ADDR", *inherited);
     spec.master.addr = std::string(*inherited);
     note(spec, Note::Level::kInfo, true,
@@ -150,7 +151,7 @@ void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const En
 }
 
 // Returns true when the port came from the user (option or environment).
-bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env) {
+bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& in) {
   if (options.master_port) {
     if (*options.master_port == 0) throw Error::usage("--master-port: 0 is not a port");
     spec.master.port = *options.master_port;
@@ -158,7 +159,7 @@ bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const EnvM
          "MASTER_PORT=" + num(spec.master.port) + " from --master-port");
     return true;
   }
-  if (auto inherited = env.get("MASTER_PORT")) {
+  if (const auto& inherited = in.master_port) {
     spec.master.port = parse_port("MASTER_PORT", *inherited);
     note(spec, Note::Level::kInfo, true,
          "MASTER_PORT=" + num(spec.master.port) + " kept: it was already set in the environment");
@@ -167,17 +168,16 @@ bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const EnvM
   return false;
 }
 
-PortRange port_range(const LaunchOptions& options, const EnvMap& env) {
+PortRange port_range(const LaunchOptions& options, const LaunchInputs& in) {
   if (options.port_range) return parse_port_range("--port-range", *options.port_range);
-  if (auto text = env.get("DTLAUNCH_PORT_RANGE"))
-    return parse_port_range("DTLAUNCH_PORT_RANGE", *text);
+  if (const auto& text = in.port_range) return parse_port_range("DTLAUNCH_PORT_RANGE", *text);
   return kDefaultPortRange;
 }
 
 void choose_slurm_port(LaunchSpec& spec, const SlurmStep& step, const LaunchOptions& options,
-                       const EnvMap& env, const System& system) {
-  if (choose_user_port(spec, options, env)) return;
-  PortRange range = port_range(options, env);
+                       const LaunchInputs& in, const System& system) {
+  if (choose_user_port(spec, options, in)) return;
+  PortRange range = port_range(options, in);
   spec.master.port = master_port_for(step.job_id, step.step_id, step.het_offset, range);
   note(spec, Note::Level::kDebug, true,
        "MASTER_PORT=" + num(spec.master.port) + " (job " + num(step.job_id) + ", step " +
@@ -191,7 +191,7 @@ void choose_slurm_port(LaunchSpec& spec, const SlurmStep& step, const LaunchOpti
              "outside it on every node");
 }
 
-GpuPlan make_gpu_plan(const LaunchOptions& options, const EnvMap& env, const System& system,
+GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, const System& system,
                       std::optional<std::uint32_t> gpus_per_task, Mode mode) {
   GpuPlan plan;
   plan.bind = options.gpu_bind;
@@ -201,7 +201,7 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const EnvMap& env, const Sys
   const std::string narrowed =
       options.gpus_per_node ? " narrowed by --gpus-per-node=" + num(*options.gpus_per_node) : "";
   // CUDA reads an empty list as "no device", so here empty is not unset.
-  if (auto cvd = env.get_raw("CUDA_VISIBLE_DEVICES")) {
+  if (const auto& cvd = in.cuda_visible_devices) {
     plan.visible = parse_visible_devices(*cvd);
     plan.from_cuda_visible_devices = true;
     plan.counted_from = "CUDA_VISIBLE_DEVICES='" + excerpt(*cvd) + "'" + narrowed;
@@ -220,11 +220,11 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const EnvMap& env, const Sys
     if (options.gpus_per_node) {
       count = *options.gpus_per_node;
       plan.counted_from = "--gpus-per-node=" + num(count);
-    } else if (auto step_gpus = env.get("SLURM_STEP_GPUS")) {
+    } else if (const auto& step_gpus = in.slurm_step_gpus) {
       count =
           static_cast<std::uint32_t>(parse_visible_devices(*step_gpus, "SLURM_STEP_GPUS").size());
       plan.counted_from = "SLURM_STEP_GPUS='" + excerpt(*step_gpus) + "'";
-    } else if (auto job_gpus = env.get("SLURM_JOB_GPUS")) {
+    } else if (const auto& job_gpus = in.slurm_job_gpus) {
       count = static_cast<std::uint32_t>(parse_visible_devices(*job_gpus, "SLURM_JOB_GPUS").size());
       plan.counted_from = "SLURM_JOB_GPUS='" + excerpt(*job_gpus) + "'";
     } else {
@@ -244,8 +244,9 @@ std::string slurm_run_identity(const SlurmStep& step) {
   return id;
 }
 
-void choose_omp(LaunchSpec& spec, const EnvMap& env, std::optional<std::string> cpus_per_task) {
-  if (auto omp = env.get("OMP_NUM_THREADS")) {
+void choose_omp(LaunchSpec& spec, const LaunchInputs& in,
+                std::optional<std::string> cpus_per_task) {
+  if (const auto& omp = in.omp_num_threads) {
     note(spec, Note::Level::kInfo, true, "OMP_NUM_THREADS=" + std::string(*omp) + " kept");
     return;
   }
@@ -255,9 +256,9 @@ void choose_omp(LaunchSpec& spec, const EnvMap& env, std::optional<std::string> 
            (cpus_per_task ? " from SLURM_CPUS_PER_TASK" : " (not set; SLURM_CPUS_PER_TASK unset)"));
 }
 
-CpuBind cpu_bind_of(const LaunchOptions& options, const EnvMap& env) {
+CpuBind cpu_bind_of(const LaunchOptions& options, const LaunchInputs& in) {
   if (options.cpu_bind) return *options.cpu_bind;
-  auto text = env.get("DTLAUNCH_CPU_BIND");
+  const auto& text = in.cpu_bind;
   if (!text) return CpuBind::kNone;
   auto bind = parse_cpu_bind(*text);
   if (!bind)
@@ -266,9 +267,9 @@ CpuBind cpu_bind_of(const LaunchOptions& options, const EnvMap& env) {
   return *bind;
 }
 
-MemBind mem_bind_of(const LaunchOptions& options, const EnvMap& env, CpuBind cpu) {
+MemBind mem_bind_of(const LaunchOptions& options, const LaunchInputs& in, CpuBind cpu) {
   if (options.mem_bind) return *options.mem_bind;
-  auto text = env.get("DTLAUNCH_MEM_BIND");
+  const auto& text = in.mem_bind;
   if (!text) return cpu == CpuBind::kNone ? MemBind::kNone : MemBind::kLocal;
   auto bind = parse_mem_bind(*text);
   if (!bind) throw Error::bad_env("DTLAUNCH_MEM_BIND", *text, "expected none, local or strict");
@@ -276,12 +277,12 @@ MemBind mem_bind_of(const LaunchOptions& options, const EnvMap& env, CpuBind cpu
 }
 
 // The device minors Slurm allocated, when it says (for find_gpu's reading of indices).
-std::optional<std::vector<unsigned>> allocated_minors(const EnvMap& env) {
-  for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {
-    auto text = env.get(name);
-    if (!text) continue;
+std::optional<std::vector<unsigned>> allocated_minors(const LaunchInputs& in) {
+  for (const auto& [name, text] : {std::pair{"SLURM_STEP_GPUS", &in.slurm_step_gpus},
+                                   std::pair{"SLURM_JOB_GPUS", &in.slurm_job_gpus}}) {
+    if (!*text) continue;
     std::vector<unsigned> minors;
-    for (const std::string& id : parse_visible_devices(*text, name))
+    for (const std::string& id : parse_visible_devices(**text, name))
       if (auto n = parse_uint(id, kMaxCpuNumber)) minors.push_back(static_cast<unsigned>(*n));
     return minors;
   }
@@ -290,13 +291,13 @@ std::optional<std::vector<unsigned>> allocated_minors(const EnvMap& env) {
 
 }  // namespace
 
-std::vector<std::optional<std::size_t>> locate_gpus(const LaunchSpec& spec, const EnvMap& env,
+std::vector<std::optional<std::size_t>> locate_gpus(const LaunchSpec& spec, const LaunchInputs& in,
                                                     const Topology& topology,
                                                     std::string* unlocated) {
   // Indices name devices in CUDA's order, which is the PCI bus order only under PCI_BUS_ID.
-  auto order = env.get("CUDA_DEVICE_ORDER");
+  const auto& order = in.cuda_device_order;
   const bool indices_in_bus_order = !order || *order == "PCI_BUS_ID";
-  const auto allocated = allocated_minors(env);
+  const auto allocated = allocated_minors(in);
   std::vector<std::optional<std::size_t>> gpus;
   for (std::uint32_t local = 0; local < spec.local_world_size; ++local) {
     auto device = choose_device(spec.gpu, local, spec.local_world_size);
@@ -318,19 +319,18 @@ namespace {
 // --cpu-bind / --mem-bind: reads the topology (only when asked to bind) and plans the binding
 // of the local ranks this launcher starts: `own_local_rank` under Slurm, all in local mode.
 // Called once the GPU plan is checked, so choose_device cannot throw here.
-void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
+void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& in,
                    const System& system, std::optional<std::uint32_t> own_local_rank,
                    std::uint32_t own_rank) {
   AffinityPlan& plan = spec.affinity;
-  plan.cpu = cpu_bind_of(options, env);
-  plan.mem = mem_bind_of(options, env, plan.cpu);
+  plan.cpu = cpu_bind_of(options, in);
+  plan.mem = mem_bind_of(options, in, plan.cpu);
   if (plan.cpu == CpuBind::kNone && plan.mem == MemBind::kNone) return;
-  const std::string root = std::string(env.get("DTLAUNCH_TOPOLOGY_ROOT").value_or("/"));
-  const Topology topology = system.topology(root);
-  const TaskMask mask = system.task_mask(root, topology);
+  const Topology topology = system.topology(in.topology_root);
+  const TaskMask mask = system.task_mask(in.topology_root, topology);
   const bool speak = !own_local_rank || *own_local_rank == 0;  // once per node
 
-  auto order = env.get("CUDA_DEVICE_ORDER");
+  const auto& order = in.cuda_device_order;
   const bool indices_in_bus_order = !order || *order == "PCI_BUS_ID";
   plan.export_device_order = !order && plan.cpu != CpuBind::kNone;
   AffinityRequest request;
@@ -340,7 +340,7 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const EnvMap&
   request.task_mems = mask.mems;
   request.shared_mask = spec.mode == Mode::kLocal;
   std::string unlocated;
-  request.gpu_of_local_rank = locate_gpus(spec, env, topology, &unlocated);
+  request.gpu_of_local_rank = locate_gpus(spec, in, topology, &unlocated);
   if (!unlocated.empty() && plan.cpu != CpuBind::kNone && speak)
     note(spec, Note::Level::kWarn, false,
          "--cpu-bind=" + std::string(to_string(plan.cpu)) + ": " + unlocated +
@@ -352,7 +352,7 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const EnvMap&
   if (spec.mode == Mode::kSlurm) {
     // Slurm's per-task binding (srun --cpu-bind=cores, map_cpu, ...) gives each task a mask of
     // its own; a cgroup alone gives every task of the node the same one, to share.
-    auto slurm_bind = env.get("SLURM_CPU_BIND_TYPE");
+    const auto& slurm_bind = in.slurm_cpu_bind_type;
     const bool bound_by_slurm = slurm_bind && *slurm_bind != "none" && *slurm_bind != "none,";
     request.shared_mask = !bound_by_slurm && !spec.gpu.isolated_by_slurm;
     if (bound_by_slurm)
@@ -375,7 +375,7 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const EnvMap&
     if (binding.warning) note(spec, Note::Level::kWarn, false, *binding.warning);
     plan.by_local_rank[local] = std::move(binding);
   }
-  if (plan.cpu != CpuBind::kNone && !env.get("OMP_NUM_THREADS") && speak)
+  if (plan.cpu != CpuBind::kNone && !in.omp_num_threads && speak)
     note(spec, Note::Level::kInfo, false,
          "OMP_NUM_THREADS: instead, the number of physical cores bound to each rank (--cpu-bind)");
   if (plan.export_device_order && speak)
@@ -384,12 +384,12 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const EnvMap&
          "located them");
 }
 
-void finish(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
+void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& in,
             std::optional<std::uint64_t> job_id) {
   if (options.argv.empty() && !options.program_optional)
     throw Error::usage("no program given: dtlaunch [options] PROGRAM [ARGS...]");
   spec.argv = options.argv;
-  if (!options.argv.empty()) spec.program_path = resolve_program(options.argv.front(), env);
+  if (!options.argv.empty()) spec.program_path = resolve_program(options.argv.front(), in.path);
   spec.max_restarts = options.max_restarts;
   if (options.export_run_id)
     spec.run_id = options.run_id ? *options.run_id : job_id ? num(*job_id) : std::string("none");
@@ -398,38 +398,10 @@ void finish(LaunchSpec& spec, const LaunchOptions& options, const EnvMap& env,
 
 }  // namespace
 
-Mode resolve_mode(const LaunchOptions& options, const EnvMap& env) {
-  const SlurmContext slurm = detect_slurm(env);
-  const bool local_options =
-      options.nnodes || options.node_rank || options.max_restarts > 0 || options.log_dir;
-  switch (options.mode) {
-    case Mode::kSlurm:
-      if (options.nproc_per_node)
-        throw Error::usage(
-            "--mode slurm and --nproc-per-node contradict each other: under Slurm "
-            "every srun task is one worker");
-      return Mode::kSlurm;
-    case Mode::kLocal:
-      if (!options.nproc_per_node) throw Error::usage("--mode local needs --nproc-per-node N");
-      return Mode::kLocal;
-    case Mode::kAuto:
-      break;
-  }
-  if (options.nproc_per_node) return Mode::kLocal;
-  if (local_options)
-    throw Error::usage(
-        "--nnodes, --node-rank, --max-restarts and --log-dir belong to the local "
-        "mode: add --nproc-per-node N");
-  if (slurm == SlurmContext::kNone)
-    throw Error::usage(
-        "not inside a Slurm step (no SLURM_STEP_ID): run under 'srun dtlaunch "
-        "PROGRAM', or spawn workers locally with 'dtlaunch --nproc-per-node N "
-        "PROGRAM'");
-  return Mode::kSlurm;  // read_slurm_step refuses a job context without a step, with the reason
-}
-
-LaunchSpec spec_from_slurm(const SlurmStep& step, const LaunchOptions& options, const EnvMap& env,
+LaunchSpec spec_from_slurm(const LaunchInputs& in, const LaunchOptions& options,
                            const System& system) {
+  if (!in.step) throw std::logic_error("spec_from_slurm without a Slurm step");
+  const SlurmStep& step = *in.step;
   LaunchSpec spec;
   spec.mode = Mode::kSlurm;
   spec.notes = step.notes;
@@ -450,19 +422,19 @@ LaunchSpec spec_from_slurm(const SlurmStep& step, const LaunchOptions& options, 
           step.hosts[rank0_node] + "; pass --master-addr HOST");
     return step.hosts[rank0_node];
   };
-  choose_master_addr(spec, options, env, derive, "the node of rank 0 in the step's node list",
+  choose_master_addr(spec, options, in, derive, "the node of rank 0 in the step's node list",
                      "MASTER_ADDR derived from the step's node list");
-  choose_slurm_port(spec, step, options, env, system);
+  choose_slurm_port(spec, step, options, in, system);
   spec.run_identity = slurm_run_identity(step);
-  spec.gpu = make_gpu_plan(options, env, system, step.gpus_per_task, Mode::kSlurm);
-  choose_omp(spec, env, step.cpus_per_task);
-  finish(spec, options, env, step.job_id);
-  plan_affinity(spec, options, env, system, step.localid, step.procid);
+  spec.gpu = make_gpu_plan(options, in, system, step.gpus_per_task, Mode::kSlurm);
+  choose_omp(spec, in, step.cpus_per_task);
+  finish(spec, options, in, step.job_id);
+  plan_affinity(spec, options, in, system, step.localid, step.procid);
   return spec;
 }
 
-LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, const System& system,
-                           const std::function<std::uint16_t()>& find_free_port) {
+LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
+                           const System& system) {
   if (!options.nproc_per_node) throw Error::usage("local mode needs --nproc-per-node N");
   const std::uint32_t nproc = *options.nproc_per_node;
   if (nproc == 0) throw Error::usage("--nproc-per-node: must be at least 1");
@@ -475,9 +447,9 @@ LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, cons
 
   std::optional<std::uint64_t> job_id;
   bool need_free_port = false;
-  if (detect_slurm(env) == SlurmContext::kStep) {
+  if (in.step) {
     // One launcher per node under srun: the nodes come from Slurm.
-    SlurmStep step = read_slurm_step(env);
+    const SlurmStep& step = *in.step;
     if (step.ntasks != step.nnodes)
       throw Error::usage("--nproc-per-node " + num(nproc) + " inside an srun step of " +
                          num(step.ntasks) + " tasks on " + num(step.nnodes) +
@@ -492,12 +464,12 @@ LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, cons
     // under an arbitrary distribution), and task 0's node hosts worker 0 and the store.
     spec.node_rank = step.procid;
     choose_master_addr(
-        spec, options, env, [&] { return step.hosts[node_of_rank0(step, system)]; },
+        spec, options, in, [&] { return step.hosts[node_of_rank0(step, system)]; },
         "the node of Slurm task 0", "MASTER_ADDR derived from the step's node list");
-    choose_slurm_port(spec, step, options, env, system);
+    choose_slurm_port(spec, step, options, in, system);
     spec.run_identity = slurm_run_identity(step);
-    spec.gpu = make_gpu_plan(options, env, system, std::nullopt, Mode::kLocal);
-    choose_omp(spec, env, std::nullopt);
+    spec.gpu = make_gpu_plan(options, in, system, std::nullopt, Mode::kLocal);
+    choose_omp(spec, in, std::nullopt);
     job_id = step.job_id;
   } else {
     spec.nnodes = options.nnodes.value_or(1);
@@ -507,36 +479,36 @@ LaunchSpec spec_from_local(const LaunchOptions& options, const EnvMap& env, cons
       throw Error::usage("--node-rank " + num(spec.node_rank) + " is not below --nnodes " +
                          num(spec.nnodes));
     const bool standalone = spec.nnodes == 1;
-    if (!standalone && !options.master_addr && !env.get("MASTER_ADDR"))
+    if (!standalone && !options.master_addr && !in.master_addr)
       throw Error::usage("--nnodes " + num(spec.nnodes) +
                          " needs --master-addr HOST (the machine of node rank 0), the same on "
                          "every launcher");
     choose_master_addr(
-        spec, options, env, [] { return std::string("127.0.0.1"); }, "standalone: loopback",
+        spec, options, in, [] { return std::string("127.0.0.1"); }, "standalone: loopback",
         "MASTER_ADDR");
     // Standalone, the supervisor's own tag names the run (the command layer adds it).
     if (!standalone && options.run_id) spec.run_identity = "local-" + *options.run_id;
-    need_free_port = !choose_user_port(spec, options, env);
+    need_free_port = !choose_user_port(spec, options, in);
     // Only Slurm's hashed port uses the range, but a wrong one is still a mistake to report
     // in either mode, not one that waits for the day the job moves under Slurm.
-    const PortRange range = port_range(options, env);
-    if (options.port_range || env.get("DTLAUNCH_PORT_RANGE"))
+    const PortRange range = port_range(options, in);
+    if (options.port_range || in.port_range)
       note(spec, Note::Level::kDebug, true,
            "port range " + num(range.lo) + "-" + num(range.hi) +
                " unused: local mode takes --master-port or a free port from the kernel");
     if (need_free_port && !standalone)
       throw Error::usage("--nnodes " + num(spec.nnodes) +
                          " needs --master-port P, the same on every launcher");
-    spec.gpu = make_gpu_plan(options, env, system, std::nullopt, Mode::kLocal);
-    choose_omp(spec, env, std::nullopt);
+    spec.gpu = make_gpu_plan(options, in, system, std::nullopt, Mode::kLocal);
+    choose_omp(spec, in, std::nullopt);
   }
   if (std::uint64_t{spec.nnodes} * nproc > UINT32_MAX) throw Error::usage("world size overflows");
   spec.world_size = spec.nnodes * nproc;
   spec.first_rank_on_node = spec.node_rank * nproc;
-  finish(spec, options, env, job_id);
-  plan_affinity(spec, options, env, system, std::nullopt, 0);
+  finish(spec, options, in, job_id);
+  plan_affinity(spec, options, in, system, std::nullopt, 0);
   if (need_free_port) {  // last, once everything else is known to be valid
-    spec.master.port = find_free_port();
+    spec.master.port = system.free_port("127.0.0.1");
     note(spec, Note::Level::kDebug, true,
          "MASTER_PORT=" + num(spec.master.port) + " (standalone: a free port found by binding)");
   }

@@ -17,14 +17,14 @@ PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const En
 
 LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& system) {
   LaunchPlan p;
-  p.mode = resolve_mode(options, env);
+  p.mode = resolve_mode(options, detect_slurm(env));
+  p.inputs = read_inputs(env, p.mode);
   if (p.mode == Mode::kSlurm) {
-    p.step = read_slurm_step(env);
-    p.spec = spec_from_slurm(*p.step, options, env, system);
-    p.who = "rank " + std::to_string(p.step->procid);
-    p.speaks_for_job = p.step->procid == 0;
+    p.spec = spec_from_slurm(p.inputs, options, system);
+    p.who = "rank " + std::to_string(p.inputs.step->procid);
+    p.speaks_for_job = p.inputs.step->procid == 0;
   } else {
-    p.spec = spec_from_local(options, env, system, [&] { return system.free_port("127.0.0.1"); });
+    p.spec = spec_from_local(p.inputs, options, system);
     p.spec.supervisor_tag = system.random_tag();
     // Standalone, the supervisor's own tag names the run (several launchers need --run-id).
     if (!p.spec.run_identity && p.spec.nnodes == 1)
@@ -40,8 +40,10 @@ LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& s
 std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const EnvMap& env,
                                         std::uint32_t restart_count) {
   const LaunchSpec& spec = plan.spec;
-  if (plan.step)
-    return {planned(spec, {plan.step->procid, plan.step->localid, restart_count}, env)};
+  if (plan.mode == Mode::kSlurm) {
+    const SlurmStep& step = *plan.inputs.step;
+    return {planned(spec, {step.procid, step.localid, restart_count}, env)};
+  }
   std::vector<PlannedWorker> workers;
   for (std::uint32_t local = 0; local < spec.local_world_size; ++local)
     workers.push_back(planned(spec, {spec.first_rank_on_node + local, local, restart_count}, env));

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/env_map.hpp"
+#include "launch/inputs.hpp"
 #include "launch/options.hpp"
 #include "launch/render.hpp"
-#include "launch/slurm_step.hpp"
 #include "launch/spec.hpp"
 #include "launch/system.hpp"
 
@@ -19,8 +19,9 @@ namespace dtlaunch {
 struct LaunchPlan {
   Mode mode = Mode::kSlurm;  // never kAuto
   LaunchSpec spec;           // program_path, argv, master, notes, ...
-  // Under Slurm: the step, read once (the doctor's expectation comes from it).
-  std::optional<SlurmStep> step;
+  // What the decisions read from the environment, read once: the Slurm step (under Slurm, and
+  // in local mode inside an srun step), the user's MASTER_*, CUDA_VISIBLE_DEVICES, ...
+  LaunchInputs inputs;
   // The first attempt's workers: this task under Slurm, every local rank in local mode.
   std::vector<PlannedWorker> workers;
   // Who this launcher is in its log lines ("rank 3" under Slurm, "node 0" in local mode), and

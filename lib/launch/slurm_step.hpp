@@ -1,5 +1,6 @@
-// Slurm's environment of one task, read once and cross-checked. Nothing is derived here beyond
-// parsing: spec_from_slurm (launch/from_slurm.hpp) makes the decisions.
+// Slurm's environment of one task, read once (by read_inputs, launch/inputs.hpp) and
+// cross-checked. Nothing is derived here beyond parsing: spec_from_slurm (launch/build_spec.hpp)
+// makes the decisions.
 #pragma once
 
 #include <cstdint>

@@ -65,7 +65,8 @@ bool is_regular_executable(const std::string& path, int& error) {
 }
 }  // namespace
 
-std::string resolve_program(const std::string& program, const EnvMap& env) {
+std::string resolve_program(const std::string& program,
+                            const std::optional<std::string>& path_variable) {
   if (program.empty()) throw Error(ExitCode::kNotFound, "program name is empty");
   if (program.find('/') != std::string::npos) {
     int error = 0;
@@ -77,7 +78,7 @@ std::string resolve_program(const std::string& program, const EnvMap& env) {
   }
   // As execvp: search PATH (an unset PATH means the confstr default), remember a candidate that
   // exists but is not executable, so that the error says which one.
-  std::string path = std::string(env.get("PATH").value_or("/usr/local/bin:/usr/bin:/bin"));
+  const std::string path = path_variable.value_or("/usr/local/bin:/usr/bin:/bin");
   std::optional<std::string> not_executable;
   int not_executable_error = 0;
   std::size_t pos = 0;

@@ -59,8 +59,9 @@ std::uint16_t find_free_port(const std::string& addr = "127.0.0.1");
 // "<pid>-<16 random hex digits>", unique among the processes of a machine.
 std::string supervisor_tag();
 
-// execvp's search, done before anything starts so that a typo is an error with 127/126 rather
-// than a half-started job. Returns the path to execute; throws Error(kNotFound / kNotExecutable).
-std::string resolve_program(const std::string& program, const EnvMap& env);
+// execvp's search over `path` (PATH; unset means the confstr default), done before anything starts
+// so that a typo is an error with 127/126 rather than a half-started job. Returns the path to
+// execute; throws Error(kNotFound / kNotExecutable).
+std::string resolve_program(const std::string& program, const std::optional<std::string>& path);
 
 }  // namespace dtlaunch

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "proc/exec.hpp"
 #include "proc/signal_pipe.hpp"
 
 namespace dtlaunch {
@@ -85,20 +86,13 @@ char* child_stack_top() {
 }  // namespace
 
 StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below) {
-  std::vector<std::string> env_strings = worker.env.to_strings();
-  std::vector<char*> argv, envp;
-  argv.reserve(worker.argv.size() + 1);
-  for (const std::string& s : worker.argv) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  envp.reserve(env_strings.size() + 1);
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  const ExecArguments arguments(worker.argv, worker.env);
 
   Pipe out = make_pipe(), err = make_pipe();
   ChildArgs args;
   args.path = worker.program_path.c_str();
-  args.argv = argv.data();
-  args.envp = envp.data();
+  args.argv = arguments.argv();
+  args.envp = arguments.envp();
   args.devnull = devnull;
   args.out = out.write.get();
   args.err = err.write.get();

@@ -14,9 +14,9 @@
 #include "launch/worker_env.hpp"
 
 using namespace dtlaunch;
+using dtlaunch_test::contains_text;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
-using dtlaunch_test::contains_text;
 
 namespace {
 
@@ -181,9 +181,6 @@ FakeSystem small_system() {
   sys.mask = {cpus("0-7"), cpus("0-1")};
   return sys;
 }
-std::uint16_t a_port() {
-  return 29500;
-}
 std::map<std::string, std::string> env_of(const LaunchSpec& spec, std::uint32_t local_rank,
                                           const EnvMap& env) {
   std::map<std::string, std::string> m;
@@ -199,7 +196,7 @@ TEST_CASE("spec: the options, their variables and their defaults") {
   LaunchOptions o = local(2);
 
   // Off by default: the topology is not even read.
-  LaunchSpec spec = spec_from_local(o, env, sys, a_port);
+  LaunchSpec spec = spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
   CHECK(spec.affinity.by_local_rank.empty());
   CHECK_FALSE(sys.topology_root);
   CHECK(env_of(spec, 0, env).count("CUDA_DEVICE_ORDER") == 0);
@@ -207,7 +204,7 @@ TEST_CASE("spec: the options, their variables and their defaults") {
 
   // DTLAUNCH_CPU_BIND, mem-bind local by default, the GPU's NUMA node, cores as OMP threads.
   env.set("DTLAUNCH_CPU_BIND", "numa");
-  spec = spec_from_local(o, env, sys, a_port);
+  spec = spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
   CHECK(sys.topology_root == "/");
   REQUIRE(spec.affinity.of(1));
   CHECK(spec.affinity.of(1)->cpus.to_list() == "2-3,6-7");
@@ -220,13 +217,13 @@ TEST_CASE("spec: the options, their variables and their defaults") {
   env.set("DTLAUNCH_MEM_BIND", "strict");
   env.set("OMP_NUM_THREADS", "7");
   env.set("DTLAUNCH_TOPOLOGY_ROOT", "/fixture");
-  spec = spec_from_local(o, env, sys, a_port);
+  spec = spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
   CHECK(sys.topology_root == "/fixture");
   CHECK(spec.affinity.of(0)->cpus.to_list() == "0-1,4-5");  // alone on its NUMA node
   CHECK(spec.affinity.of(0)->policy == MemPolicy::kBind);
   CHECK(env_of(spec, 0, env).count("OMP_NUM_THREADS") == 0);
   env.set("CUDA_DEVICE_ORDER", "FASTEST_FIRST");
-  spec = spec_from_local(o, env, sys, a_port);
+  spec = spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
   CHECK(env_of(spec, 0, env).count("CUDA_DEVICE_ORDER") == 0);
   // Indices then cannot be located: the ranks are spread over the node instead, with a warning.
   CHECK(spec.affinity.of(0)->why.find("no GPU to follow") != std::string::npos);
@@ -239,10 +236,10 @@ TEST_CASE("spec: the options, their variables and their defaults") {
 TEST_CASE("spec: bad values of the variables are one-line errors naming them") {
   FakeSystem sys = small_system();
   EnvMap env{{"PATH", "/usr/bin:/bin"}, {"DTLAUNCH_CPU_BIND", "cores"}};
-  CHECK(message_of([&] { spec_from_local(local(2), env, sys, a_port); }) ==
+  CHECK(message_of([&] { spec_from_local(read_inputs(env, Mode::kLocal), local(2), sys); }) ==
         "DTLAUNCH_CPU_BIND='cores': expected none, numa, socket, exclusive or cache");
   env = {{"PATH", "/usr/bin:/bin"}, {"DTLAUNCH_MEM_BIND", "bind"}};
-  CHECK(message_of([&] { spec_from_local(local(2), env, sys, a_port); }) ==
+  CHECK(message_of([&] { spec_from_local(read_inputs(env, Mode::kLocal), local(2), sys); }) ==
         "DTLAUNCH_MEM_BIND='bind': expected none, local or strict");
 }
 
@@ -252,7 +249,7 @@ TEST_CASE("spec under Slurm: only this task's binding; Slurm's own binding is ke
   LaunchOptions o;
   o.argv = {"sh", "-c", "true"};
   o.cpu_bind = CpuBind::kExclusive;
-  LaunchSpec spec = spec_from_slurm(read_slurm_step(env), o, env, sys);
+  LaunchSpec spec = spec_from_slurm(read_inputs(env, Mode::kSlurm), o, sys);
   CHECK_FALSE(spec.affinity.of(0));
   REQUIRE(spec.affinity.of(1));
   CHECK(spec.affinity.of(1)->cpus.to_list() == "2-3,6-7");  // cores 2-3 of the 4, no GPU
@@ -261,7 +258,7 @@ TEST_CASE("spec under Slurm: only this task's binding; Slurm's own binding is ke
   // srun --cpu-bind=cores gave this task CPUs 1,5: it is alone in that mask and keeps it.
   env.set("SLURM_CPU_BIND_TYPE", "mask_cpu:");
   sys.mask.cpus = cpus("1,5");
-  spec = spec_from_slurm(read_slurm_step(env), o, env, sys);
+  spec = spec_from_slurm(read_inputs(env, Mode::kSlurm), o, sys);
   CHECK(spec.affinity.of(1)->cpus.to_list() == "1,5");
   bool said = false;
   for (const Note& n : spec.notes)

@@ -23,12 +23,11 @@ LaunchOptions with_program(std::vector<std::string> argv = {"sh", "-c", "true"})
   o.argv = std::move(argv);
   return o;
 }
-std::uint16_t no_port() {
-  FAIL("find_free_port must not be called here");
-  return 0;
-}
 LaunchSpec slurm_spec(const EnvMap& env, const LaunchOptions& o, const System& sys) {
-  return spec_from_slurm(read_slurm_step(env), o, env, sys);
+  return spec_from_slurm(read_inputs(env, Mode::kSlurm), o, sys);
+}
+LaunchSpec local_spec(const EnvMap& env, const LaunchOptions& o, const System& sys) {
+  return spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
 }
 // A regular file without execute permission (as root, access(X_OK) still needs an x bit).
 std::string make_plain_file() {
@@ -289,21 +288,22 @@ TEST_CASE("slurm spec: program not found is 127, not executable is 126") {
 
 TEST_CASE("mode: chosen from the options and the environment; contradictions refused") {
   LaunchOptions o = with_program();
-  CHECK(resolve_mode(o, slurm_step_env()) == Mode::kSlurm);
+  CHECK(resolve_mode(o, detect_slurm(slurm_step_env())) == Mode::kSlurm);
   std::string msg;
-  CHECK(status_of([&] { resolve_mode(o, EnvMap{}); }, &msg) == 2);
+  CHECK(status_of([&] { resolve_mode(o, detect_slurm(EnvMap{})); }, &msg) == 2);
   CHECK(msg.find("not inside a Slurm step") == 0);
   o.nproc_per_node = 4;
-  CHECK(resolve_mode(o, EnvMap{}) == Mode::kLocal);
-  CHECK(resolve_mode(o, slurm_step_env()) == Mode::kLocal);  // spec_from_local then checks the step
+  CHECK(resolve_mode(o, detect_slurm(EnvMap{})) == Mode::kLocal);
+  CHECK(resolve_mode(o, detect_slurm(slurm_step_env())) ==
+        Mode::kLocal);  // read_inputs reads the step, spec_from_local checks it
   o.mode = Mode::kSlurm;
-  CHECK(status_of([&] { resolve_mode(o, slurm_step_env()); }) == 2);
+  CHECK(status_of([&] { resolve_mode(o, detect_slurm(slurm_step_env())); }) == 2);
   o = with_program();
   o.mode = Mode::kLocal;
-  CHECK(status_of([&] { resolve_mode(o, EnvMap{}); }) == 2);
+  CHECK(status_of([&] { resolve_mode(o, detect_slurm(EnvMap{})); }) == 2);
   o = with_program();
   o.nnodes = 2;
-  CHECK(status_of([&] { resolve_mode(o, EnvMap{}); }, &msg) == 2);
+  CHECK(status_of([&] { resolve_mode(o, detect_slurm(EnvMap{})); }, &msg) == 2);
   CHECK(msg.find("add --nproc-per-node") != std::string::npos);
 }
 
@@ -311,12 +311,9 @@ TEST_CASE("local spec: standalone uses loopback and a free port") {
   FakeSystem sys;
   LaunchOptions o = with_program();
   o.nproc_per_node = 4;
-  int calls = 0;
-  LaunchSpec s = spec_from_local(o, EnvMap{{"PATH", "/bin"}}, sys, [&] {
-    ++calls;
-    return std::uint16_t{45678};
-  });
-  CHECK(calls == 1);
+  sys.port = 45678;
+  LaunchSpec s = local_spec(EnvMap{{"PATH", "/bin"}}, o, sys);
+  CHECK(sys.free_port_calls == 1);
   CHECK(s.master.addr == "127.0.0.1");
   CHECK(s.master.port == 45678);
   CHECK(s.world_size == 4);
@@ -331,26 +328,28 @@ TEST_CASE("local spec: several nodes need an agreed address and port") {
   o.nnodes = 2;
   o.node_rank = 1;
   std::string msg;
-  CHECK(status_of([&] { spec_from_local(o, EnvMap{}, sys, no_port); }, &msg) == 2);
+  CHECK(status_of([&] { local_spec(EnvMap{}, o, sys); }, &msg) == 2);
   CHECK(msg.find("needs --master-addr") != std::string::npos);
   o.master_addr = "host0";
-  CHECK(status_of([&] { spec_from_local(o, EnvMap{}, sys, no_port); }, &msg) == 2);
+  CHECK(status_of([&] { local_spec(EnvMap{}, o, sys); }, &msg) == 2);
   CHECK(msg.find("needs --master-port") != std::string::npos);
   o.master_port = 29500;
-  LaunchSpec s = spec_from_local(o, EnvMap{}, sys, no_port);
+  LaunchSpec s = local_spec(EnvMap{}, o, sys);
   CHECK(s.world_size == 16);
   CHECK(s.first_rank_on_node == 8);
   CHECK(s.node_rank == 1);
   o.node_rank = 2;
-  CHECK(status_of([&] { spec_from_local(o, EnvMap{}, sys, no_port); }, &msg) == 2);
+  CHECK(status_of([&] { local_spec(EnvMap{}, o, sys); }, &msg) == 2);
   CHECK(msg == "--node-rank 2 is not below --nnodes 2");
+  CHECK(sys.free_port_calls == 0);
 }
 
 TEST_CASE("local spec: a missing program fails before a port is bound") {
   FakeSystem sys;
   LaunchOptions o = with_program({"no-such-program-xyz"});
   o.nproc_per_node = 2;
-  CHECK(status_of([&] { spec_from_local(o, EnvMap{{"PATH", "/bin"}}, sys, no_port); }) == 127);
+  CHECK(status_of([&] { local_spec(EnvMap{{"PATH", "/bin"}}, o, sys); }) == 127);
+  CHECK(sys.free_port_calls == 0);
 }
 
 TEST_CASE("local spec under srun: one launcher per node takes the nodes from Slurm") {
@@ -360,7 +359,7 @@ TEST_CASE("local spec under srun: one launcher per node takes the nodes from Slu
   env.set("SLURM_STEP_TASKS_PER_NODE", "1(x3)");
   LaunchOptions o = with_program();
   o.nproc_per_node = 8;
-  LaunchSpec s = spec_from_local(o, env, sys, no_port);
+  LaunchSpec s = local_spec(env, o, sys);
   CHECK(s.nnodes == 3);
   CHECK(s.node_rank == 1);
   CHECK(s.world_size == 24);
@@ -369,6 +368,36 @@ TEST_CASE("local spec under srun: one launcher per node takes the nodes from Slu
   CHECK(s.master.port == master_port_for(4242, 0, 0));
 
   std::string msg;
-  CHECK(status_of([&] { spec_from_local(o, slurm_step_env(), sys, no_port); }, &msg) == 2);
+  CHECK(status_of([&] { local_spec(slurm_step_env(), o, sys); }, &msg) == 2);
   CHECK(msg.find("would start 48 workers") != std::string::npos);
+  CHECK(sys.free_port_calls == 0);
+}
+
+TEST_CASE("read_inputs: one reader; empty is unset except for CUDA_VISIBLE_DEVICES") {
+  EnvMap env = slurm_step_env();
+  env.set("MASTER_PORT", "");
+  env.set("CUDA_VISIBLE_DEVICES", "");
+  env.set("OMP_NUM_THREADS", "6");
+  env.set("SLURM_JOB_GPUS", "0,1");
+  env.set("DTLAUNCH_TOPOLOGY_ROOT", "/fixture");
+  const LaunchInputs in = read_inputs(env, Mode::kSlurm);
+  REQUIRE(in.step);
+  CHECK(in.slurm == SlurmContext::kStep);
+  CHECK_FALSE(in.master_port);
+  CHECK(in.cuda_visible_devices == std::optional<std::string>(""));
+  CHECK(in.omp_num_threads == std::optional<std::string>("6"));
+  CHECK(in.slurm_job_gpus == std::optional<std::string>("0,1"));
+  CHECK(in.topology_root == "/fixture");
+
+  // Local mode reads the step only inside one (srun --ntasks-per-node=1 dtlaunch
+  // --nproc-per-node N); in a batch script it still counts the job's GPUs.
+  EnvMap batch{{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_GPUS", "3"}};
+  const LaunchInputs local = read_inputs(batch, Mode::kLocal);
+  CHECK(local.slurm == SlurmContext::kJobWithoutStep);
+  CHECK_FALSE(local.step);
+  CHECK(local.slurm_job_gpus == std::optional<std::string>("3"));
+  CHECK(read_inputs(slurm_step_env(), Mode::kLocal).step);
+  // Under --mode slurm a job without a step is refused with the reason, before anything else.
+  std::string msg;
+  CHECK(status_of([&] { read_inputs(batch, Mode::kSlurm); }, &msg) == 2);
 }

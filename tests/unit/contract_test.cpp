@@ -41,12 +41,14 @@ std::vector<WorkerContract> contracts_of(const Layout& layout) {
   sys.gpu_files = 0;
   std::vector<WorkerContract> out;
   if (!layout.local) {
-    const SlurmStep step = read_slurm_step(layout.env);
-    const LaunchSpec spec = spec_from_slurm(step, layout.options, layout.env, sys);
+    const LaunchInputs in = read_inputs(layout.env, Mode::kSlurm);
+    const SlurmStep& step = *in.step;
+    const LaunchSpec spec = spec_from_slurm(in, layout.options, sys);
     out.push_back(worker_contract(spec, {step.procid, step.localid, layout.restart_count}));
     return out;
   }
-  LaunchSpec spec = spec_from_local(layout.options, layout.env, sys, [] { return 40001; });
+  sys.port = 40001;
+  LaunchSpec spec = spec_from_local(read_inputs(layout.env, Mode::kLocal), layout.options, sys);
   spec.supervisor_tag = "1234-00112233445566778899";
   for (std::uint32_t local = 0; local < spec.local_world_size; ++local)
     out.push_back(

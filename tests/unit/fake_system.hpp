@@ -30,7 +30,11 @@ class FakeSystem final : public dtlaunch::System {
     return node;
   }
   std::uint16_t port = 29400;
-  std::uint16_t free_port(const std::string&) const override { return port; }
+  mutable int free_port_calls = 0;  // a port is bound only for a standalone launch without one
+  std::uint16_t free_port(const std::string&) const override {
+    ++free_port_calls;
+    return port;
+  }
   std::string random_tag() const override { return "4242-00000000deadbeef"; }
   dtlaunch::TaskMask task_mask(const std::string&, const dtlaunch::Topology&) const override {
     return mask;

@@ -18,7 +18,7 @@ namespace {
 LaunchSpec spec_for(const EnvMap& env, LaunchOptions o = {}) {
   FakeSystem sys;
   if (o.argv.empty()) o.argv = {"sh", "-c", "echo $RANK"};
-  return spec_from_slurm(read_slurm_step(env), o, env, sys);
+  return spec_from_slurm(read_inputs(env, Mode::kSlurm), o, sys);
 }
 std::map<std::string, std::string> as_map(const EnvDelta& d) {
   std::map<std::string, std::string> m;
