@@ -16,8 +16,11 @@
 #      python3-torch, collectives, DDP parity, rendezvous errors, the installed package, and
 #      the example's bad-input test (FULL=1 adds the two long training tests, about 3 minutes).
 #
-# Usage: scripts/libtorch2-check.sh [--prepare] [SUITE]      SUITE: trixie (default) or sid
-#   --prepare   only step 1 and 2 (scripts/test.sh runs this in the background during its build)
+# Usage: scripts/libtorch2-check.sh [--prepare | --build | --test] [SUITE]
+#   SUITE: trixie (default) or sid
+#   --prepare   only steps 1 and 2 (scripts/test.sh runs this in the background during its build)
+#   --build     steps 1 to 4; --test: step 5 on what --build built. scripts/test.sh builds at
+#               nice 19 while build/'s tests run, then tests; without a flag, all five steps.
 # Environment: MIRROR (default http://deb.debian.org/debian), JOBS (default: all cores),
 #   FULL=1, DTLAUNCH_LIBTORCH2_DIR (default build-libtorch2-SUITE in the repository root).
 # Needs root (mmdebstrap --mode=root, a private mount namespace, chroot) and Debian's mirror.
@@ -25,11 +28,13 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-prepare_only=0
-if [[ ${1:-} == --prepare ]]; then
-  prepare_only=1
-  shift
-fi
+stage=all
+case ${1:-} in
+  --prepare | --build | --test)
+    stage=${1#--}
+    shift
+    ;;
+esac
 suite=${1:-trixie}
 case $suite in
   trixie | sid) ;;
@@ -102,7 +107,7 @@ prepare() {
 }
 
 prepare
-if ((prepare_only)); then
+if [[ $stage == prepare ]]; then
   echo "libtorch2-check: $suite ready, LibTorch $(cat "$work/libtorch-version")"
   exit 0
 fi
@@ -126,37 +131,42 @@ step() {
 
 # Release: no -g, the quickest compile of the torch headers. Warnings are errors, as in build/.
 targets="dtlaunch_ddp ddp_unit_test ddp_proc_test ddp_worker dtlaunch-train train_test"
-if step configure "cmake -S '$root' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DDTLAUNCH_WARNINGS_AS_ERRORS=ON -DDTLAUNCH_BUILD_BENCHMARKS=OFF" \
-  "g++ $(in_chroot 'g++ -dumpfullversion')"; then
-  step build "cmake --build '$build' -j$jobs --target $targets" "$targets" || true
-fi
+if [[ $stage != test ]]; then
+  if step configure "cmake -S '$root' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DDTLAUNCH_WARNINGS_AS_ERRORS=ON -DDTLAUNCH_BUILD_BENCHMARKS=OFF" \
+    "g++ $(in_chroot 'g++ -dumpfullversion')"; then
+    step build "cmake --build '$build' -j$jobs --target $targets" "$targets" || true
+  fi
 
-# The CUDA path, compile only: the flags CMake gives dtlaunch_ddp's sources, with the CUDA
-# LibTorch's headers in place of the CPU ones.
-cuda_flags="-std=c++20 -O0 -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Werror \
-  -D_GLIBCXX_USE_CXX11_ABI=1 -DUSE_C10D_GLOO -DUSE_DISTRIBUTED \
-  -DDTLAUNCH_DDP_HAVE_NCCL=1 -DDTLAUNCH_DDP_TORCH_CUDA=1 \
-  -I'$root/lib' -I'$root/lib/ddp/include' -I'$root/lib/ddp/src' -isystem '$cuda_home/include'"
-if [[ -f $cuda_home/include/nccl.h ]]; then
-  step cuda-compile "g++ $cuda_flags -isystem $torch_cuda/usr/include \
-    -isystem $torch_cuda/usr/include/torch/csrc/api/include \
-    -c '$root/lib/ddp/src/nccl_group.cpp' -o /tmp/nccl_group_cuda.o" \
-    "nccl_group.cpp with DTLAUNCH_DDP_TORCH_CUDA, CUDA LibTorch headers" || true
-  # The control: against the CPU-only headers the CUDA path must not compile.
-  step cuda-control "if g++ $cuda_flags -isystem /usr/include/torch/csrc/api/include \
-    -fsyntax-only '$root/lib/ddp/src/nccl_group.cpp' >/tmp/control.log 2>&1; then
-      echo 'compiled without the CUDA LibTorch headers: the check above proves nothing'; exit 1
-    fi; grep -m 1 'c10/cuda' /tmp/control.log" \
-    "the same file fails on CPU-only headers (c10/cuda missing)" || true
-else
-  rows+=("$(printf '%-16s %-5s %5ss  %s' cuda-compile FAIL 0 "no $cuda_home/include/nccl.h")")
-  status=1
+  # The CUDA path, compile only: the flags CMake gives dtlaunch_ddp's sources, with the CUDA
+  # LibTorch's headers in place of the CPU ones.
+  cuda_flags="-std=c++20 -O0 -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Werror \
+    -D_GLIBCXX_USE_CXX11_ABI=1 -DUSE_C10D_GLOO -DUSE_DISTRIBUTED \
+    -DDTLAUNCH_DDP_HAVE_NCCL=1 -DDTLAUNCH_DDP_TORCH_CUDA=1 \
+    -I'$root/lib' -I'$root/lib/ddp/include' -I'$root/lib/ddp/src' -isystem '$cuda_home/include'"
+  if [[ -f $cuda_home/include/nccl.h ]]; then
+    step cuda-compile "g++ $cuda_flags -isystem $torch_cuda/usr/include \
+      -isystem $torch_cuda/usr/include/torch/csrc/api/include \
+      -c '$root/lib/ddp/src/nccl_group.cpp' -o /tmp/nccl_group_cuda.o" \
+      "nccl_group.cpp with DTLAUNCH_DDP_TORCH_CUDA, CUDA LibTorch headers" || true
+    # The control: against the CPU-only headers the CUDA path must not compile.
+    step cuda-control "if g++ $cuda_flags -isystem /usr/include/torch/csrc/api/include \
+      -fsyntax-only '$root/lib/ddp/src/nccl_group.cpp' >/tmp/control.log 2>&1; then
+        echo 'compiled without the CUDA LibTorch headers: the check above proves nothing'; exit 1
+      fi; grep -m 1 'c10/cuda' /tmp/control.log" \
+      "the same file fails on CPU-only headers (c10/cuda missing)" || true
+  else
+    rows+=("$(printf '%-16s %-5s %5ss  %s' cuda-compile FAIL 0 "no $cuda_home/include/nccl.h")")
+    status=1
+  fi
 fi
 
 exclude='^train: (85% test accuracy|a stop signal)'
 [[ ${FULL:-0} == 1 ]] && exclude='^$'
-if [[ -x $build/tests/ddp/ddp_proc_test ]]; then
+if [[ $stage == test && ! -x $build/tests/ddp/ddp_proc_test ]]; then
+  rows+=("$(printf '%-16s %-5s %5ss  %s' tests FAIL 0 "nothing built: run --build first")")
+  status=1
+elif [[ $stage != build && -x $build/tests/ddp/ddp_proc_test ]]; then
   step tests "cd '$build' && ctest --timeout 600 -L torch -E '$exclude'" \
     "ctest -L torch$([[ ${FULL:-0} == 1 ]] || echo ', without the two long training tests')" || true
   grep -E 'tests passed|tests failed' "$work/tests.log" | tail -n 1 | sed 's/^/  /' || true
