@@ -92,3 +92,20 @@ TEST_CASE("plan_workers: a restart tells every worker its count") {
       CHECK(value_of(w, "TORCHELASTIC_RESTART_COUNT") == std::to_string(restart));
   CHECK(render_json(plan_workers(p, env, 0), p.spec.argv) == render_json(p.workers, p.spec.argv));
 }
+
+TEST_CASE("plan: local mode inside an srun step reads the step once and starts its node's ranks") {
+  EnvMap env = slurm_step_env(1, 0, 1);
+  env.set("SLURM_STEP_NUM_TASKS", "3");
+  env.set("SLURM_STEP_TASKS_PER_NODE", "1(x3)");
+  env.set("PATH", "/usr/bin:/bin");
+  const LaunchPlan p = plan(local(4), env, FakeSystem());
+  CHECK(p.mode == Mode::kLocal);
+  REQUIRE(p.inputs.step);  // the nodes and the master come from it
+  CHECK(p.inputs.step->procid == 1);
+  CHECK(p.who == "node 1");
+  REQUIRE(p.workers.size() == 4);
+  CHECK(p.workers.front().rank == 4);
+  CHECK(p.workers.back().rank == 7);
+  CHECK(value_of(p.workers[0], "MASTER_ADDR") == "node1");  // task 0's node
+  CHECK(value_of(p.workers[0], "WORLD_SIZE") == "12");
+}
