@@ -19,6 +19,9 @@
 //   ddp_worker shm-stream    500 back-to-back async all_reduces of varying sizes, with Gloo
 //                            collectives and Gloo-only dtypes in between, waited at the end
 //   ddp_worker shm-mismatch  rank 1's 3rd all_reduce has 5 elements, the others' 4 (no check)
+// DDP_TEST_SMALL_SHM_RANK=R: rank R first mounts a 1 MiB tmpfs of its own on /dev/shm (a
+// private mount namespace; needs CAP_SYS_ADMIN, else it prints "small-shm: not permitted"), so
+// that creating or opening the shm all_reduce's segment fails there.
 // Every scenario prints "shm-segment: PATH" (this process's mapping of the shared-memory
 // all_reduce's segment, "(deleted)" once unlinked) or "shm-segment: none" after init.
 //   ddp_worker nccl-init-lost  2 ranks: rank 0 asks for NCCL, rank 1 for Gloo, so rank 1 passes
@@ -26,11 +29,15 @@
 //                            kTimeout naming rank 1 (GPU machine only, scripts/gpu-check.sh)
 //   ddp_worker nccl          the NCCL backend (GPU machine only, scripts/gpu-check.sh): the
 //                            collectives on CUDA and CPU tensors, then training on the GPU
+#include <sched.h>
+#include <sys/mount.h>
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -570,11 +577,27 @@ int nccl_init_lost() {
 
 }  // namespace
 
+// Before any thread exists: unshare(CLONE_NEWNS) refuses a multithreaded process.
+void small_shm_if_asked() {
+  const char* which = std::getenv("DDP_TEST_SMALL_SHM_RANK");
+  if (!which || !std::getenv("RANK") || std::atoi(which) != std::atoi(std::getenv("RANK"))) return;
+  // Private propagation first: a mount in a namespace that still shares "/" would cover the
+  // machine's /dev/shm too.
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0) {
+    std::cout << "small-shm: not permitted (" << std::strerror(errno) << ")" << std::endl;
+    return;
+  }
+  std::cout << "small-shm: mounted" << std::endl;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "usage: ddp_worker collectives|train|unused|rendezvous|nccl\n";
     return 2;
   }
+  small_shm_if_asked();
   const std::string scenario = argv[1];
   torch::set_num_threads(1);
   const auto started = std::chrono::steady_clock::now();

@@ -595,3 +595,36 @@ TEST_CASE("shm all_reduce: a malformed DTLAUNCH_DDP_SHM fails before the rendezv
   CHECK(has(run.ranks[0].output, "ERROR: dtlaunch ddp: DTLAUNCH_DDP_SHM='yes' must be 0 or 1"));
   CHECK(error_after_seconds(run.ranks[0].output) < 2.0);
 }
+
+TEST_CASE(
+    "shm all_reduce: a segment that cannot be created or opened falls back to Gloo with "
+    "one line",
+    "[ddp][proc][shm]") {
+  struct Case {
+    int small_rank;
+    std::string reason;  // in rank 0's line
+  };
+  for (const Case& c : {Case{0, "rank 0: reserving 4 MiB in /dev/shm for /dtlaunch-ddp-"},
+                        Case{1, "rank 1: shm_open /dtlaunch-ddp-"}}) {
+    DYNAMIC_SECTION("rank " << c.small_rank << " with a 1 MiB /dev/shm of its own") {
+      auto run = run_ranks(DDP_WORKER, {"collectives"}, 2, all_ranks(2),
+                           {{"DDP_TEST_SMALL_SHM_RANK", std::to_string(c.small_rank)}});
+      INFO(describe(run));
+      REQUIRE(run.ranks.size() == 2);
+      if (has(run.ranks[static_cast<size_t>(c.small_rank)].output, "small-shm: not permitted")) {
+        WARN("no private mount namespace here (needs CAP_SYS_ADMIN): fallback not exercised");
+        return;
+      }
+      CHECK(has(run.ranks[static_cast<size_t>(c.small_rank)].output, "small-shm: mounted"));
+      require_all_ok(run);
+      check_shm_segments(run, false);
+      const std::string line = "dtlaunch ddp: shared-memory all_reduce unavailable (" + c.reason;
+      const std::string& out0 = run.ranks[0].output;
+      CHECK(has(out0, line));
+      CHECK(out0.find("all_reduce unavailable") == out0.rfind("all_reduce unavailable"));
+      CHECK(has(out0, "); all_reduce goes through Gloo"));
+      CHECK(!has(run.ranks[1].output, "shared-memory all_reduce unavailable"));
+      for (const auto& r : run.ranks) CHECK(has(r.output, "checks, 0 failed"));
+    }
+  }
+}
