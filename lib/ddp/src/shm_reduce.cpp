@@ -424,7 +424,7 @@ struct ShmAllReduce::Impl {
     // At least one chunk, so that ranks disagreeing on an empty tensor still meet.
     do {
       const int64_t n = std::min(per_chunk, numel - offset);
-      std::memcpy(slots[rank], data + offset, static_cast<size_t>(n) * sizeof(T));
+      if (n > 0) std::memcpy(slots[rank], data + offset, static_cast<size_t>(n) * sizeof(T));
       publish(++phase);
       await_all(phase, deadline);
       if (offset == 0) {
@@ -447,7 +447,7 @@ struct ShmAllReduce::Impl {
       reduce_share(result, inputs, lo, hi, op, world);
       publish(++phase);
       await_all(phase, deadline);
-      std::memcpy(data + offset, result, static_cast<size_t>(n) * sizeof(T));
+      if (n > 0) std::memcpy(data + offset, result, static_cast<size_t>(n) * sizeof(T));
       ++chunks;
       offset += n;
     } while (offset < numel);
@@ -461,8 +461,10 @@ struct ShmAllReduce::Impl {
       else
         run(task.buffer.data_ptr<double>(), task.buffer.numel(), task.op, at::kDouble);
     } catch (const Error& e) {
-      broken = Error(e.kind(), "dtlaunch ddp: " + what() + " failed: an earlier one failed (" +
-                                   std::string(e.what()) + ")");
+      const std::string cause = e.what();
+      const auto at = cause.find(" failed: ");
+      broken = error(e.kind(), "an earlier one failed (" +
+                                   (at == std::string::npos ? cause : cause.substr(at + 9)) + ")");
       throw;
     }
   }
