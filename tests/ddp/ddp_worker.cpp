@@ -13,16 +13,32 @@
 //   ddp_worker check-shape   rank 1's 3rd all_reduce has another shape (DTLAUNCH_DDP_CHECK=1)
 //   ddp_worker check-op      rank 1 calls all_gather where the others call all_reduce
 //   ddp_worker late          rank DDP_TEST_LATE_RANK comes 1.5 s late; then a barrier
+//   ddp_worker shm-vs-gloo   every all_reduce twice: on the group (shared memory where it can)
+//                            and on a second group with shm off (port DDP_TEST_PORT2); the
+//                            results must be bit-identical
+//   ddp_worker shm-stream    500 back-to-back async all_reduces of varying sizes, with Gloo
+//                            collectives and Gloo-only dtypes in between, waited at the end
+//   ddp_worker shm-mismatch  rank 1's 3rd all_reduce has 5 elements, the others' 4 (no check)
+// DDP_TEST_SMALL_SHM_RANK=R: rank R first mounts a 1 MiB tmpfs of its own on /dev/shm (a
+// private mount namespace; needs CAP_SYS_ADMIN, else it prints "small-shm: not permitted"), so
+// that creating or opening the shm all_reduce's segment fails there.
+// Every scenario prints "shm-segment: PATH" (this process's mapping of the shared-memory
+// all_reduce's segment, "(deleted)" once unlinked) or "shm-segment: none" after init.
 //   ddp_worker nccl-init-lost  2 ranks: rank 0 asks for NCCL, rank 1 for Gloo, so rank 1 passes
 //                            the rendezvous and never joins NCCL's init: rank 0 must fail with
 //                            kTimeout naming rank 1 (GPU machine only, scripts/gpu-check.sh)
 //   ddp_worker nccl          the NCCL backend (GPU machine only, scripts/gpu-check.sh): the
 //                            collectives on CUDA and CPU tensors, then training on the GPU
+#include <sched.h>
+#include <sys/mount.h>
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -453,6 +469,86 @@ int diagnostics(const std::string& scenario, ddp::ProcessGroup& pg) {
   return -1;
 }
 
+// The line of /proc/self/maps that maps the shm all_reduce's segment, from its path on.
+std::string shm_segment_mapping() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const auto at = line.find("/dev/shm/dtlaunch-ddp-");
+    if (at != std::string::npos) return line.substr(at);
+  }
+  return "none";
+}
+
+// Values that every dtype here holds exactly, with exact sums over a few ranks (halves below
+// 2^12), so that any two correct reductions agree bit for bit, whatever their order.
+torch::Tensor exact_random(int64_t n, torch::ScalarType type, uint64_t seed) {
+  torch::manual_seed(seed);
+  return (torch::randint(-4096, 4096, {n}, torch::kDouble) * 0.5).to(type);
+}
+
+void shm_vs_gloo(ddp::ProcessGroup& pg, ddp::ProcessGroup& gloo) {
+  int checks = 0;
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000003}}) {
+    for (auto type : {torch::kFloat, torch::kDouble}) {
+      for (auto op :
+           {ddp::ReduceOp::kSum, ddp::ReduceOp::kAvg, ddp::ReduceOp::kMin, ddp::ReduceOp::kMax}) {
+        const uint64_t seed =
+            1000 + static_cast<uint64_t>(pg.rank()) * 7 + static_cast<uint64_t>(n);
+        const auto input = exact_random(n, type, seed);
+        auto mine = input.clone();
+        auto reference = input.clone();
+        pg.all_reduce(mine, op);
+        gloo.all_reduce(reference, op);
+        const std::string what = "all_reduce " + std::string(ddp::to_string(op)) + " " +
+                                 c10::toString(type) + " [" + std::to_string(n) + "]";
+        check(torch::equal(mine, reference), what + " equals Gloo's");
+        // Not vacuous: the inputs differ between ranks, so the result differs from this input
+        // (min and max of one element may equal it).
+        check(!torch::equal(mine, input) || n == 1, what + " changed the tensor");
+        ++checks;
+      }
+    }
+  }
+  std::cout << "shm-vs-gloo rank " << pg.rank() << " of " << pg.size() << ": " << checks
+            << " checks, " << failures << " failed" << std::endl;
+}
+
+void shm_stream(ddp::ProcessGroup& pg) {
+  const int ws = pg.size(), me = pg.rank();
+  const int64_t triangle = ws * (ws + 1) / 2;
+  constexpr int kCount = 500;
+  std::vector<torch::Tensor> ts;
+  std::vector<std::shared_ptr<ddp::Work>> works;
+  auto pattern = [](int64_t n, torch::ScalarType type) {
+    return torch::fmod(torch::arange(n, torch::kDouble), 13).to(type);
+  };
+  for (int i = 0; i < kCount; ++i) {
+    // Mostly small, some over one slot (1 MiB): chunk boundaries inside the stream.
+    const int64_t n = i % 50 == 49 ? 600001 : (int64_t{i} * 7919) % 20000 + 1;
+    const auto type = i % 3 == 2 ? torch::kDouble : i % 17 == 5 ? torch::kLong : torch::kFloat;
+    ts.push_back(pattern(n, type) * (me + 1) + i % 5);
+    works.push_back(pg.all_reduce_async(ts.back(), ddp::ReduceOp::kSum));
+    if (i % 100 == 50) {  // a Gloo collective while all_reduces are in flight
+      auto b = torch::full({3}, static_cast<double>(me + i));
+      pg.broadcast(b, 1 % ws);
+      check(torch::equal(b, torch::full({3}, static_cast<double>(1 % ws + i))), "broadcast");
+    }
+  }
+  for (int i = kCount - 1; i >= 0; --i) works[static_cast<size_t>(i)]->wait();
+  int wrong = 0;
+  for (int i = 0; i < kCount; ++i) {
+    const auto& t = ts[static_cast<size_t>(i)];
+    auto expected = pattern(t.numel(), t.scalar_type()) * triangle + ws * (i % 5);
+    if (!torch::equal(t, expected)) {
+      ++wrong;
+      check(false, "stream all_reduce " + std::to_string(i) + " [" + std::to_string(t.numel()) +
+                       "] " + c10::toString(t.scalar_type()));
+    }
+  }
+  std::cout << "shm-stream rank " << me << ": " << kCount << " all_reduces, " << wrong << " wrong"
+            << std::endl;
+}
+
 int nccl_init_lost() {
   const int rank = std::atoi(std::getenv("RANK"));
   ddp::InitOptions o;
@@ -481,11 +577,27 @@ int nccl_init_lost() {
 
 }  // namespace
 
+// Before any thread exists: unshare(CLONE_NEWNS) refuses a multithreaded process.
+void small_shm_if_asked() {
+  const char* which = std::getenv("DDP_TEST_SMALL_SHM_RANK");
+  if (!which || !std::getenv("RANK") || std::atoi(which) != std::atoi(std::getenv("RANK"))) return;
+  // Private propagation first: a mount in a namespace that still shares "/" would cover the
+  // machine's /dev/shm too.
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0) {
+    std::cout << "small-shm: not permitted (" << std::strerror(errno) << ")" << std::endl;
+    return;
+  }
+  std::cout << "small-shm: mounted" << std::endl;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "usage: ddp_worker collectives|train|unused|rendezvous|nccl\n";
     return 2;
   }
+  small_shm_if_asked();
   const std::string scenario = argv[1];
   torch::set_num_threads(1);
   const auto started = std::chrono::steady_clock::now();
@@ -495,6 +607,7 @@ int main(int argc, char** argv) {
       if (std::getenv("RANK") && std::atoi(late) == std::atoi(std::getenv("RANK")))
         std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     auto pg = init(scenario == "nccl" ? ddp::Backend::kNccl : ddp::Backend::kGloo);
+    std::cout << "shm-segment: " << shm_segment_mapping() << std::endl;
     if (scenario == "collectives") {
       collectives(*pg, torch::kCPU);
     } else if (scenario == "train") {
@@ -518,6 +631,24 @@ int main(int argc, char** argv) {
       return 1;
     } else if (int status = diagnostics(scenario, *pg); status >= 0) {
       return status;
+    } else if (scenario == "shm-vs-gloo") {
+      ddp::WorkerEnv env = pg->env();
+      env.master_port = std::atoi(std::getenv("DDP_TEST_PORT2"));
+      ddp::InitOptions o;
+      o.backend = ddp::Backend::kGloo;
+      o.timeout = timeout_from_env();
+      o.shm_all_reduce = false;
+      auto gloo = ddp::init_process_group(env, o);
+      shm_vs_gloo(*pg, *gloo);
+      gloo->barrier();
+    } else if (scenario == "shm-stream") {
+      shm_stream(*pg);
+    } else if (scenario == "shm-mismatch") {
+      all_reduces(*pg, 2);
+      auto t = torch::ones({pg->rank() == 1 ? 5 : 4});
+      pg->all_reduce(t);
+      std::cout << "FAIL: the mismatched all_reduce returned" << std::endl;
+      return 1;
     } else if (scenario == "late") {
       std::cout << "late ok rank " << pg->rank() << std::endl;
     } else if (scenario == "rendezvous") {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -78,23 +79,62 @@ std::unique_ptr<dtlaunch_test::Ranks> start_job(const dtlaunch_test::TempDir& di
       dtlaunch_test::RankOptions{std::move(launch), std::move(env)});
 }
 
+// The shm all_reduce's segment as a rank's "shm-segment: " line names it: "/dev/shm/NAME" while
+// the rank ran, "" when it used none.
+std::string shm_segment(const std::string& output) {
+  const std::string key = "shm-segment: ";
+  const auto at = output.find(key);
+  if (at == std::string::npos) return "";
+  const std::string line = output.substr(at + key.size(), output.find('\n', at) - at - key.size());
+  return line == "none" ? "" : line.substr(0, line.find(' '));
+}
+
+// Every rank mapped one segment, already unlinked while it ran, and gone after the run; or, with
+// shm off, none.
+void check_shm_segments(const ddp_test::RankRun& run, bool shm_on) {
+  INFO(describe(run));
+  std::string first;
+  for (const auto& r : run.ranks) {
+    const std::string path = shm_segment(r.output);
+    if (!shm_on) {
+      CHECK(r.output.find("shm-segment: none") != std::string::npos);
+      continue;
+    }
+    CHECK(path.rfind("/dev/shm/dtlaunch-ddp-", 0) == 0);
+    CHECK(r.output.find(path + " (deleted)") != std::string::npos);
+    CHECK(!std::filesystem::exists(path));
+    if (first.empty()) first = path;
+    CHECK(path == first);
+  }
+}
+
+std::map<std::string, std::string> shm_env(bool on, std::map<std::string, std::string> env = {}) {
+  env["DTLAUNCH_DDP_SHM"] = on ? "1" : "0";
+  return env;
+}
+
 }  // namespace
 
 TEST_CASE("collectives match their definitions", "[ddp][proc]") {
   for (int world : {2, 4}) {
-    SECTION("world " + std::to_string(world)) {
-      auto run = run_ranks(DDP_WORKER, {"collectives"}, world, all_ranks(world), {});
-      require_all_ok(run);
-      for (const auto& r : run.ranks) CHECK(r.output.find("checks, 0 failed") != std::string::npos);
+    for (bool shm : {true, false}) {
+      SECTION("world " + std::to_string(world) + (shm ? ", shm all_reduce" : ", gloo all_reduce")) {
+        auto run = run_ranks(DDP_WORKER, {"collectives"}, world, all_ranks(world), shm_env(shm));
+        require_all_ok(run);
+        for (const auto& r : run.ranks)
+          CHECK(r.output.find("checks, 0 failed") != std::string::npos);
+        check_shm_segments(run, shm);
+      }
     }
   }
 }
 
 TEST_CASE("DDP on a sharded batch follows one process on the whole batch", "[ddp][proc]") {
-  for (int world : {2, 4}) {
-    SECTION("world " + std::to_string(world)) {
-      auto run = run_ranks(DDP_WORKER, {"train"}, world, all_ranks(world), {});
+  for (auto [world, shm] : {std::pair{2, true}, std::pair{4, true}, std::pair{2, false}}) {
+    SECTION("world " + std::to_string(world) + (shm ? ", shm all_reduce" : ", gloo all_reduce")) {
+      auto run = run_ranks(DDP_WORKER, {"train"}, world, all_ranks(world), shm_env(shm));
       require_all_ok(run);
+      check_shm_segments(run, shm);
       for (const auto& r : run.ranks) {
         for (const char* name : {"one-bucket", "several-buckets", "bucket-per-gradient",
                                  "no_sync-accumulation", "control-no-communication"})
@@ -338,11 +378,14 @@ std::string read_file(const std::string& path) {
 
 TEST_CASE("a rank that skips a collective: the others time out naming it and both numbers",
           "[ddp][proc][hang]") {
+  const bool shm = GENERATE(true, false);
+  INFO((shm ? "shm all_reduce" : "gloo all_reduce"));
   dtlaunch_test::TempDir trace("ddp-trace");
-  auto run = run_ranks(
-      DDP_WORKER, {"skip"}, 3, all_ranks(3),
-      hang_env({{"DTLAUNCH_DDP_TRACE_DIR", trace.path()}, {"DTLAUNCH_DDP_TRACE_AT_EXIT", "1"}}));
+  auto run = run_ranks(DDP_WORKER, {"skip"}, 3, all_ranks(3),
+                       hang_env(shm_env(shm, {{"DTLAUNCH_DDP_TRACE_DIR", trace.path()},
+                                              {"DTLAUNCH_DDP_TRACE_AT_EXIT", "1"}})));
   INFO(describe(run));
+  check_shm_segments(run, shm);
   REQUIRE(run.ranks.size() == 3);
   for (const auto& r : run.ranks) {
     if (r.rank == 1) {
@@ -378,8 +421,13 @@ TEST_CASE("a rank that skips a collective: the others time out naming it and bot
 
 TEST_CASE("a rank killed mid-job: the survivors throw in bounded time naming it",
           "[ddp][proc][hang]") {
-  auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3), hang_env({{"DDP_TEST_VICTIM", "1"}}));
+  const bool shm = GENERATE(true, false);
+  INFO((shm ? "shm all_reduce" : "gloo all_reduce"));
+  auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3),
+                       hang_env(shm_env(shm, {{"DDP_TEST_VICTIM", "1"}})));
   INFO(describe(run));
+  // Nothing left in /dev/shm although a rank died by SIGKILL.
+  check_shm_segments(run, shm);
   REQUIRE(run.ranks.size() == 3);
   for (const auto& r : run.ranks) {
     if (r.rank == 1) {
@@ -395,8 +443,12 @@ TEST_CASE("a rank killed mid-job: the survivors throw in bounded time naming it"
 }
 
 TEST_CASE("rank 0 killed mid-job: the others say the store's host is gone", "[ddp][proc][hang]") {
-  auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3), hang_env({{"DDP_TEST_VICTIM", "0"}}));
+  const bool shm = GENERATE(true, false);
+  INFO((shm ? "shm all_reduce" : "gloo all_reduce"));
+  auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3),
+                       hang_env(shm_env(shm, {{"DDP_TEST_VICTIM", "0"}})));
   INFO(describe(run));
+  check_shm_segments(run, shm);
   REQUIRE(run.ranks.size() == 3);
   for (const auto& r : run.ranks) {
     if (r.rank == 0) {
@@ -450,4 +502,129 @@ TEST_CASE("a late rank: the job completes and rank 0's startup line names it",
   CHECK(has(run.ranks[0].output, "dtlaunch ddp: rendezvous: 3 ranks in "));
   CHECK(has(run.ranks[0].output, "; slowest: rank 2 ("));
   CHECK(!has(run.ranks[1].output, "rendezvous: 3 ranks in"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shared-memory all_reduce (docs/ddp.md): the same results as Gloo's, a long stream of async
+// all_reduces, a dead peer found by its pid, a mismatch found without DTLAUNCH_DDP_CHECK.
+
+TEST_CASE("shm all_reduce: bit-identical to Gloo's for every size, dtype and op",
+          "[ddp][proc][shm]") {
+  for (int world : {2, 3}) {
+    SECTION("world " + std::to_string(world)) {
+      const int port2 = dtlaunch::find_free_port("127.0.0.1");
+      auto run = run_ranks(DDP_WORKER, {"shm-vs-gloo"}, world, all_ranks(world),
+                           {{"DDP_TEST_PORT2", std::to_string(port2)}});
+      require_all_ok(run);
+      for (const auto& r : run.ranks) CHECK(has(r.output, ": 24 checks, 0 failed"));
+      check_shm_segments(run, true);
+    }
+  }
+}
+
+TEST_CASE("shm all_reduce: 500 back-to-back async all_reduces, Gloo collectives in between",
+          "[ddp][proc][shm]") {
+  for (int world : {2, 3}) {
+    SECTION("world " + std::to_string(world)) {
+      auto run = run_ranks(DDP_WORKER, {"shm-stream"}, world, all_ranks(world), {});
+      require_all_ok(run);
+      for (const auto& r : run.ranks) CHECK(has(r.output, ": 500 all_reduces, 0 wrong"));
+      check_shm_segments(run, true);
+    }
+  }
+}
+
+TEST_CASE(
+    "shm all_reduce: a SIGKILLed peer is kPeerLost naming its rank and pid, long before "
+    "the timeout",
+    "[ddp][proc][shm][hang]") {
+  auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3),
+                       {{"DDP_TEST_TIMEOUT_MS", "30000"},
+                        {"DTLAUNCH_DDP_REPORT_GRACE_MS", "1000"},
+                        {"DDP_TEST_VICTIM", "2"}});
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 3);
+  for (const auto& r : run.ranks) {
+    if (r.rank == 2) {
+      CHECK(r.status == 128 + SIGKILL);
+      continue;
+    }
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "error-kind: peer-lost"));
+    CHECK(has(r.output,
+              "ERROR: dtlaunch ddp: all_reduce #6 (float32, 4 elements) lost a peer on "
+              "rank " +
+                  std::to_string(r.rank) + " (rank 2 (pid "));
+    CHECK(has(r.output, ") is gone): "));
+    CHECK(has(r.output, ", local rank 2) published nothing within 1s"));
+    // Detection within about 0.1 s, then the report's 1 s grace; the timeout is 30 s.
+    CHECK(error_after_seconds(r.output) < 1.0 + kGraceSeconds + kSlackSeconds);
+  }
+  check_shm_segments(run, true);
+}
+
+TEST_CASE("shm all_reduce: different sizes on different ranks are kMismatch on every rank",
+          "[ddp][proc][shm][hang]") {
+  auto run = run_ranks(DDP_WORKER, {"shm-mismatch"}, 3, all_ranks(3), hang_env());
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 3);
+  for (const auto& r : run.ranks) {
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "error-kind: mismatch"));
+    if (r.rank == 1)
+      CHECK(has(r.output,
+                "ERROR: dtlaunch ddp: shm all_reduce on rank 1 of 3 failed: rank 0 "
+                "all-reduces 4 float32 elements (sum) where rank 1 all-reduces 5 "
+                "float32 elements (sum)"));
+    else
+      CHECK(has(r.output, "ERROR: dtlaunch ddp: shm all_reduce on rank " + std::to_string(r.rank) +
+                              " of 3 failed: rank 1 all-reduces 5 float32 elements (sum) where "
+                              "rank " +
+                              std::to_string(r.rank) + " all-reduces 4 float32 elements (sum)"));
+    CHECK(error_after_seconds(r.output) < kTimeoutSeconds);
+  }
+}
+
+TEST_CASE("shm all_reduce: a malformed DTLAUNCH_DDP_SHM fails before the rendezvous",
+          "[ddp][proc][shm]") {
+  auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 2, {1},
+                       {{"DTLAUNCH_DDP_SHM", "yes"}, {"DDP_TEST_TIMEOUT_MS", "20000"}});
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 1);
+  CHECK(run.ranks[0].status == 3);
+  CHECK(has(run.ranks[0].output, "ERROR: dtlaunch ddp: DTLAUNCH_DDP_SHM='yes' must be 0 or 1"));
+  CHECK(error_after_seconds(run.ranks[0].output) < 2.0);
+}
+
+TEST_CASE(
+    "shm all_reduce: a segment that cannot be created or opened falls back to Gloo with "
+    "one line",
+    "[ddp][proc][shm]") {
+  struct Case {
+    int small_rank;
+    std::string reason;  // in rank 0's line
+  };
+  for (const Case& c : {Case{0, "rank 0: reserving 4 MiB in /dev/shm for /dtlaunch-ddp-"},
+                        Case{1, "rank 1: shm_open /dtlaunch-ddp-"}}) {
+    DYNAMIC_SECTION("rank " << c.small_rank << " with a 1 MiB /dev/shm of its own") {
+      auto run = run_ranks(DDP_WORKER, {"collectives"}, 2, all_ranks(2),
+                           {{"DDP_TEST_SMALL_SHM_RANK", std::to_string(c.small_rank)}});
+      INFO(describe(run));
+      REQUIRE(run.ranks.size() == 2);
+      if (has(run.ranks[static_cast<size_t>(c.small_rank)].output, "small-shm: not permitted")) {
+        WARN("no private mount namespace here (needs CAP_SYS_ADMIN): fallback not exercised");
+        return;
+      }
+      CHECK(has(run.ranks[static_cast<size_t>(c.small_rank)].output, "small-shm: mounted"));
+      require_all_ok(run);
+      check_shm_segments(run, false);
+      const std::string line = "dtlaunch ddp: shared-memory all_reduce unavailable (" + c.reason;
+      const std::string& out0 = run.ranks[0].output;
+      CHECK(has(out0, line));
+      CHECK(out0.find("all_reduce unavailable") == out0.rfind("all_reduce unavailable"));
+      CHECK(has(out0, "); all_reduce goes through Gloo"));
+      CHECK(!has(run.ranks[1].output, "shared-memory all_reduce unavailable"));
+      for (const auto& r : run.ranks) CHECK(has(r.output, "checks, 0 failed"));
+    }
+  }
 }

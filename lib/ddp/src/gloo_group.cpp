@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "internal.hpp"
+#include "shm_reduce.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
@@ -137,10 +138,14 @@ class GlooGroup final : public ProcessGroup {
                   "dtlaunch ddp: rank " + std::to_string(env.rank) +
                       " could not connect Gloo to its peers: " + line);
     }
+    // Every rank takes part, whether it wants shm or not, so that all decide alike.
+    shm_ = ShmAllReduce::create(env, options.shm_all_reduce, *store_, options.timeout);
   }
 
   std::shared_ptr<Work> start_all_reduce(at::Tensor& tensor, ReduceOp op) override {
     check_cpu(tensor, "all_reduce");
+    if (shm_ && ShmAllReduce::supports(tensor)) return shm_->start(tensor, op);
+    drain_shm();
     at::Tensor buf = staging_for(tensor);
     std::vector<at::Tensor> bufs{buf};
     c10d::AllreduceOptions o;
@@ -158,6 +163,7 @@ class GlooGroup final : public ProcessGroup {
 
   std::shared_ptr<Work> start_broadcast(at::Tensor& tensor, int root) override {
     check_cpu(tensor, "broadcast");
+    drain_shm();
     at::Tensor buf = staging_for(tensor);
     std::vector<at::Tensor> bufs{buf};
     c10d::BroadcastOptions o;
@@ -171,6 +177,7 @@ class GlooGroup final : public ProcessGroup {
 
   std::vector<at::Tensor> run_all_gather(const at::Tensor& tensor) override {
     check_cpu(tensor, "all_gather");
+    drain_shm();
     at::Tensor in = staging_for(tensor);
     std::vector<std::vector<at::Tensor>> out(1);
     for (int r = 0; r < size(); ++r) out[0].push_back(at::empty_like(in));
@@ -183,11 +190,18 @@ class GlooGroup final : public ProcessGroup {
   }
 
   std::shared_ptr<Work> start_barrier() override {
+    drain_shm();
     return std::make_shared<GlooWork>(call("barrier", [&] { return pg_->barrier(); }),
                                       what("barrier"), nullptr);
   }
 
  private:
+  // Gloo collectives start after the shm all_reduces issued before them: the ranks then run all
+  // collectives in issue order, and a caller's tensor is never in two collectives at once.
+  void drain_shm() {
+    if (shm_) shm_->drain();
+  }
+
   std::string what(const char* op) const {
     return std::string("gloo ") + op + " on rank " + std::to_string(rank()) + " of " +
            std::to_string(size());
@@ -212,6 +226,7 @@ class GlooGroup final : public ProcessGroup {
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<GlooPG> pg_;
+  std::unique_ptr<ShmAllReduce> shm_;  // null: every all_reduce goes through Gloo
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "shm_reduce.hpp"
 
 namespace dtlaunch::ddp {
 
@@ -43,6 +44,8 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
     std::signal(SIGPIPE, SIG_IGN);
   // Read before the rendezvous, so that a malformed variable fails every rank at once.
   auto settings = detail::MonitorSettings::from_environment(env.world_size);
+  InitOptions resolved = options;
+  resolved.shm_all_reduce = options.shm_all_reduce && detail::shm_enabled_by_environment();
   auto store = detail::rendezvous(
       env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
       options.progress_every, phases);
@@ -53,9 +56,9 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   std::shared_ptr<ProcessGroup> group;
   try {
 #ifdef DTLAUNCH_DDP_HAVE_NCCL
-    if (backend == Backend::kNccl) group = detail::make_nccl_group(env, options, store, monitor);
+    if (backend == Backend::kNccl) group = detail::make_nccl_group(env, resolved, store, monitor);
 #endif
-    if (!group) group = detail::make_gloo_group(env, options, store, monitor);
+    if (!group) group = detail::make_gloo_group(env, resolved, store, monitor);
   } catch (const Error& e) {
     throw monitor->record(e);
   }

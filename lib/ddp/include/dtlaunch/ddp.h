@@ -69,6 +69,10 @@ struct InitOptions {
   // local rank, else 1, because Gloo's threads otherwise take cores from the ranks' own compute
   // (2 ranks on 2 cores: steps 5-8 % slower with 2 threads than with 1; docs/ddp.md).
   int gloo_threads = 0;
+  // Gloo backend: when every rank runs on this node, float32/float64 all_reduces go through a
+  // shared-memory segment instead of Gloo's TCP loopback (docs/ddp.md, "Shared-memory
+  // all_reduce"). false, or DTLAUNCH_DDP_SHM=0 on any rank: Gloo for every rank.
+  bool shm_all_reduce = true;
 };
 
 // The launch contract (dtlaunch exports it; torchrun exports all but DTLAUNCH_CUDA_DEVICE).
