@@ -9,10 +9,10 @@
 #                   against LibTorch 2.x (Debian trixie's 2.6) in a chroot, and the NCCL
 #                   backend's CUDA-tensor path compiled against the CUDA LibTorch headers
 #                   (scripts/libtorch2-check.sh)
-# Steps 3 and 4 build in the background at nice 19 from the start: while step 2 compiles they
-# get next to nothing, and while build/'s tests run, which spend much of their time waiting
-# (timeouts, Slurm, ranks that sleep), they get the CPU those tests leave idle. Their own tests
-# run afterwards, alone, as build/'s do.
+# Steps 3 and 4 build in the background at nice 19 from the start, one after the other: while
+# step 2 compiles they get next to nothing, and while build/'s tests run, which spend much of
+# their time waiting (timeouts, Slurm, ranks that sleep), they get the CPU those tests leave
+# idle. Their own tests run afterwards, alone, as build/'s do.
 # Options: --fast skips steps 3 and 4 (for a quick local check; CI never passes it).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,7 +29,11 @@ step() { printf '\n=== %s (%ds)\n' "$*" $((SECONDS - start)); }
 
 if ((!fast)); then
   mkdir -p build-asan
+  rm -f build-asan/background.done
   (
+    # Marks the end, built or not: the LibTorch 2.x build waits for it, since this one's tests
+    # come first.
+    trap 'touch build-asan/background.done' EXIT
     set -e
     CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DDTLAUNCH_SANITIZE=ON -DDTLAUNCH_BUILD_DDP=OFF -DDTLAUNCH_BUILD_FUZZERS=ON \
@@ -47,6 +51,7 @@ if ((!fast)); then
       exit 1
     fi
     tail -n 1 build-libtorch2-trixie/prepare.log
+    while [[ ! -e build-asan/background.done ]]; do sleep 2; done
     built=0
     nice -n 19 scripts/libtorch2-check.sh --build trixie || built=$?
     echo "LibTorch 2.x built in the background, done at $((SECONDS - start))s"
@@ -63,13 +68,14 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build build -j"$jobs"
 
 status=0
-# The unit label (pure functions, the comparisons with scontrol, the golden files) has no timing
-# in it and runs on every core; the rest (real processes, signals, timeouts, Slurm, training)
-# runs one test at a time, as it always did.
-step "tests: build/, unit label in parallel"
-ctest --test-dir build --output-on-failure --timeout 600 -L unit -j"$jobs" || status=1
+# The unit and blackbox labels (pure functions, dtlaunch run once per case, the comparisons with
+# scontrol, the golden files) have no timing in them and run on every core; the rest (supervised
+# processes, signals, timeouts, Slurm, training) runs one test at a time, as it always did.
+parallel_labels='unit|blackbox'
+step "tests: build/, labels $parallel_labels in parallel"
+ctest --test-dir build --output-on-failure --timeout 600 -L "$parallel_labels" -j"$jobs" || status=1
 step "tests: build/, every other label, one at a time"
-ctest --test-dir build --output-on-failure --timeout 600 -LE unit || status=1
+ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels" || status=1
 
 if ((!fast)); then
   step "build-asan/ (clang, ASan+UBSan, fuzzers): waiting for its background build"
@@ -84,10 +90,11 @@ if ((!fast)); then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # build/ compares 2000 random expressions with scontrol; here 500 are enough for the
   # sanitizers (the fuzz targets add their own), and the rest was a minute of scontrol runs.
-  DTLAUNCH_HOSTLIST_CASES=500 ctest --test-dir build-asan --output-on-failure --timeout 600 \
-    -L 'unit|fuzz' -j"$jobs" || status=1
-  ctest --test-dir build-asan --output-on-failure --timeout 600 -L 'blackbox|proc|hostlist' \
-    -LE 'unit|fuzz' || status=1
+  export DTLAUNCH_HOSTLIST_CASES=500
+  ctest --test-dir build-asan --output-on-failure --timeout 600 -L "$parallel_labels|fuzz" \
+    -j"$jobs" || status=1
+  ctest --test-dir build-asan --output-on-failure --timeout 600 -L 'proc|hostlist' \
+    -LE "$parallel_labels|fuzz" || status=1
 fi
 
 if ((!fast)); then
