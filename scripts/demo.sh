@@ -10,7 +10,8 @@ cd "$root"
 
 bash scripts/setup.sh
 # Same directory and options as scripts/test.sh, so that either reuses the other's build.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTLAUNCH_WARNINGS_AS_ERRORS=ON >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DDTLAUNCH_WARNINGS_AS_ERRORS=ON >/dev/null
 cmake --build build -j"$(nproc)" --target dtlaunch dtlaunch-train
 
 checkpoint=$(mktemp -d)/fashion-cnn.pt
