@@ -234,16 +234,17 @@ std::string map_segment(const std::string& name, bool create, size_t size, Mappi
 }
 
 template <class T>
-void reduce_share(T* __restrict out, const std::vector<const T*>& in, int64_t lo, int64_t hi,
+void reduce_share(T* __restrict out, const std::vector<char*>& slots, int64_t lo, int64_t hi,
                   ReduceOp op, int world) {
   // Blocks that stay in L1 while every rank's slot is folded into them.
   constexpr int64_t kBlock = 2048;
   const T divisor = static_cast<T>(world);
   for (int64_t b = lo; b < hi; b += kBlock) {
     const int64_t e = std::min(hi, b + kBlock);
-    std::memcpy(out + b, in[0] + b, static_cast<size_t>(e - b) * sizeof(T));
-    for (size_t q = 1; q < in.size(); ++q) {
-      const T* __restrict src = in[q];
+    std::memcpy(out + b, reinterpret_cast<const T*>(slots[0]) + b,
+                static_cast<size_t>(e - b) * sizeof(T));
+    for (size_t q = 1; q < slots.size(); ++q) {
+      const T* __restrict src = reinterpret_cast<const T*>(slots[q]);
       switch (op) {
         case ReduceOp::kSum:
         case ReduceOp::kAvg:
@@ -418,8 +419,6 @@ struct ShmAllReduce::Impl {
     const int64_t per_chunk = static_cast<int64_t>(kSlotBytes / sizeof(T));
     // Shares start on 64-byte boundaries, so that two ranks never write one cache line.
     constexpr int64_t kAlign = 64 / sizeof(T);
-    std::vector<const T*> inputs;
-    for (int q = 0; q < world; ++q) inputs.push_back(reinterpret_cast<const T*>(slots[q]));
     int64_t offset = 0;
     // At least one chunk, so that ranks disagreeing on an empty tensor still meet.
     do {
@@ -444,7 +443,7 @@ struct ShmAllReduce::Impl {
       const int64_t share = (n + world - 1) / world;
       const int64_t block = (share + kAlign - 1) / kAlign * kAlign;
       const int64_t lo = std::min(n, block * rank), hi = std::min(n, lo + block);
-      reduce_share(result, inputs, lo, hi, op, world);
+      reduce_share(result, slots, lo, hi, op, world);
       publish(++phase);
       await_all(phase, deadline);
       if (n > 0) std::memcpy(data + offset, result, static_cast<size_t>(n) * sizeof(T));
