@@ -184,6 +184,10 @@ class Attempt {
       if (w.out_fd) fds.push_back({w.out_fd.get(), POLLIN, 0}), owners.emplace_back(&w, false);
       if (w.err_fd) fds.push_back({w.err_fd.get(), POLLIN, 0}), owners.emplace_back(&w, true);
     }
+    // Output waiting for a slow reader is written as the reader takes it, never blocking.
+    const std::size_t console_at = fds.size();
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO})
+      fds.push_back({console_.waiting_fd(fd), POLLOUT, 0});
     int timeout = -1;
     if (deadline_) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now());
@@ -193,7 +197,9 @@ class Attempt {
       throw Error::system("poll", errno);
 
     for (int sig : signals_.drain()) on_signal(sig);
-    for (std::size_t i = 1; i < fds.size(); ++i) {
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO})
+      if (fds[console_at + static_cast<std::size_t>(fd - 1)].revents != 0) console_.flush(fd);
+    for (std::size_t i = 1; i < console_at; ++i) {
       if (fds[i].revents == 0) continue;
       auto [w, is_err] = owners[i - 1];
       pump(is_err ? w->err_fd : w->out_fd, is_err ? *w->err : *w->out);
@@ -382,6 +388,21 @@ class Attempt {
   bool terminated_ = false;
 };
 
+// Every worker is gone; what their output left waiting for a slow reader of stdout is written
+// as the reader takes it. After a termination signal, or on one now, the user asked to stop:
+// the rest is dropped, with a word, rather than keeping them waiting for that reader.
+void deliver_rest(Console& console, SignalPipe& signals, bool terminated) {
+  if (terminated) {
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) console.flush(fd);
+    if (!console.idle()) console.discard("stopping on a signal");
+    return;
+  }
+  while (!console.drain(signals.fd())) {
+    for (int sig : signals.drain())
+      if (is_termination(sig)) return console.discard("got " + signal_text(sig));
+  }
+}
+
 }  // namespace
 
 RunResult run_workers(
@@ -411,13 +432,18 @@ RunResult run_workers(
     result.restarts = restart;
     result.first_failure = attempt.failure;
     result.exit_status = attempt.failure ? exit_status_of(*attempt.failure) : 0;
-    if (!attempt.failure) return result;
+    if (!attempt.failure) {
+      deliver_rest(console, signals, attempt.terminated);
+      return result;
+    }
     console.write(STDERR_FILENO, format_failure_report(*attempt.failure, host));
     // Exit 75 asks to be run again later (after a requeue), not now: the group ends and 75 is
     // passed through, as it is without --max-restarts.
     if (attempt.terminated || restart >= options.max_restarts ||
-        is_stopped_to_resume(*attempt.failure))
+        is_stopped_to_resume(*attempt.failure)) {
+      deliver_rest(console, signals, attempt.terminated);
       return result;
+    }
     console.write(STDERR_FILENO, "dtlaunch: restarting all " + std::to_string(count) +
                                      " workers (restart " + std::to_string(restart + 1) + " of " +
                                      std::to_string(options.max_restarts) + ")\n");

@@ -729,3 +729,32 @@ TEST_CASE("a worker has exactly the descriptors the supervisor inherited, none o
   }
   CHECK(settle(5s).empty());
 }
+
+TEST_CASE("a stalled reader of stdout never stops supervision: output is dropped with a warning",
+          "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  become_subreaper();
+  // A real stalled reader: the FIFO is open for reading here and never read, as `| sleep 30`.
+  const std::string fifo = dir / "stdout.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int reader = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(reader >= 0);
+  Child driver(concat({launcher, "--nproc-per-node", "2", "--grace", "20", "--"},
+                      sh("yes | head -c 20000000; echo > " + dir.path() +
+                         "/done.$RANK; exec sleep 100")),
+               fifo, dir / "err");
+  // The workers' 20 MB each are taken off them although nobody reads: they are not held up.
+  CHECK(eventually([&] {
+    return std::filesystem::exists(dir / "done.0") && std::filesystem::exists(dir / "done.1");
+  }));
+  driver.signal(SIGTERM);
+  CHECK(driver.wait_for(5s) == 128 + SIGTERM);  // answered at once, not when the reader reads
+  ::close(reader);
+  const std::string err = read_file(dir / "err");
+  INFO(err);
+  CHECK(err.find("dtlaunch: stdout is not being read") != std::string::npos);
+  CHECK(err.find("passed it to the workers") != std::string::npos);
+  CHECK(settle(5s).empty());
+}
