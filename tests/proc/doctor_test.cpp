@@ -1,6 +1,12 @@
 // `dtlaunch doctor` and --preflight in local mode, as real processes: two launchers on loopback
 // (--nnodes 2), one of them missing, and a preflight that fails before anything starts.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <regex>
+#include <thread>
 
 #include "dtlaunch_catch.hpp"
 #include "harness.hpp"
@@ -128,4 +134,110 @@ TEST_CASE("doctor: ranks whose CPUs are far from their GPU are flagged (DGX fixt
     CHECK(ran.out.find("\"message\": \"rank " + std::to_string(rank) + " (") != std::string::npos);
   CHECK(count_of(ran.out, "\"cpus_far_from_gpu\": true") == 4);
   CHECK(count_of(ran.out, "\"gpu_local_cpus\": \"0-55,112-167\"") == 4);
+}
+
+namespace {
+
+// A TCP connection to 127.0.0.1:port, or -1.
+int connect_to(const std::string& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
+// One report frame as the doctor's wire carries it (exchange.cpp): a 4-byte big-endian length,
+// the magic line, "key=value" lines.
+std::string report_frame(const std::string& body) {
+  const std::string payload = "DTLAUNCH-DOCTOR 1 report\n" + body;
+  const auto n = static_cast<std::uint32_t>(payload.size());
+  return std::string{static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                     static_cast<char>(n >> 8), static_cast<char>(n)} +
+         payload;
+}
+
+// VmHWM of a process, in kB (0 when gone).
+long peak_kb(pid_t pid) {
+  const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find("VmHWM:");
+  return at == std::string::npos ? 0 : std::stol(status.substr(at + 6));
+}
+
+// argv run under `ulimit -n N`.
+std::vector<std::string> with_fd_limit(int n, std::vector<std::string> argv) {
+  argv.insert(argv.begin(),
+              {"/bin/sh", "-c", "ulimit -n " + std::to_string(n) + " && exec \"$@\"", "sh"});
+  return argv;
+}
+
+}  // namespace
+
+TEST_CASE("doctor: 300 connections closing at once leave rank 0 no descriptor short", "[doctor]") {
+  TempDir dir;
+  become_subreaper();
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  Child node0(with_fd_limit(128, doctor(two_node_args(port, 0, {"--timeout", "20", "/bin/true"}))),
+              dir / "0.out", dir / "0.err");
+  int first = -1;
+  REQUIRE(eventually([&] { return (first = connect_to(port)) >= 0; }));
+  std::vector<int> flood{first};
+  for (int i = 0; i < 299; ++i) flood.push_back(connect_to(port));
+  for (int fd : flood) ::close(fd);
+  std::this_thread::sleep_for(500ms);
+  Child node1(doctor(two_node_args(port, 1, {"--timeout", "20", "/bin/true"})), dir / "1.out",
+              dir / "1.err");
+  const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
+  const std::string out0 = read_file(dir / "0.out");
+  INFO(out0 << read_file(dir / "0.err") << read_file(dir / "1.err"));
+  CHECK(status0 == 0);
+  CHECK(status1 == 0);
+  CHECK(out0.find("ERROR") == std::string::npos);  // no missing rank: the verdict is right
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut off, memory bounded",
+          "[doctor]") {
+  TempDir dir;
+  become_subreaper();
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  Child node0(doctor(two_node_args(port, 0, {"--timeout", "20", "--format", "json", "/bin/true"})),
+              dir / "0.out", dir / "0.err");
+  int fd = -1;
+  REQUIRE(eventually([&] { return (fd = connect_to(port)) >= 0; }));
+  std::string body = "host=" + std::string(60000, 'x') + "\nmemlock_bytes=unlimited\n";
+  for (const char* key :
+       {"rank", "local_rank", "node_rank", "world_size", "nnodes", "master_port",
+        "gpu_sharing_allowed", "gpu_isolated_by_slurm", "gpus_on_node", "cpus_far_from_gpu",
+        "shm_bytes", "infiniband_devices", "program_size", "launcher_size", "sent_unix_ms"})
+    body += std::string(key) + "=" + (std::string(key) == "rank" ? "2" : "0") + "\n";
+  const std::string frame = report_frame(body);
+  int sent = 0;
+  for (; sent < 2000; ++sent) {
+    std::string_view rest = frame;
+    while (!rest.empty()) {
+      const ssize_t n = ::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+    if (!rest.empty()) break;  // rank 0 closed the connection
+  }
+  ::close(fd);
+  const long peak = peak_kb(node0.pid());
+  Child node1(doctor(two_node_args(port, 1, {"--timeout", "20", "/bin/true"})), dir / "1.out",
+              dir / "1.err");
+  const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
+  const std::string out0 = read_file(dir / "0.out");
+  INFO(out0 << read_file(dir / "0.err") << "frames sent: " << sent << ", peak " << peak << " kB");
+  CHECK(sent < 2000);       // cut off, not read to the end (2000 x 60 KB = 120 MB)
+  CHECK(peak < 64 * 1024);  // kB
+  CHECK(status1 == status0);
+  CHECK(out0.find("\"kind\": \"bad-peer\"") != std::string::npos);
+  CHECK(out0.find("rank 0 cut off or turned away 1 connection to port " + port +
+                  " that broke the doctor's protocol or its bounds (the first from "
+                  "::ffff:127.0.0.1: more than ") != std::string::npos);
+  CHECK(settle(5s).empty());
 }
