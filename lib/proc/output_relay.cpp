@@ -172,10 +172,26 @@ LogFile* LogFiles::for_rank(std::uint32_t rank) {
   auto it = files_.find(rank);
   if (it != files_.end()) return &it->second;
   const std::string path = *dir_ + "/rank-" + std::to_string(rank) + ".log";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(ExitCode::kBadInput, "log file '" + path + "': " + errno_text(errno));
+  // What is at the path must be a regular file dtlaunch may truncate, or nothing: a FIFO would
+  // block open() (O_NONBLOCK), a device or a link's target is not ours to replace (O_NOFOLLOW;
+  // links above the last component are followed). Truncated only once that is known.
+  UniqueFd fd(::open(path.c_str(),
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644));
+  struct stat st {};
+  const int e = !fd ? errno : ::fstat(fd.get(), &st) != 0 ? errno : 0;
+  if (e == ELOOP)
+    throw Error(ExitCode::kBadInput, "log file '" + path +
+                                         "' is a symbolic link: dtlaunch follows none for a file "
+                                         "it creates; remove it or choose another --log-dir");
+  if (e == ENXIO || (e == 0 && !S_ISREG(st.st_mode)))
+    throw Error(ExitCode::kBadInput, "log file '" + path +
+                                         "' is not a regular file (a FIFO, a device, a socket): "
+                                         "remove it or choose another --log-dir");
+  if (e != 0) throw Error(ExitCode::kBadInput, "log file '" + path + "': " + errno_text(e));
+  if (::ftruncate(fd.get(), 0) != 0)
+    throw Error(ExitCode::kBadInput, "log file '" + path + "': " + errno_text(errno));
   LogFile& file = files_[rank];
-  file.fd = move_at_or_above(UniqueFd(fd), fd_base_);
+  file.fd = move_at_or_above(std::move(fd), fd_base_);
   file.path = path;
   return &file;
 }

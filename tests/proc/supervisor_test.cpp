@@ -406,6 +406,43 @@ TEST_CASE("a log directory that cannot be created: status 2, nothing started", "
   CHECK_FALSE(std::filesystem::exists(marker));
 }
 
+TEST_CASE(
+    "a log file path that is not a regular file is refused at once: status 2, nothing "
+    "started, nothing written through",
+    "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  const std::string logs = dir / "logs";
+  std::filesystem::create_directories(logs);
+  const std::string target = dir / "precious";
+  std::ofstream(target) << "keep me\n";
+  std::string why;
+  SECTION("a FIFO, which open() would wait on forever") {
+    REQUIRE(::mkfifo((logs + "/rank-0.log").c_str(), 0600) == 0);
+    why = "is not a regular file";
+  }
+  SECTION("a symbolic link, which would truncate its target") {
+    std::filesystem::create_symlink(target, logs + "/rank-0.log");
+    why = "is a symbolic link";
+  }
+  SECTION("a device") {
+    std::filesystem::create_symlink("/dev/null", logs + "/rank-0.log");
+    why = "is a symbolic link";
+  }
+  const std::string marker = dir / "started";
+  const Ran ran = run_launcher(
+      launcher, concat({"--nproc-per-node", "2", "--log-dir", logs, "--"}, sh("touch " + marker)),
+      dir);
+  INFO(ran.err);
+  CHECK(ran.status == 2);
+  CHECK(ran.seconds < 5);
+  CHECK(ran.err.find("log file '" + logs + "/rank-0.log' " + why) != std::string::npos);
+  CHECK(split_lines(ran.err).size() == 1);
+  CHECK_FALSE(std::filesystem::exists(marker));
+  CHECK(read_file(target) == "keep me\n");
+}
+
 TEST_CASE("restarts: the whole group again, with the restart count exported", "[proc]") {
   const std::string launcher = GENERATE(from_range(launchers()));
   INFO("launcher: " << launcher);
@@ -675,23 +712,30 @@ TEST_CASE("output that cannot be written: one warning per destination, the run g
     CHECK(err.find(warning) == err.rfind(warning));            // once
     CHECK(err.find("[rank 1] err 3\n") != std::string::npos);  // stderr still relayed
   }
-  SECTION("a rank's log file on a full device") {
+  SECTION("a rank's log file that cannot grow (the file size limit: EFBIG)") {
+    // A log file is never a device or a link (see the test above); a full file system is
+    // stood in for by `ulimit -f`, with SIGXFSZ ignored as a careful caller would.
     const std::string logs = dir / "logs";
-    std::filesystem::create_directories(logs);
-    std::filesystem::create_symlink("/dev/full", logs + "/rank-0.log");
-    Child driver(concat({launcher, "--nproc-per-node", "2", "--log-dir", logs, "--"}, program),
-                 dir / "out", dir / "err");
+    const std::vector<std::string> big =
+        sh("i=0; while [ $i -lt 200 ]; do [ $RANK = 0 ] && echo "
+           "0123456789012345678901234567890123456789; "
+           "i=$((i+1)); done; for i in 1 2 3; do echo out $i; echo err $i >&2; done; "
+           "echo done $RANK > " +
+           dir.path() + "/done.$RANK");
+    Child driver(concat({"/bin/sh", "-c", "ulimit -f 8 && exec \"$@\"", "sh", launcher,
+                         "--nproc-per-node", "2", "--log-dir", logs, "--"},
+                        big),
+                 "/dev/null", dir / "err", {SIGXFSZ});
     CHECK(driver.wait_for(10s) == 0);
     const std::string err = read_file(dir / "err");
     INFO(err);
     const std::string warning = "dtlaunch: cannot write '" + logs +
-                                "/rank-0.log': No space left on device; this log stops here, "
+                                "/rank-0.log': File too large; this log stops here, "
                                 "the workers go on\n";
     CHECK(err.find(warning) != std::string::npos);
     CHECK(err.find(warning) == err.rfind(warning));
     CHECK(err.find("rank-1.log") == std::string::npos);
     CHECK(split_lines(read_file(logs + "/rank-1.log")).size() == 6);
-    CHECK(read_file(dir / "out").find("[rank 0] out 3\n") != std::string::npos);
   }
   for (int rank : {0, 1}) CHECK(std::filesystem::exists(dir / ("done." + std::to_string(rank))));
   CHECK(settle(5s).empty());
