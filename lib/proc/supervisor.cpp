@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,8 +95,9 @@ class Attempt {
  public:
   // high_fds: where the descriptors held for the workers go (start_worker's copy_below).
   Attempt(std::vector<WorkerProcess> specs, const SupervisorOptions& options, SignalPipe& signals,
-          Console& console, LogFiles& logs, int high_fds)
+          Console& console, LogFiles& logs, int high_fds, const rlimit* worker_fd_limit)
       : high_fds_(high_fds),
+        worker_fd_limit_(worker_fd_limit),
         options_(options),
         signals_(signals),
         console_(console),
@@ -158,7 +160,7 @@ class Attempt {
     // Each start returns once its worker has exec'd; loading the program and its libraries
     // then overlaps with the next starts.
     for (Worker& w : workers_) {
-      StartedWorker s = start_worker(w.spec, devnull.get(), high_fds_);
+      StartedWorker s = start_worker(w.spec, devnull.get(), high_fds_, worker_fd_limit_);
       w.pid = s.pid;
       w.running = true;
       index_of_pid_.emplace(s.pid, static_cast<std::size_t>(&w - workers_.data()));
@@ -373,6 +375,7 @@ class Attempt {
   }
 
   const int high_fds_;
+  const rlimit* worker_fd_limit_;  // what the workers get back, when we raised ours
   const SupervisorOptions& options_;
   SignalPipe& signals_;
   Console& console_;
@@ -387,6 +390,35 @@ class Attempt {
   bool finished_ = false;
   bool terminated_ = false;
 };
+
+// Room in RLIMIT_NOFILE for what `workers` workers need from dtlaunch: two pipes each (and a
+// log file), above the table as it is now plus the 64 of high_fds and a few of our own. A
+// soft limit that is too low is raised, as far as needed, when the hard one allows: for
+// dtlaunch alone; the workers get the old one back (returned). Throws Error (kBadInput).
+std::optional<rlimit> make_room_for_descriptors(std::size_t workers, bool log_files,
+                                                Console& console) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return std::nullopt;
+  const std::uint64_t need =
+      static_cast<std::uint64_t>(fd_table_top()) + 64 + 16 + workers * (log_files ? 3 : 2);
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= need) return std::nullopt;
+  const auto text = [](rlim_t n) {
+    return n == RLIM_INFINITY ? std::string("unlimited") : std::to_string(n);
+  };
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < need)
+    throw Error(ExitCode::kBadInput, workers_text(workers) + " need " + std::to_string(need) +
+                                         " file descriptors, and the limit (ulimit -n) is " +
+                                         text(limit.rlim_cur) + " with a hard limit of " +
+                                         text(limit.rlim_max) + ": raise it (ulimit -n " +
+                                         std::to_string(need) + ") or start fewer workers");
+  rlimit raised = limit;
+  raised.rlim_cur = need;
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) throw Error::system("setrlimit", errno);
+  console.warn("dtlaunch: raised its soft limit of file descriptors (ulimit -n) from " +
+               text(limit.rlim_cur) + " to " + std::to_string(need) + " for " +
+               workers_text(workers) + "; the workers keep " + text(limit.rlim_cur) + "\n");
+  return limit;
+}
 
 // Every worker is gone; what their output left waiting for a slow reader of stdout is written
 // as the reader takes it. After a termination signal, or on one now, the user asked to stop:
@@ -413,20 +445,24 @@ RunResult run_workers(
   // everything below it, what we inherited included, stays where it is: a worker's start then
   // copies a table that does not grow with the number of workers (spawn.hpp). 64 leaves room
   // for the few descriptors of our own opened below it (signal pipe, guardian, /dev/null).
+  Console console;
+  std::vector<WorkerProcess> first = make_workers(0);
+  const std::optional<rlimit> worker_fd_limit =
+      make_room_for_descriptors(first.size(), options.log_dir.has_value(), console);
   const int high_fds = fd_table_top() + 64;
   LogFiles logs(options.log_dir, high_fds);
   SignalPipe signals(kCaught);
   SubreaperScope subreaper;
-  Console console;
   const std::string host = host_name();
 
   RunResult result;
   for (std::uint32_t restart = 0;; ++restart) {
-    std::vector<WorkerProcess> specs = make_workers(restart);
+    std::vector<WorkerProcess> specs = restart == 0 ? std::move(first) : make_workers(restart);
     const std::size_t count = specs.size();
     AttemptResult attempt;
     {
-      Attempt a(std::move(specs), options, signals, console, logs, high_fds);
+      Attempt a(std::move(specs), options, signals, console, logs, high_fds,
+                worker_fd_limit ? &*worker_fd_limit : nullptr);
       attempt = a.run();
     }
     result.restarts = restart;

@@ -802,3 +802,42 @@ TEST_CASE("a stalled reader of stdout never stops supervision: output is dropped
   CHECK(err.find("passed it to the workers") != std::string::npos);
   CHECK(settle(5s).empty());
 }
+
+TEST_CASE(
+    "too few descriptors for the workers: said before anything starts, or the soft limit "
+    "raised for dtlaunch alone",
+    "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  const std::string marker = dir / "started";
+  SECTION("the hard limit is too low: status 2, how many are needed") {
+    const Ran ran =
+        run_program(concat({"/bin/sh", "-c", "ulimit -n 64 && exec \"$@\"", "sh", launcher,
+                            "--nproc-per-node", "300", "--log-dir", dir / "logs", "--"},
+                           sh("touch " + marker + ".$RANK")),
+                    dir);
+    INFO(ran.err);
+    CHECK(ran.status == 2);
+    CHECK(std::regex_search(ran.err, std::regex("300 workers need [0-9]+ file descriptors, and "
+                                                "the limit \\(ulimit -n\\) is 64")));
+    CHECK(split_lines(ran.err).size() == 1);
+    CHECK_FALSE(std::filesystem::exists(marker + ".0"));
+    CHECK_FALSE(std::filesystem::exists(dir / "logs"));
+  }
+  SECTION("the soft limit is too low and the hard one enough: raised, the workers keep 64") {
+    const Ran ran =
+        run_program(concat({"/bin/sh", "-c", "ulimit -Sn 64 && ulimit -Hn 4096 && exec \"$@\"",
+                            "sh", launcher, "--nproc-per-node", "100", "--"},
+                           sh("ulimit -Sn")),
+                    dir);
+    INFO(ran.err);
+    CHECK(ran.status == 0);
+    CHECK(std::regex_search(ran.err, std::regex("raised its soft limit of file descriptors "
+                                                "\\(ulimit -n\\) from 64 to [0-9]+")));
+    const std::vector<std::string> lines = split_lines(ran.out);
+    CHECK(lines.size() == 100);
+    CHECK(std::count_if(lines.begin(), lines.end(),
+                        [](const std::string& l) { return l.ends_with("] 64"); }) == 100);
+  }
+}
