@@ -53,6 +53,14 @@ std::string signal_text(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
+// A termination signal to a worker's group, and SIGCONT after it: a stopped process (SIGSTOP,
+// a debugger's stop) keeps the signal pending until it is continued, and would spend the
+// whole grace period stopped before its SIGKILL.
+void terminate_group(pid_t pgid, int sig) {
+  ::kill(-pgid, sig);
+  ::kill(-pgid, SIGCONT);
+}
+
 // "1 worker", "3 workers".
 std::string workers_text(std::size_t n) {
   return std::to_string(n) + (n == 1 ? " worker" : " workers");
@@ -269,8 +277,13 @@ class Attempt {
                                         " still running\n");
       return;
     }
-    for (Worker& w : workers_)
-      if (w.running) ::kill(-w.pid, sig);
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      if (is_termination(sig))
+        terminate_group(w.pid, sig);
+      else
+        ::kill(-w.pid, sig);
+    }
     if (!is_termination(sig) || terminated_) return;
     console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
                                       ", passed it to the workers; SIGKILL in " +
@@ -335,7 +348,7 @@ class Attempt {
     std::size_t others = 0;
     for (Worker& w : workers_) {
       if (!w.running) continue;
-      ::kill(-w.pid, SIGTERM);
+      terminate_group(w.pid, SIGTERM);
       ++others;
     }
     if (others == 0) return;

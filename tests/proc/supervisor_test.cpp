@@ -841,3 +841,24 @@ TEST_CASE(
                         [](const std::string& l) { return l.ends_with("] 64"); }) == 100);
   }
 }
+
+TEST_CASE("a stopped worker gets SIGCONT with its SIGTERM: the grace is not spent waiting",
+          "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  // Rank 1 stops itself (as a debugger or a user's `kill -STOP` would leave it); rank 0 then
+  // fails. A stopped process keeps a SIGTERM pending until it is continued.
+  const std::string stopped = dir / "stopping";
+  const Ran ran = run_launcher(launcher,
+                               concat({"--nproc-per-node", "2", "--grace", "20", "--"},
+                                      sh("if [ $RANK = 1 ]; then touch " + stopped +
+                                         "; kill -STOP $$; exec sleep 100; fi; "
+                                         "while [ ! -e " +
+                                         stopped + " ]; do sleep 0.02; done; sleep 0.3; exit 1")),
+                               dir);
+  INFO(ran.err);
+  CHECK(ran.status == 1);
+  CHECK(ran.seconds < 10);
+  CHECK(ran.err.find("still running 20 s after SIGTERM") == std::string::npos);
+}
