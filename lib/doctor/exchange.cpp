@@ -209,7 +209,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
                                 {0},
                                 {r0.host},
                                 "rank 0 cannot listen on port " + std::to_string(port) + " of " +
-                                    r0.host + ": " + std::strerror(error) +
+                                    excerpt(r0.host, 64) + ": " + std::strerror(error) +
                                     " (another job or a stale process holds it; the program's "
                                     "rendezvous would fail the same way)"});
     return verdict;
