@@ -97,6 +97,7 @@ int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, co
       doctor::copy_node_facts(mine.front(), mine.back());
   }
   mark_cpus_far_from_gpu(spec, launch.inputs, mine);
+  doctor::probe_exec(mine, spec.program_path, spec.argv, apply_env(env, planned.front().changes));
   const bool hosts_rank0 = planned.front().rank == 0;
   if (!hosts_rank0) {
     try {

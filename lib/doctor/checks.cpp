@@ -23,8 +23,8 @@ std::string seconds(std::int64_t ms) {
 // A report's text as a problem line quotes it. Every field comes from another task over the
 // network (or from a host's own configuration): escaped and bounded, one excerpt function for
 // all, so that no field can forge a line, move the cursor or flood the terminal.
-std::string shown(std::string_view value) {
-  return excerpt(value, 64);
+std::string shown(std::string_view value, std::size_t max_bytes = 64) {
+  return excerpt(value, max_bytes);
 }
 
 bool is_loopback(const std::string& address) {
@@ -215,6 +215,17 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
                 shown(rank0->master_resolves_to.front()) + " on " + shown(rank0->host) +
                 " (rank 0), which the other nodes cannot reach: fix /etc/hosts there");
     }
+  }
+
+  // program-cannot-execute: the launch's execve would be refused there (once per host).
+  std::map<std::string, std::vector<const TaskReport*>> cannot_execute;
+  for (const TaskReport* r : firsts)
+    if (!r->exec_error.empty()) cannot_execute[r->host].push_back(r);
+  for (const auto& [host, on_host] : cannot_execute) {
+    const TaskReport& r = *on_host.front();
+    add("program-cannot-execute", Severity::kError, ranks_of(on_host), {host},
+        shown(r.exec_error, 400) + " (on " + shown(host) + "; the launch would exit " +
+            num(static_cast<std::uint64_t>(r.exec_status)) + " there)");
   }
 
   // gpu-shared and gpu-isolated.

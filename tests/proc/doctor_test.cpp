@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -240,4 +242,36 @@ TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut o
                   " that broke the doctor's protocol or its bounds (the first from "
                   "::ffff:127.0.0.1: more than ") != std::string::npos);
   CHECK(settle(5s).empty());
+}
+
+TEST_CASE(
+    "doctor: a program that the launch could not execute fails the check with the launch's "
+    "own line",
+    "[doctor]") {
+  TempDir dir;
+  const std::string program = dir / "program";
+  std::string says;
+  SECTION("a missing #! interpreter") {
+    std::ofstream(program) << "#!/nonexistent/python9\nprint('hi')\n";
+    says = program +
+           ": cannot execute: /nonexistent/python9: bad interpreter: No such file or "
+           "directory";
+  }
+  SECTION("an empty executable file") {
+    std::ofstream{program};
+    says = program + ": cannot execute: Exec format error";
+  }
+  std::filesystem::permissions(program, std::filesystem::perms::owner_all);
+  // What the launch itself says, for comparison.
+  const Ran launch = run_program({kDtlaunch, "--nproc-per-node", "1", program}, dir);
+  INFO(launch.err);
+  CHECK(launch.status == 126);
+  CHECK(launch.err.find(says) != std::string::npos);
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  const Ran ran = run_program(
+      {kDtlaunch, "doctor", "--nproc-per-node", "2", "--master-port", port, program}, dir);
+  INFO(ran.out << ran.err);
+  CHECK(ran.status == 3);
+  CHECK(ran.out.find("ERROR program-cannot-execute: " + says + " (on ") != std::string::npos);
+  CHECK(ran.out.find("OK: no problem found") == std::string::npos);
 }
