@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/file.hpp"
 #include "core/text.hpp"
 #include "doctor/probe.hpp"
 #include "proc/fd.hpp"
@@ -173,6 +174,41 @@ class PeerTrouble {
   std::string first_;
 };
 
+// Why rank 0 cannot listen on the port, by its real cause: the program's rendezvous would
+// fail the same way.
+Problem listen_problem(std::uint16_t port, const std::string& host, int error) {
+  const std::string where =
+      " on port " + std::to_string(port) + " of " + excerpt(host, 64) + ": " + std::strerror(error);
+  if (error == EACCES || error == EPERM) {
+    std::string start = "1024";
+    if (auto text = read_file_head("/proc/sys/net/ipv4/ip_unprivileged_port_start", 32)) {
+      while (!text->empty() && text->back() == '\n') text->pop_back();
+      if (!text->empty()) start = *text;
+    }
+    return {"port-not-permitted",
+            Severity::kError,
+            {0},
+            {host},
+            "rank 0 may not listen" + where + ": ports below " + start +
+                " need root or CAP_NET_BIND_SERVICE (net.ipv4.ip_unprivileged_port_start); "
+                "choose a port from " +
+                start + " up"};
+  }
+  if (error == EADDRINUSE)
+    return {"port-in-use",
+            Severity::kError,
+            {0},
+            {host},
+            "rank 0 cannot listen" + where +
+                " (another job or a stale process holds it; the program's rendezvous would "
+                "fail the same way)"};
+  return {"port-unusable",
+          Severity::kError,
+          {0},
+          {host},
+          "rank 0 cannot listen" + where + " (the program's rendezvous would fail the same way)"};
+}
+
 std::string describe_connect_error(int error) {
   switch (error) {
     case ECONNREFUSED:
@@ -204,14 +240,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
     const TaskReport& r0 = own.front();
     Verdict verdict;
     verdict.reports = std::move(own);
-    verdict.problems.push_back({"port-in-use",
-                                Severity::kError,
-                                {0},
-                                {r0.host},
-                                "rank 0 cannot listen on port " + std::to_string(port) + " of " +
-                                    excerpt(r0.host, 64) + ": " + std::strerror(error) +
-                                    " (another job or a stale process holds it; the program's "
-                                    "rendezvous would fail the same way)"});
+    verdict.problems.push_back(listen_problem(port, r0.host, error));
     return verdict;
   }
 

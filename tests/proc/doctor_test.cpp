@@ -275,3 +275,20 @@ TEST_CASE(
   CHECK(ran.out.find("ERROR program-cannot-execute: " + says + " (on ") != std::string::npos);
   CHECK(ran.out.find("OK: no problem found") == std::string::npos);
 }
+
+TEST_CASE("doctor: a port rank 0 may not listen on is named as such, not as a port in use",
+          "[doctor]") {
+  TempDir dir;
+  // As an unprivileged user (nobody), port 80 is below net.ipv4.ip_unprivileged_port_start.
+  const Ran ran = run_program(
+      {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kDtlaunch, "doctor",
+       "--nproc-per-node", "1", "--master-port", "80", "/bin/true"},
+      dir);
+  INFO(ran.out << ran.err);
+  CHECK(ran.status == 3);
+  CHECK(ran.out.find("port-in-use") == std::string::npos);
+  CHECK(ran.out.find("ERROR port-not-permitted: rank 0 may not listen on port 80 of ") !=
+        std::string::npos);
+  CHECK(ran.out.find("Permission denied: ports below 1024 need root or CAP_NET_BIND_SERVICE") !=
+        std::string::npos);
+}
