@@ -785,14 +785,18 @@ TEST_CASE("a stalled reader of stdout never stops supervision: output is dropped
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   const int reader = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
   REQUIRE(reader >= 0);
-  Child driver(
-      concat({launcher, "--nproc-per-node", "2", "--grace", "20", "--"},
-             sh("yes | head -c 20000000; echo > " + dir.path() + "/done.$RANK; exec sleep 100")),
-      fifo, dir / "err");
-  // The workers' 20 MB each are taken off them although nobody reads: they are not held up.
-  CHECK(eventually([&] {
-    return std::filesystem::exists(dir / "done.0") && std::filesystem::exists(dir / "done.1");
-  }));
+  Child driver(concat({launcher, "--nproc-per-node", "2", "--grace", "20", "--"},
+                      sh("yes 0123456789012345678901234567890123456789012345678901234567890123 | "
+                         "head -c 6000000; echo > " +
+                         dir.path() + "/done.$RANK; exec sleep 100")),
+               fifo, dir / "err");
+  // The workers' 6 MB each (more than dtlaunch keeps waiting) are taken off them although
+  // nobody reads: they are not held up.
+  CHECK(eventually(
+      [&] {
+        return std::filesystem::exists(dir / "done.0") && std::filesystem::exists(dir / "done.1");
+      },
+      30s));
   driver.signal(SIGTERM);
   CHECK(driver.wait_for(5s) == 128 + SIGTERM);  // answered at once, not when the reader reads
   ::close(reader);
