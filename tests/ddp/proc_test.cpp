@@ -70,6 +70,7 @@ class SilentListener {
   SilentListener(const SilentListener&) = delete;
   SilentListener& operator=(const SilentListener&) = delete;
   int port() const { return port_; }
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
@@ -83,36 +84,26 @@ class GarbageListener {
  public:
   enum Mode { kSpeakFirst, kReply, kSpeakAndClose };
   GarbageListener(std::string bytes, Mode mode) : bytes_(std::move(bytes)), mode_(mode) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) == 0);
-    REQUIRE(::listen(fd_, 16) == 0);
-    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    port_ = ntohs(a.sin_port);
     thread_ = std::thread([this] { serve(); });
   }
   ~GarbageListener() {
     stop_ = true;
     thread_.join();
     for (int c : clients_) ::close(c);
-    ::close(fd_);
   }
   GarbageListener(const GarbageListener&) = delete;
   GarbageListener& operator=(const GarbageListener&) = delete;
-  int port() const { return port_; }
+  int port() const { return listener_.port(); }
 
  private:
   void send_bytes(int c) { (void)::send(c, bytes_.data(), bytes_.size(), MSG_NOSIGNAL); }
   void serve() {
     while (!stop_) {
-      std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
       for (int c : clients_) fds.push_back({c, POLLIN, 0});
       if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
       if (fds[0].revents & POLLIN) {
-        const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        const int c = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
         if (c >= 0) {
           if (mode_ != kReply) send_bytes(c);
           if (mode_ == kSpeakAndClose)
@@ -134,10 +125,9 @@ class GarbageListener {
     }
   }
 
+  SilentListener listener_;
   std::string bytes_;
   Mode mode_;
-  int fd_ = -1;
-  int port_ = 0;
   std::vector<int> clients_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
