@@ -1,6 +1,10 @@
 // dtlaunch's command line: parse, call lib/, turn the one error type into an exit status.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "command_line.hpp"
@@ -52,6 +56,59 @@ int usage_error(std::string what) {
   return static_cast<int>(ExitCode::kBadInput);
 }
 
+constexpr const char* kHostnamesHelp =
+    R"(Expand Slurm hostlist expressions, one host per line (as 'scontrol show hostnames').
+
+  dtlaunch hostnames [--] EXPR...
+
+Every argument is an expression, taken verbatim ('[1-3]' and '-n1' too); a first '--' is
+dropped, as scontrol does; --help alone prints this.
+
+Examples:
+  dtlaunch hostnames 'gpu[001-003,007]'        # gpu001 gpu002 gpu003 gpu007
+  dtlaunch hostnames "$SLURM_JOB_NODELIST"     # the hosts of this job
+  dtlaunch hostnames -- '[1-3]'                # 1 2 3
+
+Exit status: 0 success; 2 bad expression (docs/hostlist.md).
+)";
+
+constexpr const char* kHostlistHelp =
+    R"(Compress host names into one Slurm hostlist expression (as 'scontrol show hostlist').
+
+  dtlaunch hostlist [--] NAME...
+
+Every argument is taken verbatim (an argument may itself be a hostlist, or a comma-separated
+list); a first '--' is dropped, as scontrol does; --help alone prints this.
+
+Examples:
+  dtlaunch hostlist gpu001 gpu002 gpu003 gpu007    # gpu[001-003,007]
+  dtlaunch hostlist 'n[1-2]' n3                    # n[1-3]
+  dtlaunch hostlist -- n1 n2                       # n[1-2]
+
+Exit status: 0 success; 2 bad name or expression (docs/hostlist.md).
+)";
+
+// `dtlaunch hostnames ...` and `dtlaunch hostlist ...`, or nullopt for any other command line.
+// Handled before CLI11, which would take a first "--" as its own and leave no expression.
+std::optional<int> run_host_subcommand(int argc, char** argv) {
+  if (argc < 2) return std::nullopt;
+  const std::string_view name = argv[1];
+  if (name != "hostnames" && name != "hostlist") return std::nullopt;
+  std::vector<std::string> args(argv + 2, argv + argc);
+  const bool expand = name == "hostnames";
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << (expand ? kHostnamesHelp : kHostlistHelp);
+    return 0;
+  }
+  if (!args.empty() && args.front() == "--") args.erase(args.begin());
+  if (args.empty())
+    return usage_error(expand ? "hostnames: no hostlist expression given (dtlaunch hostnames "
+                                "'gpu[001-003]')"
+                              : "hostlist: no host name given (dtlaunch hostlist gpu001 gpu002)");
+  return expand ? dtlaunch::run_hostnames(args, std::cout)
+                : dtlaunch::run_hostlist(args, std::cout);
+}
+
 // hostnames and hostlist take their arguments verbatim, as scontrol does: prefix_command()
 // keeps CLI11 from reading "[1-3]" as a vector or "-n1" as an option (Slurm's hostlists begin
 // with '[' and may begin with '-').
@@ -63,6 +120,7 @@ CLI::App* add_verbatim(CLI::App& app, const std::string& name, const std::string
 
 int run(int argc, char** argv) {
   using namespace dtlaunch;
+  if (const auto status = run_host_subcommand(argc, argv)) return *status;
   CLI::App app{kDescription, "dtlaunch"};
   app.footer(kFooter);
   app.prefix_command();  // everything from PROGRAM on belongs to the program, untouched
@@ -73,12 +131,13 @@ int run(int argc, char** argv) {
   doctor_app->prefix_command();
   doctor_app->footer("Exit status: 0 healthy (warnings allowed), 3 a problem found, 2 bad input.");
   add_launch_options(*doctor_app, doctor, true);
-  CLI::App* hostnames = add_verbatim(app, "hostnames",
-                                     "expand Slurm hostlist expressions, one host per line (as "
-                                     "'scontrol show hostnames')");
-  CLI::App* hostlist = add_verbatim(app, "hostlist",
-                                    "compress host names into one Slurm hostlist expression (as "
-                                    "'scontrol show hostlist')");
+  // Listed in --help; run_host_subcommand has run them already.
+  add_verbatim(app, "hostnames",
+               "expand Slurm hostlist expressions, one host per line (as 'scontrol show "
+               "hostnames')");
+  add_verbatim(app, "hostlist",
+               "compress host names into one Slurm hostlist expression (as 'scontrol show "
+               "hostlist')");
   CLI::App* env_table = add_verbatim(
       app, "env-table", "print the Markdown table of the variables dtlaunch exports and removes");
   // A subcommand is one only as the first argument: in `dtlaunch -- hostlist` or
@@ -101,18 +160,6 @@ int run(int argc, char** argv) {
       return usage_error("env-table takes no arguments, got '" +
                          excerpt(env_table->remaining().front()) + "'");
     return run_env_table(std::cout);
-  }
-  if (hostnames->parsed()) {
-    if (hostnames->remaining().empty())
-      return usage_error(
-          "hostnames: no hostlist expression given (dtlaunch hostnames "
-          "'gpu[001-003]')");
-    return run_hostnames(hostnames->remaining(), std::cout);
-  }
-  if (hostlist->parsed()) {
-    if (hostlist->remaining().empty())
-      return usage_error("hostlist: no host name given (dtlaunch hostlist gpu001 gpu002)");
-    return run_hostlist(hostlist->remaining(), std::cout);
   }
   LaunchCommand& command = doctor_app->parsed() ? doctor : launch;
   // CLI11 hands a "--" that comes before the subcommand's first positional, and all after it,

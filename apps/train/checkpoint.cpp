@@ -5,10 +5,10 @@
 #include <torch/serialize/archive.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
+#include <sstream>
 #include <vector>
 
+#include "checkpoint_file.hpp"
 #include "error.hpp"
 
 namespace dtlaunch::train {
@@ -16,6 +16,9 @@ namespace {
 
 // Bumped whenever the layout below changes, so an old file is refused by name, not misread.
 constexpr std::int64_t kFormatVersion = 1;
+
+// A checkpoint of this model is about 1 MB; anything near this is not one.
+constexpr std::size_t kMaxCheckpointBytes = std::size_t{1} << 30;
 
 // [version, epoch, step_in_epoch, global_step, world_size, batch_size, seed]
 constexpr std::int64_t kProgressFields = 7;
@@ -41,34 +44,49 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
   archive.write("model", model_archive);
   archive.write("optimizer", optimizer_archive);
 
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    archive.save_to(tmp);
-  } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
-    std::string what = e.what();
-    throw Error(ExitCode::kFailure,
-                "cannot write checkpoint " + tmp + ": " + what.substr(0, what.find('\n')));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    throw Error::system("cannot rename " + tmp + " to " + path, err);
-  }
+  // Serialized in memory and written by replace_file: LibTorch's own file writer aborts the
+  // process when the disk fills (its destructor throws), and would write through a device node.
+  std::ostringstream payload;
+  archive.save_to(payload);
+  replace_file(path, seal_checkpoint(payload.str()));
+}
+
+void check_progress(const std::string& path, const Progress& p, const RunShape& shape) {
+  auto bad = [&](const std::string& why) { return Error(ExitCode::kBadInput, path + ": " + why); };
+  if (p.world_size != shape.world_size || p.batch_size != shape.batch_size || p.seed != shape.seed)
+    throw bad("written by a run with " + std::to_string(p.world_size) + " ranks, --batch-size " +
+              std::to_string(p.batch_size) + ", --seed " + std::to_string(p.seed) +
+              "; resume with the same values");
+  const auto n = [](std::uint64_t v) { return std::to_string(v); };
+  const std::string fit = "; it does not fit this run (" + n(shape.epochs) + " epoch(s) of " +
+                          n(shape.steps_per_epoch) +
+                          " steps): was it written with other data, or more --epochs?";
+  if (p.epoch > shape.epochs || (p.epoch == shape.epochs && p.step_in_epoch != 0))
+    throw bad("the progress record says epoch " + n(p.epoch + 1) + " step " + n(p.step_in_epoch) +
+              fit);
+  if (p.step_in_epoch != 0 && p.step_in_epoch >= shape.steps_per_epoch)
+    throw bad("the progress record says step " + n(p.step_in_epoch) + " of an epoch" + fit);
+  // epoch * steps_per_epoch + step_in_epoch, without overflow (epoch <= epochs, both small).
+  if (p.global_step != p.epoch * shape.steps_per_epoch + p.step_in_epoch)
+    throw bad("the progress record says global step " + n(p.global_step) + " at epoch " +
+              n(p.epoch + 1) + " step " + n(p.step_in_epoch) + fit);
 }
 
 Progress load_checkpoint(const std::string& path, torch::nn::Module& model,
-                         torch::optim::Optimizer& optimizer) {
+                         torch::optim::Optimizer& optimizer, const RunShape& shape) {
   auto refuse = [&](const std::string& why) {
     return Error(ExitCode::kBadInput, path + ": not a dtlaunch-train checkpoint (" + why + ")");
   };
+  std::istringstream payload(unseal_checkpoint(path, read_regular_file(path, kMaxCheckpointBytes)));
   torch::serialize::InputArchive archive;
   at::Tensor fields;
   try {
-    archive.load_from(path);
+    archive.load_from(payload);
     archive.read("dtlaunch_train_progress", fields);
   } catch (const c10::Error& e) {
     throw refuse(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw refuse(e.what());
   }
   if (fields.scalar_type() != at::kLong || fields.dim() != 1 || fields.numel() != kProgressFields)
     throw refuse("progress record has the wrong shape");
@@ -78,6 +96,10 @@ Progress load_checkpoint(const std::string& path, torch::nn::Module& model,
                  std::to_string(kFormatVersion));
   for (std::int64_t i = 1; i < kProgressFields; ++i)
     if (f[i] < 0) throw refuse("negative progress field");
+  auto u = [&](std::int64_t i) { return static_cast<std::uint64_t>(f[i]); };
+  const Progress progress{u(1), u(2), u(3), u(4), u(5), u(6)};
+  // Before the weights: a record that does not fit says why, not what the model load stumbles on.
+  check_progress(path, progress, shape);
 
   try {
     torch::serialize::InputArchive model_archive;
@@ -88,10 +110,11 @@ Progress load_checkpoint(const std::string& path, torch::nn::Module& model,
     optimizer.load(optimizer_archive);
   } catch (const c10::Error& e) {
     throw refuse(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    // A sealed file that still does not parse (std::out_of_range from a map lookup, ...).
+    throw refuse(e.what());
   }
-
-  auto u = [&](std::int64_t i) { return static_cast<std::uint64_t>(f[i]); };
-  return Progress{u(1), u(2), u(3), u(4), u(5), u(6)};
+  return progress;
 }
 
 }  // namespace dtlaunch::train

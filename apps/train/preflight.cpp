@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "checkpoint_file.hpp"
 #include "error.hpp"
 
 namespace dtlaunch::train {
@@ -21,6 +22,9 @@ void check_checkpoint_path(const std::string& path) {
     throw bad("names a directory; expected the path of a file");
   std::error_code ec;
   if (fs::is_directory(p, ec)) throw bad("is a directory; expected the path of a file");
+  // A FIFO would block the rank in open() at --resume, a device or a symbolic link would be
+  // replaced by the first save: refused here, before the rendezvous, on every rank.
+  refuse_unless_regular_or_absent("--checkpoint", path);
 
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   // Which part of the directory is missing or is not a directory, as the user wrote it.

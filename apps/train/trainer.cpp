@@ -2,6 +2,7 @@
 // agreed stop at a step boundary. The one translation unit that includes <torch/torch.h>
 // (through model.hpp): it costs about 17 s and 1 GB to compile.
 #include <dtlaunch/ddp.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +16,8 @@
 
 #include "checkpoint.hpp"
 #include "config.hpp"
-#include "error.hpp"
 #include "dataset_cache.hpp"
+#include "error.hpp"
 #include "model.hpp"
 #include "stop_signal.hpp"
 
@@ -182,9 +183,12 @@ void save_on_rank0(const std::string& path, Model& model, const Progress& progre
 }
 
 // Every rank must see the same file, or the ranks would start from different places.
-std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg) {
+std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg,
+                                     std::uint64_t steps_per_epoch) {
   if (!cfg.resume) return std::nullopt;
-  bool here = std::filesystem::exists(cfg.checkpoint);
+  // lstat: a dangling symbolic link is there too, and is refused by the load, not ignored.
+  struct stat st {};
+  bool here = ::lstat(cfg.checkpoint.c_str(), &st) == 0;
   at::Tensor seen = at::tensor({here ? 1.0f : 0.0f});
   pg.all_reduce(seen, ddp::ReduceOp::kSum);
   auto ranks_seeing = static_cast<int>(seen.item<float>());
@@ -194,22 +198,17 @@ std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::
                                          std::to_string(ranks_seeing) + " of " +
                                          std::to_string(pg.size()) +
                                          " ranks: it must be on a file system every rank shares");
-  Progress p = load_checkpoint(cfg.checkpoint, *model.net, model.opt);
-  if (p.world_size != static_cast<std::uint64_t>(pg.size()) || p.batch_size != cfg.batch_size ||
-      p.seed != cfg.seed)
-    throw Error(ExitCode::kBadInput, cfg.checkpoint + ": written by a run with " +
-                                         std::to_string(p.world_size) + " ranks, --batch-size " +
-                                         std::to_string(p.batch_size) + ", --seed " +
-                                         std::to_string(p.seed) + "; resume with the same values");
-  return p;
+  const RunShape shape{static_cast<std::uint64_t>(pg.size()), cfg.batch_size, cfg.seed, cfg.epochs,
+                       steps_per_epoch};
+  return load_checkpoint(cfg.checkpoint, *model.net, model.opt, shape);
 }
 
 // Where this run starts: the checkpoint's progress with --resume when there is one, else step
 // 0; stamped with this run's shape, which the next checkpoint records.
 Progress starting_point(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg,
-                        const Rank0Log& log) {
+                        std::uint64_t steps_per_epoch, const Rank0Log& log) {
   Progress start;
-  if (auto resumed = maybe_resume(cfg, model, pg)) {
+  if (auto resumed = maybe_resume(cfg, model, pg, steps_per_epoch)) {
     start = *resumed;
     log("resumed from %s at epoch %llu step %llu (global step %llu)", cfg.checkpoint.c_str(),
         static_cast<unsigned long long>(start.epoch + 1),
@@ -428,9 +427,9 @@ int run_training(const TrainConfig& cfg) {
   Rank0Log log(pg->rank());
   Data data = synthetic ? make_synthetic(cfg, pg->rank()) : load_fashion_mnist(cfg, *pg);
   Model model(cfg);
-  Progress now = starting_point(cfg, model, *pg, log);
-  ddp::DistributedDataParallel ddp_model(model.net.ptr(), pg, ddp_options(cfg));
   Shard shard(cfg, data.train, *pg);
+  Progress now = starting_point(cfg, model, *pg, shard.steps_per_epoch(), log);
+  ddp::DistributedDataParallel ddp_model(model.net.ptr(), pg, ddp_options(cfg));
 
   log("dtlaunch-train: %d rank(s), backend %s, %d thread(s) per rank, batch %lld per rank, "
       "%llu epoch(s) of %llu steps%s, %s",

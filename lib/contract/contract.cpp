@@ -69,8 +69,9 @@ constexpr std::array kExported = {
                 "--run-id, else SLURM_JOB_ID, else 'none'", Write::kSet,
                 [](const WorkerContract& c) { return c.torchelastic_run_id; }},
     ExportedVar{v::kRunId,
-                "identity of the run: the DDP runtime refuses, on both sides, a rank whose run "
-                "differs from rank 0's (two jobs that share MASTER_ADDR:MASTER_PORT by accident)",
+                "identity of the run, at most 128 printable ASCII characters: the DDP runtime "
+                "refuses a rank whose run differs from rank 0's (two jobs that share "
+                "MASTER_ADDR:MASTER_PORT by accident), and rank 0 goes on waiting for its own",
                 "slurm-JOB.STEP (+HET offset) under Slurm; local mode: local-<supervisor tag>, or "
                 "local-<--run-id> with --nnodes > 1 (unset without --run-id, and an inherited "
                 "value is removed)",
@@ -213,6 +214,20 @@ EnvMap apply_env(EnvMap inherited, const EnvDelta& delta) {
   return inherited;
 }
 
+std::string run_id_problem(std::string_view id) {
+  if (id.size() > kMaxRunIdBytes)
+    return "is " + std::to_string(id.size()) + " bytes long; at most " +
+           std::to_string(kMaxRunIdBytes) + " are allowed";
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    const auto u = static_cast<unsigned char>(id[i]);
+    if (u < 0x20 || u > 0x7e)
+      return std::string(u < 0x20 || u == 0x7f ? "has a control character"
+                                               : "has a non-ASCII byte") +
+             " at byte " + std::to_string(i + 1) + "; only printable ASCII is allowed";
+  }
+  return "";
+}
+
 WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>& more_problems) {
   Reader in(env);
   const auto rank = in.number(v::kRank, true, kMaxRanks - 1);
@@ -234,6 +249,10 @@ WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>&
   if (port && *port == 0) in.problem(std::string(v::kMasterPort) + "='0' is not a usable port");
   in.at_least_one(v::kNnodes, nnodes);
   in.below(v::kNodeRank, node_rank, v::kNnodes, nnodes);
+  const auto run_id = in.text(v::kRunId, false);
+  if (run_id)
+    if (const std::string why = run_id_problem(*run_id); !why.empty())
+      in.problem(std::string(v::kRunId) + "='" + excerpt(*run_id) + "' " + why);
   for (const std::string& problem : more_problems) in.problem(problem);
   in.throw_if_any();
 
@@ -248,7 +267,7 @@ WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>&
   c.master_port = static_cast<std::uint16_t>(*port);
   c.restart_count = restart_count.value_or(0);
   c.max_restarts = max_restarts.value_or(0);
-  c.run_id = in.text(v::kRunId, false);
+  c.run_id = run_id;
   c.torchelastic_run_id = in.text(v::kTorchelasticRunId, false);
   c.device = device;
   if (auto visible = env.get_raw(v::kCudaVisibleDevices)) c.visible_devices = std::string(*visible);

@@ -53,6 +53,14 @@ struct EnvChange {
 };
 using EnvDelta = std::vector<EnvChange>;
 
+// The rule for a run identity (DTLAUNCH_RUN_ID, `dtlaunch --run-id`): printable ASCII (0x20-0x7e)
+// of at most kMaxRunIdBytes bytes. It is echoed in the rendezvous's messages and compared byte for
+// byte across hosts, so a newline, an escape sequence or 100 KB are refused, never echoed or cut.
+inline constexpr std::size_t kMaxRunIdBytes = 128;
+// "" when `id` follows the rule, else what is wrong with it ("has a control character (\x1b) at
+// byte 3"); the caller names the input and quotes an excerpt of the value.
+std::string run_id_problem(std::string_view id);
+
 // The changes to make to `inherited` for this worker, in the order of the table, removals last.
 EnvDelta to_env(const WorkerContract& contract, const EnvMap& inherited);
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "affinity/plan.hpp"
+#include "contract/contract.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
@@ -386,6 +387,11 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const LaunchI
 
 void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& in,
             std::optional<std::uint64_t> job_id) {
+  // The run identity's rule is the contract's (DTLAUNCH_RUN_ID is read by the same check).
+  if (options.run_id) {
+    std::string why = options.run_id->empty() ? "is empty" : run_id_problem(*options.run_id);
+    if (!why.empty()) throw Error::usage("--run-id '" + excerpt(*options.run_id) + "' " + why);
+  }
   if (options.argv.empty() && !options.program_optional)
     throw Error::usage("no program given: dtlaunch [options] PROGRAM [ARGS...]");
   spec.argv = options.argv;

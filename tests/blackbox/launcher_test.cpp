@@ -396,6 +396,29 @@ TEST_CASE("blackbox: DTLAUNCH_RUN_ID names the run for the runtime's check-in") 
   named.insert(named.end(), {"--run-id", "exp7"});
   CHECK(run_id(plain, named) == "local-exp7");
   CHECK(run_id(plain, two_nodes) == "<unset>");  // and the outer launch's value is removed
+  // Issue 26 item 22: a --run-id that is not short printable ASCII is refused, naming it.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"exp\n7", "--run-id 'exp\\n7' has a control character at byte 4"},
+      {"exp\x1b[2J", "--run-id 'exp\\x1b[2J' has a control character at byte 4"},
+      {std::string(100000, 'r'), " (100000 bytes)' is 100000 bytes long; at most 128"},
+      {"", "--run-id '' is empty"}};
+  for (const auto& [id, why] : bad) {
+    std::vector<std::string> args = two_nodes;
+    args.insert(args.end(), {"--run-id", id, kChild});
+    check_refused(launch(plain, args), 2, why);
+  }
+}
+
+TEST_CASE("blackbox: hostnames --help and hostlist --help show the subcommand's own examples") {
+  const EnvMap env{{"PATH", "/usr/bin:/bin"}};
+  for (const std::string name : {"hostnames", "hostlist"}) {
+    const ProcessResult r = launch(env, {name, "--help"});
+    INFO(r.out);
+    CHECK(r.exit_status == 0);
+    CHECK(r.out.find("dtlaunch " + name + " [--] ") != std::string::npos);
+    CHECK(r.out.find("Examples:\n  dtlaunch " + name + " ") != std::string::npos);
+    CHECK(r.out.find("srun") == std::string::npos);  // not the launcher's examples
+  }
 }
 
 TEST_CASE("blackbox: subcommands take arguments verbatim, and are subcommands only first") {
@@ -414,6 +437,12 @@ TEST_CASE("blackbox: subcommands take arguments verbatim, and are subcommands on
       {{"hostlist", "n1", "n2", "n3"}, 0, "n[1-3]\n"},
       {{"env-table", "[x]"}, 2, "env-table takes no arguments, got '[x]'"},
       {{"hostnames"}, 2, "no hostlist expression given"},
+      // Issue 26 item 3: a first "--" ends the options, as in scontrol; the rest is verbatim.
+      {{"hostnames", "--", "[1-3]"}, 0, "1\n2\n3\n"},
+      {{"hostnames", "--", "-n1", "--"}, 0, "-n1\n--\n"},
+      {{"hostlist", "--", "n1", "n2", "n3"}, 0, "n[1-3]\n"},
+      {{"hostnames", "--"}, 2, "no hostlist expression given"},
+      {{"hostlist", "--"}, 2, "no host name given"},
       // Elsewhere the word is the program's name: no such program here.
       {{"--nproc-per-node", "1", "--", "hostnames", "[1-3]"}, 127, "hostnames"},
       {{"--nproc-per-node", "1", "hostlist", "x"}, 127, "hostlist"},

@@ -5,10 +5,15 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 #include <thread>
@@ -173,7 +178,8 @@ TEST_CASE("train: bad input gets one line and status 2", "[train][torch]") {
       {{"--data-dir", "/nonexistent/fashion"},
        "Fashion-MNIST not found: /nonexistent/fashion/train-images-idx3-ubyte.gz does not exist "
        "(install the Debian package dataset-fashion-mnist"},
-      {{"--checkpoint", "/dev/null", "--resume"}, "/dev/null: not a dtlaunch-train checkpoint"},
+      {{"--checkpoint", "/dev/null", "--resume"},
+       "--checkpoint '/dev/null': exists and is a character device"},
       {{"--backend", "mpi"}, "--backend"},
       {{"--resume"}, "--resume requires --checkpoint"},
       // Numbers: quoted as typed, named by their option, status 2 (NaN and "-1" were 1; CLI11
@@ -249,29 +255,37 @@ TEST_CASE("train: bad input fails every rank with status 2, not a broken connect
   }
 }
 
-TEST_CASE("train: two jobs on one MASTER_PORT both fail at once with status 2", "[train][torch]") {
+// Issue 26 item 2: job 200's rank forced onto job 100's port fails at once with status 2; job 100
+// logs one line, goes on waiting for its own rank 1, and completes.
+TEST_CASE("train: a rank of another job on our MASTER_PORT fails; our job completes",
+          "[train][torch]") {
   TempDir tmp;
   const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
   // Job B has another seed; common_args() sets --seed 1 for job A.
   const std::vector<std::string> args = {"--synthetic",          "256", "--max-steps", "3",
                                          "--rendezvous-timeout", "60"};
-  Ranks a(kTrain, concat(common_args(tmp), args), 2, tmp.path(), "jobA",
-          RankOptions{{0}, {{"MASTER_PORT", port}, {"DTLAUNCH_RUN_ID", "slurm-1234.0"}}});
+  const std::map<std::string, std::string> env_a = {{"MASTER_PORT", port},
+                                                    {"DTLAUNCH_RUN_ID", "slurm-100.0"}};
+  Ranks a(kTrain, concat(common_args(tmp), args), 2, tmp.path(), "jobA", RankOptions{{0}, env_a});
   for (int i = 0; i < 200 && !listening(std::stoi(port)); ++i) std::this_thread::sleep_for(50ms);
   Ranks b(kTrain, concat(args, {"--seed", "7"}), 2, tmp.path(), "jobB",
-          RankOptions{{1}, {{"MASTER_PORT", port}, {"DTLAUNCH_RUN_ID", "slurm-1299.0"}}});
-  const auto sa = a.wait_all(30s);
+          RankOptions{{1}, {{"MASTER_PORT", port}, {"DTLAUNCH_RUN_ID", "slurm-200.0"}}});
   const auto sb = b.wait_all(30s);
-  const std::string la = a.log(0), lb = b.log(1);
-  INFO("--- job A rank 0\n" << la << "--- job B rank 1\n" << lb);
-  CHECK(sa == std::vector<int>{2});
+  const std::string lb = b.log(1);
+  INFO("--- job B rank 1\n" << lb);
   CHECK(sb == std::vector<int>{2});
   const std::string expected =
-      "dtlaunch-train: config error: dtlaunch ddp: rank 1 of run 'slurm-1299.0' (world 2) "
-      "reached the rendezvous at 127.0.0.1:" +
-      port + " of run 'slurm-1234.0' (world 2): two jobs share";
-  CHECK(la.find(expected) != std::string::npos);
-  CHECK(lb.find(expected) != std::string::npos);
+      "dtlaunch ddp: rank 1 of run 'slurm-200.0' (world 2) reached the rendezvous at 127.0.0.1:" +
+      port + " of run 'slurm-100.0' (world 2): two jobs share";
+  CHECK(lb.find("dtlaunch-train: config error: " + expected) != std::string::npos);
+  Ranks a1(kTrain, concat(common_args(tmp), args), 2, tmp.path(), "jobA1", RankOptions{{1}, env_a});
+  const auto sa = a.wait_all(60s);
+  const auto sa1 = a1.wait_all(60s);
+  const std::string la = a.log(0);
+  INFO("--- job A rank 0\n" << la << "--- job A rank 1\n" << a1.log(1));
+  CHECK(sa == std::vector<int>{0});
+  CHECK(sa1 == std::vector<int>{0});
+  CHECK(la.find("rank 0 refused a rank of another job: " + expected) != std::string::npos);
 }
 
 // A lone rank waits in the rendezvous; a stop signal there ends it at once with 75 (nothing was
@@ -314,5 +328,175 @@ TEST_CASE(
     CHECK(took < 15.0);
     CHECK(lone.log(0).find("timed out after 2s: 1 of 2 ranks arrived; missing ranks: 1") !=
           std::string::npos);
+  }
+}
+
+namespace {
+
+std::string file_bytes(const std::string& path) {
+  return dtlaunch_test::read_file(path);
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A tmpfs of `size` mounted at `dir` for the scope (needs CAP_SYS_ADMIN), unmounted again.
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const std::string& dir, const std::string& size) : dir_(dir) {
+    std::filesystem::create_directory(dir);
+    mounted_ =
+        ::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, ("size=" + size).c_str()) == 0;
+  }
+  ~SmallTmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  SmallTmpfs(const SmallTmpfs&) = delete;
+  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+}  // namespace
+
+// Issue 26, items 4-7: a checkpoint is verified before it is loaded, its progress record is
+// range-checked, a full disk is an error that leaves the previous checkpoint, and a path that is
+// not a regular file is refused at start-up instead of being replaced or blocking in open().
+TEST_CASE("train: checkpoints that are corrupt, do not fit, or are not regular files are refused",
+          "[train][torch]") {
+  // One directory and one first checkpoint for every section (Catch runs the case once per
+  // section): training it is most of the case's time.
+  static TempDir tmp;
+  const auto args = concat(common_args(tmp), {"--log-every", "0"});
+  const std::string good = tmp / "good.ckpt";
+  // A run of 3 steps (4 with `more`), which checkpoints at its end.
+  auto run = [&](const std::vector<std::string>& extra, const std::string& tag, bool more = false) {
+    Ranks one(kTrain, concat(concat(args, {"--max-steps", more ? "4" : "3"}), extra), 1, tmp.path(),
+              tag);
+    const auto status = one.wait_all(120s);
+    return std::make_pair(status.empty() ? -1 : status[0], one.log(0));
+  };
+  if (!std::filesystem::exists(good)) {
+    const auto [status, log] = run({"--checkpoint", good}, "first");
+    INFO(log);
+    REQUIRE(status == 0);
+  }
+  const std::string clean = file_bytes(good);
+  REQUIRE(clean.size() > 100000);
+
+  SECTION("a byte flipped in the weights, or a cut file, is corruption: status 2") {
+    std::string flipped = clean;
+    flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x01);
+    write_bytes(tmp / "flipped.ckpt", flipped);
+    write_bytes(tmp / "cut.ckpt", clean.substr(0, clean.size() - 1000));
+    for (const std::string name : {"flipped.ckpt", "cut.ckpt"}) {
+      const auto [status, log] = run({"--checkpoint", tmp / name, "--resume"}, "corrupt");
+      INFO(name << "\n" << log);
+      CHECK(status == 2);
+      CHECK(log.find(tmp / name + ": the checkpoint is corrupt (") != std::string::npos);
+      CHECK(log.find("resumed from") == std::string::npos);
+    }
+    // The clean copy still resumes.
+    write_bytes(tmp / "copy.ckpt", clean);
+    const auto [status, log] = run({"--checkpoint", tmp / "copy.ckpt", "--resume"}, "clean", true);
+    INFO(log);
+    CHECK(status == 0);
+    CHECK(log.find("resumed from " + tmp / "copy.ckpt" + " at epoch 1 step 3") !=
+          std::string::npos);
+  }
+
+  SECTION("every field of the progress record is range-checked behind a valid checksum") {
+    struct Row {
+      int field;
+      long long value;
+      std::string expected;
+    };
+    const std::vector<Row> rows = {
+        {0, 7, "not a dtlaunch-train checkpoint (format version 7, expected 1)"},
+        {1, 1000000, "the progress record says epoch 1000001 step 3; it does not fit this run"},
+        {2, 1000000, "the progress record says step 1000000 of an epoch; it does not fit"},
+        {3, 1000000, "the progress record says global step 1000000 at epoch 1 step 3"},
+        {4, 3, "written by a run with 3 ranks, --batch-size 64, --seed 1"},
+        {5, 0, "written by a run with 1 ranks, --batch-size 0, --seed 1"},
+        {6, -4, "not a dtlaunch-train checkpoint (negative progress field)"},
+    };
+    for (const Row& row : rows) {
+      INFO("field " << row.field << " = " << row.value);
+      const std::string edited = tmp / ("field" + std::to_string(row.field) + ".ckpt");
+      const std::string cmd = "/usr/bin/python3 " + std::string(EDIT_CHECKPOINT) + " " + good +
+                              " " + edited + " " + std::to_string(row.field) + " " +
+                              std::to_string(row.value);
+      REQUIRE(std::system(cmd.c_str()) == 0);
+      const auto [status, log] = run({"--checkpoint", edited, "--resume"}, "field");
+      INFO(log);
+      CHECK(status == 2);
+      CHECK(log.find(edited + ": ") != std::string::npos);
+      CHECK(log.find(row.expected) != std::string::npos);
+    }
+  }
+
+  SECTION("a full disk: status 1 naming ENOSPC, no temporary file, the previous checkpoint kept") {
+    const std::string dir = tmp / "small";
+    // Room for one checkpoint, not for its replacement next to it.
+    SmallTmpfs fs(dir, std::to_string(clean.size() * 3 / 2 / 1024) + "k");
+    if (!fs.mounted()) {
+      WARN("cannot mount a tmpfs here (needs CAP_SYS_ADMIN): full disk not exercised");
+      return;
+    }
+    const std::string ckpt = dir + "/x.ckpt";
+    write_bytes(ckpt, clean);
+    REQUIRE(file_bytes(ckpt) == clean);
+    const auto [status, log] = run({"--checkpoint", ckpt, "--resume"}, "full", true);
+    INFO(log);
+    CHECK(status == 1);
+    CHECK(log.find("cannot write checkpoint " + ckpt + ": No space left on device") !=
+          std::string::npos);
+    CHECK(file_bytes(ckpt) == clean);
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      left.push_back(e.path().filename().string());
+    CHECK(left == std::vector<std::string>{"x.ckpt"});
+  }
+
+  SECTION("a target that is not a regular file is refused at start-up, never replaced") {
+    const std::string fifo = tmp / "fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    const std::string target = tmp / "target";
+    write_bytes(target, "not to be replaced");
+    const std::string link = tmp / "link.ckpt";
+    std::filesystem::create_symlink(target, link);
+    const std::string dangling = tmp / "dangling.ckpt";
+    std::filesystem::create_symlink(tmp / "nothing", dangling);
+    struct Row {
+      std::string path;
+      bool resume;
+      std::string what;
+    };
+    const std::vector<Row> rows = {{fifo, true, "a FIFO"},
+                                   {fifo, false, "a FIFO"},
+                                   {"/dev/full", false, "a character device"},
+                                   {link, false, "a symbolic link"},
+                                   {link, true, "a symbolic link"},
+                                   {dangling, false, "a symbolic link"}};
+    for (const Row& row : rows) {
+      INFO(row.path << (row.resume ? " --resume" : ""));
+      std::vector<std::string> extra = {"--checkpoint", row.path};
+      if (row.resume) extra.push_back("--resume");
+      const auto started = std::chrono::steady_clock::now();
+      const auto [status, log] = run(extra, "target");
+      INFO(log);
+      CHECK(status == 2);
+      CHECK(log.find("--checkpoint '" + row.path + "': exists and is " + row.what) !=
+            std::string::npos);
+      CHECK(std::chrono::steady_clock::now() - started < 30s);
+    }
+    CHECK(file_bytes(target) == "not to be replaced");
+    CHECK(std::filesystem::is_symlink(link));
+    struct stat st {};
+    CHECK((::stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode)));
   }
 }

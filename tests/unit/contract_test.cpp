@@ -157,6 +157,15 @@ TEST_CASE("contract: parse names every problem in one line") {
       {with(good, {{"RANK", "2"}, {"MASTER_PORT", "0"}}),
        {"bad launch environment: RANK=2 is not below WORLD_SIZE=2; MASTER_PORT='0' is not a "
         "usable port"}},
+      // Issue 26 item 22: a run id is printable ASCII and short, or refused naming it.
+      {with(good, {{"DTLAUNCH_RUN_ID", "slurm-1\nOK: forged"}}),
+       {"DTLAUNCH_RUN_ID='slurm-1\\nOK: forged' has a control character at byte 8"}},
+      {with(good, {{"DTLAUNCH_RUN_ID", "a\x1b[2Jb"}}),
+       {"DTLAUNCH_RUN_ID='a\\x1b[2Jb' has a control character at byte 2"}},
+      {with(good, {{"DTLAUNCH_RUN_ID", std::string(100000, 'x')}}),
+       {"DTLAUNCH_RUN_ID='xxx", "... (100000 bytes)' is 100000 bytes long; at most 128"}},
+      {with(good, {{"DTLAUNCH_RUN_ID", "caf\xc3\xa9"}}),
+       {"has a non-ASCII byte at byte 4; only printable ASCII is allowed"}},
   };
   for (const Case& c : cases) {
     std::string msg;
@@ -171,4 +180,9 @@ TEST_CASE("contract: parse names every problem in one line") {
   }
   CHECK(parse_contract(good).node_rank == 0);
   CHECK(parse_contract(good).nnodes == 1);
+  // The longest and the widest run ids that pass; an empty one counts as unset.
+  for (const std::string& id : {std::string(128, 'x'), std::string(" !~slurm-1234.0")})
+    CHECK(parse_contract(with(good, {{"DTLAUNCH_RUN_ID", id}})).run_id == id);
+  CHECK(!parse_contract(with(good, {{"DTLAUNCH_RUN_ID", ""}})).run_id);
+  CHECK(run_id_problem(std::string(129, 'x')) == "is 129 bytes long; at most 128 are allowed");
 }

@@ -46,9 +46,13 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   auto settings = detail::MonitorSettings::from_environment(env.world_size);
   InitOptions resolved = options;
   resolved.shm_all_reduce = options.shm_all_reduce && detail::shm_enabled_by_environment();
+  // DTLAUNCH_DDP_CHECK adds a collective to every collective: it must be on everywhere or
+  // nowhere (DTLAUNCH_DDP_SHM is agreed by ShmAllReduce::create instead: off when any rank has it
+  // off).
+  const std::string agreed = std::string("DTLAUNCH_DDP_CHECK=") + (settings.check ? "1" : "0");
   auto store = detail::rendezvous(
       env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
-      options.progress_every, phases);
+      options.progress_every, phases, agreed);
   // The rendezvous bounded the store's waits by its own timeout; Gloo and NCCL use the store
   // afterwards under the collectives' timeout.
   store->setTimeout(options.timeout);

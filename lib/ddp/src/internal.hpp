@@ -21,11 +21,14 @@ ErrorKind classify_backend_failure(const std::string& message);
 // Hosts (rank 0) or reaches the TCP store at MASTER_ADDR:MASTER_PORT and waits until every rank
 // has checked in with rank 0's identity (DTLAUNCH_RUN_ID, WORLD_SIZE), or throws naming how many
 // arrived, the missing ranks and the address, or both identities. Prints a progress line to
-// stderr every `progress_every` (0: never) while it waits.
+// stderr every `progress_every` (0: never) while it waits. `agreed_settings` ("NAME=VALUE ...",
+// the variables every rank must set alike) is compared with rank 0's: a difference fails every
+// rank with one kConfig line naming the ranks.
 struct StartupPhases;
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::milliseconds timeout,
                                            std::chrono::milliseconds progress_every,
-                                           StartupPhases& phases);
+                                           StartupPhases& phases,
+                                           const std::string& agreed_settings);
 
 // Another client connection to the store that rank 0 hosts (a client is for one thread at a
 // time), on the server kind env asks for, as the rendezvous opens it.

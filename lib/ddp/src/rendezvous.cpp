@@ -6,8 +6,11 @@
 // The keys also carry the job's identity (DTLAUNCH_RUN_ID and WORLD_SIZE): two jobs that share
 // MASTER_ADDR:MASTER_PORT by accident would otherwise mix ranks and train together. Rank 0
 // publishes its identity before anything else; a client reads it before it writes any key of
-// its own rank, so a rank of another job cannot take a rank's place; it reports itself under
-// kRefusedKey instead, and rank 0 fails the whole rendezvous with that one line.
+// its own rank, so a rank of another job cannot take a rank's place. It reports itself under a
+// refusal key instead, which rank 0 logs in one line before it goes on waiting for its own ranks:
+// one misconfigured job must not be able to end another's. A second process with this job's
+// identity and an already claimed rank is this job's own misconfiguration: it reports itself
+// under kDuplicateKey, and rank 0 fails the whole rendezvous with that one line.
 #include <dirent.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -25,14 +28,17 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string_view>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <type_traits>
 #include <utility>
 
+#include "core/text.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
 
@@ -47,7 +53,8 @@ const std::string kFailedKey = "dtlaunch/rdzv/failed";
 const std::string kAckKey = "dtlaunch/rdzv/failed_seen";
 const std::string kIdentityKey = "dtlaunch/rdzv/identity";
 const std::string kHostsKey = "dtlaunch/rdzv/hosts";
-const std::string kRefusedKey = "dtlaunch/rdzv/refused";
+const std::string kDuplicateKey = "dtlaunch/rdzv/refused";
+const std::string kForeignCountKey = "dtlaunch/rdzv/foreign";
 const std::string kDoneKey = "dtlaunch/rdzv/done";
 // The first line of an identity record: a peer's key that lacks it was not written by this
 // protocol.
@@ -59,6 +66,14 @@ std::string rank_key(int rank) {
 std::string claim_key(int rank) {
   return "dtlaunch/rdzv/claim/" + std::to_string(rank);
 }
+std::string settings_key(int rank) {
+  return "dtlaunch/rdzv/settings/" + std::to_string(rank);
+}
+std::string foreign_key(int64_t n) {
+  return "dtlaunch/rdzv/foreign/" + std::to_string(n);
+}
+// Rank 0 logs this many refused foreign ranks, then one line for the rest.
+constexpr int64_t kForeignLinesShown = 8;
 
 std::vector<uint8_t> bytes(const std::string& s) {
   return {s.begin(), s.end()};
@@ -94,8 +109,9 @@ std::optional<Identity> parse_record(const std::string& rec) {
   return Identity{rec.substr(b + 1), std::stoi(world)};
 }
 
+// A peer's run id is untrusted text: escaped and bounded like every value dtlaunch echoes.
 std::string describe(const Identity& id) {
-  return "run '" + id.run_id + "' (world " + std::to_string(id.world_size) + ")";
+  return "run '" + excerpt(id.run_id, 128) + "' (world " + std::to_string(id.world_size) + ")";
 }
 
 // The message both sides print when a rank of another job reached this rendezvous.
@@ -213,8 +229,14 @@ class StoreWatchdog {
 // ---------------------------------------------------------------------------------------------
 
 // One non-blocking connect to `a`, waiting at most a second (and not past the deadline).
-// Returns 0 once accepted (the socket is closed at once), else the errno that says why not.
-int try_connect(const addrinfo& a, Clock::time_point deadline) {
+// Returns 0 once accepted, else the errno that says why not. With `spoke_first`, the connection
+// is then held for up to `listen_for` (not past the deadline) to catch a peer that speaks
+// before it is asked: a TCPStore server never does, and LibTorch 1.13's store client hands
+// whatever arrives unasked to a background thread that parses it without bounds and aborts the
+// process (std::length_error from a 64-bit length of 0xff bytes). What arrived, at most 16
+// bytes, goes to *spoke_first; the socket is closed either way.
+int try_connect(const addrinfo& a, Clock::time_point deadline, std::string* spoke_first = nullptr,
+                milliseconds listen_for = milliseconds(0)) {
   const int fd = ::socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol);
   if (fd < 0) return errno;
   int err = ::connect(fd, a.ai_addr, a.ai_addrlen) == 0 ? 0 : errno;
@@ -226,8 +248,31 @@ int try_connect(const addrinfo& a, Clock::time_point deadline) {
         ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
       err = ETIMEDOUT;
   }
+  if (err == 0 && spoke_first != nullptr) {
+    const auto until = std::min(deadline, Clock::now() + listen_for);
+    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) == 1) {
+      char head[16];
+      const ssize_t n = ::recv(fd, head, sizeof head, MSG_DONTWAIT);
+      if (n > 0) spoke_first->assign(head, static_cast<size_t>(n));
+    }
+  }
   ::close(fd);
   return err;
+}
+
+// "ff ff 03": the bytes of a peer that spoke first, for the message that names it.
+std::string hex_bytes(const std::string& b) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : b) {
+    const auto u = static_cast<unsigned char>(c);
+    if (!out.empty()) out += ' ';
+    out += kHex[u >> 4];
+    out += kHex[u & 0xf];
+  }
+  return out;
 }
 
 using AddrList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
@@ -276,6 +321,9 @@ class Progress {
   Clock::time_point next_;
 };
 
+// How long a rank listens, once connected, for a peer that speaks before it is asked.
+constexpr milliseconds kQuietPeer{150};
+
 // Waits until something accepts TCP connections at env's MASTER_ADDR:MASTER_PORT, trying every
 // 5-100 ms, up to the deadline. TCPStore's client spends its whole timeout on a first connect
 // attempt and then backs off for seconds (LibTorch 2.6 reported a missing rank 0 2.5 times past
@@ -289,7 +337,15 @@ std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline,
   for (;;) {
     const AddrList found = resolve(env, reason);
     for (const addrinfo* a = found.get(); a; a = a->ai_next) {
-      const int err = try_connect(*a, deadline);
+      std::string spoke;
+      const int err = try_connect(*a, deadline, &spoke, kQuietPeer);
+      if (err == 0 && !spoke.empty())
+        throw Error(ErrorKind::kConfig,
+                    "dtlaunch ddp: rendezvous at " + address(env) + " failed: rank " +
+                        std::to_string(env.rank) + " connected, but the peer there spoke first (" +
+                        hex_bytes(spoke) + (spoke.size() == 16 ? " ..." : "") +
+                        "), which a c10d TCPStore never does: is MASTER_PORT another program's "
+                        "port?");
       if (err == 0) return "";
       reason = "connect: " + std::string(std::strerror(err));
     }
@@ -344,11 +400,9 @@ Error from_failure_record(const std::string& rec) {
   return Error(k, nl == std::string::npos ? rec : rec.substr(nl + 1));
 }
 
-// Keeps a peer's text to one line of reasonable length.
-std::string one_line(std::string s) {
-  s = s.substr(0, s.find('\n'));
-  if (s.size() > 2000) s.resize(2000);
-  return s;
+// A peer's text as one line of reasonable length, its control characters escaped.
+std::string one_line(const std::string& s) {
+  return excerpt(s.substr(0, s.find('\n')), 2000, '"');
 }
 
 }  // namespace
@@ -380,7 +434,8 @@ std::string store_host_gone(const WorkerEnv& env, milliseconds within) {
 }
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds timeout,
-                                           milliseconds progress_every, StartupPhases& phases) {
+                                           milliseconds progress_every, StartupPhases& phases,
+                                           const std::string& agreed_settings) {
   const auto start = Clock::now();
   const auto deadline = start + timeout;
   Progress progress(start, timeout, progress_every);
@@ -513,7 +568,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
                                             "dtlaunch's: is MASTER_PORT another program's port?");
       if (!(*host == mine)) {
         const std::string msg = foreign_message(env, env.rank, mine, *host);
-        store->set(kRefusedKey, bytes(msg));
+        store->set(foreign_key(store->add(kForeignCountKey, 1)), bytes(msg));
         throw Error(ErrorKind::kConfig, msg);
       }
       if (store->add(claim_key(env.rank), 1) != 1) {
@@ -521,7 +576,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
                                 " reached the rendezvous at " + address(env) +
                                 ", where another process has already checked in as " + me +
                                 ": two jobs share MASTER_ADDR:MASTER_PORT, or RANK is set wrong";
-        store->set(kRefusedKey, bytes(msg));
+        store->set(kDuplicateKey, bytes(msg));
         throw Error(ErrorKind::kConfig, msg);
       }
     }
@@ -529,17 +584,46 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
     // For rank 0's startup line and the reports: where this rank runs, and when it came.
     store->set(checkin_key(env.rank), bytes(checkin_record(env)));
     store->set(rank_key(env.rank), bytes(record(mine)));
+    store->set(settings_key(env.rank), bytes(agreed_settings));
     store->add(kCountKey, 1);
     const auto checked_in = Clock::now();
 
     // Polling an add(0) or a check rather than a blocking wait(): a TCPStore wait that times out
     // leaves its reply pending on the socket, and the diagnosis below needs the socket afterwards.
     auto pause = milliseconds(5);
+    int64_t foreign_logged = 0;
+    Clock::time_point foreign_since{};
     for (;;) {
       if (env.rank == 0) {
         arrived = store->add(kCountKey, 0);
-        if (store->check({kRefusedKey}))
-          throw fail_all(Error(ErrorKind::kConfig, one_line(text(store->get(kRefusedKey)))));
+        if (store->check({kDuplicateKey}))
+          throw fail_all(Error(ErrorKind::kConfig, one_line(text(store->get(kDuplicateKey)))));
+        // Ranks of other jobs were refused on their side; one line each here, then on.
+        for (const int64_t refused = store->add(kForeignCountKey, 0); foreign_logged < refused;) {
+          const int64_t n = foreign_logged + 1;
+          std::string line = "(its message did not arrive)";
+          if (store->check({foreign_key(n)})) {
+            line = one_line(text(store->get(foreign_key(n))));
+          } else if (n <= kForeignLinesShown) {
+            // It sets its line right after it counts itself: wait a moment for it.
+            if (foreign_since == Clock::time_point{}) foreign_since = Clock::now();
+            if (Clock::now() - foreign_since < std::chrono::seconds(1)) break;
+          }
+          foreign_since = {};
+          foreign_logged = n;
+          if (n <= kForeignLinesShown)
+            std::fprintf(stderr,
+                         "dtlaunch ddp: rank 0 refused a rank of another job: %s; still waiting "
+                         "for this job's ranks\n",
+                         line.c_str());
+          else if (n == refused)
+            std::fprintf(stderr,
+                         "dtlaunch ddp: rank 0 has refused %lld ranks of other jobs (lines after "
+                         "the first %lld not shown); still waiting for this job's ranks\n",
+                         static_cast<long long>(refused),
+                         static_cast<long long>(kForeignLinesShown));
+          std::fflush(stderr);
+        }
         if (arrived >= env.world_size) {
           // Every rank checked in with this run's identity: the clients checked it already;
           // this catches a peer that wrote its rank key without doing so.
@@ -553,6 +637,23 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
                                " checked in without a dtlaunch identity (another program, or an "
                                "older dtlaunch, on MASTER_PORT?)"));
           }
+          // Settings a collective depends on (DTLAUNCH_DDP_CHECK): one rank that checks and
+          // one that does not would deadlock at the first collective, so they must agree here.
+          std::vector<int> differ;
+          std::string theirs_text;
+          for (int r = 1; r < env.world_size; ++r) {
+            const std::string theirs = text(store->get(settings_key(r)));
+            if (theirs == agreed_settings) continue;
+            if (differ.empty()) theirs_text = theirs;
+            differ.push_back(r);
+          }
+          if (!differ.empty())
+            throw fail_all(Error(ErrorKind::kConfig,
+                                 "dtlaunch ddp: the ranks' settings differ: rank 0 has '" +
+                                     excerpt(agreed_settings, 200) + "', rank" +
+                                     (differ.size() > 1 ? "s " : " ") + format_ranks(differ) +
+                                     " '" + excerpt(theirs_text, 200) +
+                                     "'; set these variables the same on every rank"));
           store->set(kDoneKey, bytes("1"));
           phases.rank0_waited = std::chrono::duration_cast<milliseconds>(Clock::now() - checked_in);
           break;
@@ -587,20 +688,39 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
     throw;
   } catch (const std::exception& e) {
     if (!answered) {
-      const std::string how = watchdog.fired()
-                                  ? "did not answer within " + seconds_text(first_answer)
-                                  : "did not answer as a c10d TCPStore";
-      throw Error(ErrorKind::kTimeout, where + " failed: " + me +
-                                           " connected, but the peer there " + how +
-                                           " (is MASTER_PORT another program's port, or is rank 0 "
-                                           "stopped?): " +
-                                           first_line(e));
+      // Silence is a timeout (a stopped rank 0 looks the same); an answer that is not the
+      // store's protocol is a configuration error: MASTER_PORT is another program's.
+      if (watchdog.fired())
+        throw Error(ErrorKind::kTimeout, where + " failed: " + me +
+                                             " connected, but the peer there did not answer "
+                                             "within " +
+                                             seconds_text(first_answer) +
+                                             " (is MASTER_PORT another program's port, or is "
+                                             "rank 0 stopped?): " +
+                                             first_line(e));
+      throw Error(ErrorKind::kConfig, where + " failed: " + me +
+                                          " connected, but the peer there did not answer as a "
+                                          "c10d TCPStore (is MASTER_PORT another program's "
+                                          "port?): " +
+                                          excerpt(first_line(e), 200, '"'));
     }
     if (watchdog.fired())
       throw Error(ErrorKind::kTimeout, where + " failed on " + me +
                                            ": the store that rank 0 hosts "
                                            "stopped answering; gave up at the deadline (" +
                                            seconds_text(timeout) + ")");
+    // A reply the store client could not parse: a std::length_error or std::bad_alloc from a
+    // length of 2^64-1 read out of garbage, or LibTorch's "Stop_waiting response is expected".
+    // The peer there does not speak the store's protocol (a peer that closed is kPeerLost below).
+    const std::string line = first_line(e);
+    if (dynamic_cast<const std::length_error*>(&e) != nullptr ||
+        dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+        (line.find("response") != std::string::npos && line.find("expected") != std::string::npos))
+      throw Error(ErrorKind::kConfig, where + " failed on " + me +
+                                          ": the peer there sent a reply that is not the c10d "
+                                          "TCPStore protocol (is MASTER_PORT another program's "
+                                          "port?): " +
+                                          excerpt(line, 200, '"'));
     throw Error(ErrorKind::kPeerLost, where + " failed on " + me + " after " +
                                           std::to_string(arrived) + " of " +
                                           std::to_string(env.world_size) +

@@ -17,6 +17,7 @@
 // sleeps on its word (the sleepers count, ordered against the phase by seq_cst on both sides).
 #include "shm_reduce.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -526,6 +527,55 @@ void ShmAllReduce::drain() {
   impl_->cv.wait(lock, [&] { return impl_->queue.empty() && !impl_->running; });
 }
 
+namespace {
+
+// Segments are named /dtlaunch-ddp-PID-TICKS-NONCE after the rank 0 that created them (its pid
+// and start time). A rank 0 killed between creating one and unlinking it, once every rank has
+// mapped it, leaves it in /dev/shm; the next rank 0 on the node removes those whose creator is
+// gone (ones of other users stay: /dev/shm is sticky).
+const std::string kSegmentPrefix = "dtlaunch-ddp-";
+
+void remove_stale_segments() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.rfind(kSegmentPrefix, 0) != 0) continue;
+    int pid = 0, used = 0;
+    unsigned long long ticks = 0, nonce = 0;
+    if (std::sscanf(name.c_str() + kSegmentPrefix.size(), "%d-%llu-%16llx%n", &pid, &ticks, &nonce,
+                    &used) != 3 ||
+        static_cast<size_t>(used) != name.size() - kSegmentPrefix.size() || pid <= 0)
+      continue;
+    if (!process_alive(pid, ticks)) ::shm_unlink(("/" + name).c_str());
+  }
+  ::closedir(dir);
+}
+
+// The value of `key`, which rank `owner` sets; polled rather than a blocking get, so that a peer
+// killed during the set-up is named at once instead of a "Socket Timeout" at the deadline. Only
+// peers whose process this rank can see are checked (not so across PID namespaces).
+std::string get_from_peer(c10d::Store& store, const std::string& key, int owner, int pid,
+                          uint64_t start_ticks, bool visible, Clock::time_point deadline,
+                          std::chrono::milliseconds timeout) {
+  auto pause = milliseconds(1);
+  while (!store.check({key})) {
+    if (visible && !process_alive(pid, start_ticks))
+      throw Error(ErrorKind::kPeerLost, "rank " + std::to_string(owner) + " (pid " +
+                                            std::to_string(pid) +
+                                            ") is gone: it died during the set-up");
+    if (Clock::now() >= deadline)
+      throw Error(ErrorKind::kTimeout, "timed out after " + seconds_text(timeout) +
+                                           " waiting for rank " + std::to_string(owner) + " (pid " +
+                                           std::to_string(pid) + ")");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, milliseconds(50));
+  }
+  return text(store.get(key));
+}
+
+}  // namespace
+
 std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool enabled,
                                                    c10d::Store& store, milliseconds timeout) {
   if (env.world_size < 2) return nullptr;
@@ -562,13 +612,23 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool en
   const Layout layout(world);
   std::string name, problem;
   uint64_t nonce = 0;
+  const auto deadline = Clock::now() + timeout;
+  std::vector<bool> visible(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) visible[r] = process_alive(ids[r].pid, ids[r].start_ticks);
+  auto from_peer = [&](const std::string& k, int owner) {
+    return get_from_peer(store, k, owner, ids[owner].pid, ids[owner].start_ticks, visible[owner],
+                         deadline, timeout);
+  };
   try {
     if (rank == 0) {
+      remove_stale_segments();
       std::random_device random;
       nonce = (static_cast<uint64_t>(random()) << 32) ^ random();
-      char suffix[17];
-      std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(nonce));
-      name = "/dtlaunch-ddp-" + std::to_string(me.pid) + "-" + suffix;
+      char suffix[64];
+      std::snprintf(suffix, sizeof suffix, "%d-%llu-%016llx", me.pid,
+                    static_cast<unsigned long long>(me.start_ticks),
+                    static_cast<unsigned long long>(nonce));
+      name = "/" + kSegmentPrefix + suffix;
       problem = map_segment(name, true, layout.total, impl->mapping);
       if (problem.empty()) {
         auto* header = static_cast<Header*>(impl->mapping.base);
@@ -581,7 +641,7 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool en
           kKeyPrefix + "segment",
           bytes(problem.empty() ? "ok\n" + name + "\n" + std::to_string(nonce) : "no\n" + problem));
     } else {
-      std::istringstream rec(text(store.get(kKeyPrefix + "segment")));
+      std::istringstream rec(from_peer(kKeyPrefix + "segment", 0));
       std::string status, nonce_text;
       std::getline(rec, status);
       std::getline(rec, name);
@@ -607,7 +667,7 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool en
                   ") is not visible in this rank's /proc";
     store.set(key("mapped", rank), bytes(problem.empty() ? "ok" : problem));
     std::vector<std::string> verdicts;
-    for (int r = 0; r < world; ++r) verdicts.push_back(text(store.get(key("mapped", r))));
+    for (int r = 0; r < world; ++r) verdicts.push_back(from_peer(key("mapped", r), r));
     // Every rank has mapped it (or given up): the name goes now, so that nothing is left in
     // /dev/shm whatever happens to the ranks later. Each rank tries; all but one get ENOENT.
     if (!name.empty()) ::shm_unlink(name.c_str());
@@ -620,6 +680,11 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool en
                      r, verdicts[r].c_str());
       return nullptr;
     }
+  } catch (const Error& e) {
+    if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
+    throw Error(e.kind(),
+                "dtlaunch ddp: rank " + std::to_string(rank) +
+                    " could not set up the shared-memory all_reduce with its peers: " + e.what());
   } catch (const std::exception& e) {
     if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
     const std::string line = first_line(e);
