@@ -166,6 +166,10 @@ std::string Timeline::html(const std::string& verdict_text) const {
          "\" data-row=\"" + std::to_string(row_px) + "\" font-family=\"sans-serif\">\n";
   svg += "<rect x=\"0\" y=\"0\" width=\"" + std::to_string(width) + "\" height=\"" +
          std::to_string(height) + "\" fill=\"#ffffff\"/>\n";
+  svg += "<text x=\"10\" y=\"40\" font-size=\"18\" font-weight=\"bold\">dtlaunch trace: run " +
+         html_escape(v_.run_id) + " attempt " + std::to_string(v_.attempt) + ", " +
+         std::to_string(v_.ranks.size() - v_.missing().size()) + " of " +
+         std::to_string(v_.world_size) + " ranks</text>\n";
   // Legend.
   auto legend = [&](int lx, const char* colour, const char* text) {
     svg += "<rect x=\"" + std::to_string(lx) + "\" y=\"" + std::to_string(kTimelineTop - 40) +

@@ -16,6 +16,7 @@
 #include <ostream>
 
 #include "core/error.hpp"
+#include "core/file.hpp"
 #include "core/text.hpp"
 #include "trace/record.hpp"
 #include "trace/timeline.hpp"
@@ -112,9 +113,15 @@ int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err)
   for (const auto& name : names) {
     const std::string path = (fs::path(dir) / name).string();
     std::string why;
-    auto text = read_whole(path, &why);
+    // The header is the first line: 64 KiB hold it unless the reason is longer.
+    auto text = read_file_head(path, 64 * 1024);
     std::optional<Header> h;
     if (text) h = parse_header(*text, &why);
+    if (!h && text && text->size() == 64 * 1024) {
+      text = read_whole(path, &why);
+      if (text) h = parse_header(*text, &why);
+    }
+    if (!text && why.empty()) why = std::strerror(errno);
     if (!h) {
       broken.push_back(name + ": " + why);
       continue;
