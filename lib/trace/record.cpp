@@ -219,7 +219,7 @@ bool header_key(Parser& p, const std::string& key, Header& h) {
   if (key == "run_id") return p.string(h.run_id);
   if (key == "attempt") return p.bounded(h.attempt, 0, 1'000'000'000);
   if (key == "rank") return p.bounded(h.rank, 0, 1'000'000'000);
-  if (key == "world_size") return p.bounded(h.world_size, 1, 1'000'000'000);
+  if (key == "world_size") return p.bounded(h.world_size, 1, kMaxWorldSize);
   if (key == "local_rank") return p.bounded(h.local_rank, -1, 1'000'000'000);
   if (key == "host") return p.string(h.host);
   if (key == "kind") return p.string(h.kind);

@@ -10,6 +10,10 @@
 
 namespace dtlaunch::trace {
 
+// The largest world size a file may claim: `dtlaunch trace` keeps a few hundred bytes per rank,
+// and a corrupt header must not make it allocate gigabytes.
+inline constexpr int kMaxWorldSize = 1'000'000;
+
 enum class EntryState : uint8_t { kStarted, kCompleted, kFailed };
 
 struct Entry {
