@@ -3,6 +3,7 @@
 pixels: a 4-rank job where rank 3 enters every step 20 ms late and rank 1 left no file. Rank 3's
 marker must be the straggler's red, rank 1's the missing grey, ranks 0 and 2 unmarked.
 
+Also the command line's exit statuses (66 for an empty directory, 2 for bad input).
 Usage: timeline_screenshot.py DTLAUNCH [PNG_TO_KEEP]. Exit 77 (ctest's skip) only when no
 chromium is installed."""
 import json, os, random, shutil, struct, subprocess, sys, tempfile, zlib
@@ -82,6 +83,16 @@ def main():
         print("SKIP: no chromium installed")
         return 77
     dtlaunch = sys.argv[1]
+    # The command line's statuses first: an empty directory 66 with one line, not a directory 2,
+    # a bad --format 2.
+    with tempfile.TemporaryDirectory() as empty:
+        for argv, status, line in (
+                ([empty], 66, "dtlaunch trace: %s: no flight record (*.json) in it" % empty),
+                ([empty + "/nope"], 2, "dtlaunch: trace: %s/nope is not a directory" % empty),
+                ([empty, "--format", "xml"], 2, "dtlaunch: ")):
+            run = subprocess.run([dtlaunch, "trace"] + argv, capture_output=True, text=True)
+            assert run.returncode == status, "%s: status %d, not %d" % (argv, run.returncode, status)
+            assert run.stderr.startswith(line) and run.stderr.count("\n") == 1, run.stderr
     with tempfile.TemporaryDirectory() as tmp:
         traces = os.path.join(tmp, "traces")
         os.mkdir(traces)
