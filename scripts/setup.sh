@@ -14,6 +14,7 @@ packages=(
   hyperfine
   libhwloc-dev hwloc                  # the node topology for --cpu-bind (lstopo to look at it)
   mmdebstrap                          # the LibTorch 2.x check's chroot (scripts/libtorch2-check.sh)
+  chromium                            # renders `dtlaunch trace --html` in a test
 )
 
 missing=()

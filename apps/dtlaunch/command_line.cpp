@@ -167,4 +167,29 @@ std::vector<std::string> program_argv(const CLI::App& app) {
   return argv;
 }
 
+CLI::App* add_trace_options(CLI::App& app, TraceCommand& command) {
+  CLI::App* sub = app.add_subcommand(
+      "trace",
+      "Merge the flight records every rank of a DDP job wrote into DIR (DTLAUNCH_DDP_TRACE_DIR): "
+      "the first collective where the ranks diverge, who never entered it and who waits, "
+      "mismatches, stragglers (docs/cli.md).\n\n  dtlaunch trace DIR [OPTIONS]");
+  sub->footer(
+      "Exit status: 0 the ranks agree and nobody straggles; 3 a problem found; 66 no readable "
+      "flight record in DIR; 2 bad input.");
+  sub->add_option("DIR", command.dir, "the directory of the rank files")->required();
+  sub->add_option("--format", command.format,
+                  "text (default), json, or chrome (a Chrome-trace / "
+                  "Perfetto timeline on stdout; the verdict on stderr)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, trace::TraceFormat>{{"text", trace::TraceFormat::kText},
+                                                    {"json", trace::TraceFormat::kJson},
+                                                    {"chrome", trace::TraceFormat::kChrome}},
+          CLI::ignore_case));
+  sub->add_option("--html", command.html,
+                  "also write a self-contained HTML timeline (one track per rank) to this file");
+  sub->add_option("--run", command.run_id,
+                  "the run id whose files to read (default: the run of the newest file)");
+  return sub;
+}
+
 }  // namespace dtlaunch

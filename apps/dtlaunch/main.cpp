@@ -23,7 +23,8 @@ constexpr const char* kDescription =
     "  dtlaunch hostnames EXPR...    expand Slurm hostlists, one host per line\n"
     "  dtlaunch hostlist NAME...     compress host names into a hostlist\n"
     "  dtlaunch env-table            the table of exported and removed variables\n"
-    "  dtlaunch doctor [OPTIONS] [PROGRAM...]   check that the job can start (see --help)\n\n"
+    "  dtlaunch doctor [OPTIONS] [PROGRAM...]   check that the job can start (see --help)\n"
+    "  dtlaunch trace DIR [OPTIONS]  merge the DDP runtime's flight records (see --help)\n\n"
     "Under srun every task execs PROGRAM with RANK, WORLD_SIZE, MASTER_ADDR, ... set from "
     "Slurm's environment; with --nproc-per-node dtlaunch spawns and supervises the workers "
     "itself.";
@@ -140,6 +141,8 @@ int run(int argc, char** argv) {
                "hostlist')");
   CLI::App* env_table = add_verbatim(
       app, "env-table", "print the Markdown table of the variables dtlaunch exports and removes");
+  TraceCommand trace;
+  CLI::App* trace_app = add_trace_options(app, trace);
   // A subcommand is one only as the first argument: in `dtlaunch -- hostlist` or
   // `dtlaunch -v hostlist` it is the program's name.
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
@@ -161,6 +164,7 @@ int run(int argc, char** argv) {
                          excerpt(env_table->remaining().front()) + "'");
     return run_env_table(std::cout);
   }
+  if (trace_app->parsed()) return run_trace_command(trace, std::cout, std::cerr);
   LaunchCommand& command = doctor_app->parsed() ? doctor : launch;
   // CLI11 hands a "--" that comes before the subcommand's first positional, and all after it,
   // back to the parent: `dtlaunch doctor --timeout 5 -- PROGRAM` leaves PROGRAM in app's.

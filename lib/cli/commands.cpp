@@ -209,4 +209,8 @@ int run_env_table(std::ostream& out) {
   return 0;
 }
 
+int run_trace_command(const trace::TraceOptions& options, std::ostream& out, std::ostream& err) {
+  return trace::run_trace(options, out, err);
+}
+
 }  // namespace dtlaunch

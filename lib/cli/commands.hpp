@@ -9,6 +9,7 @@
 
 #include "core/env_map.hpp"
 #include "launch/options.hpp"
+#include "trace/trace_dir.hpp"
 
 namespace dtlaunch {
 
@@ -42,6 +43,9 @@ int run_hostnames(const std::vector<std::string>& expressions, std::ostream& out
 
 // `dtlaunch hostlist NAME...`: the ranged expression of all the names, in order.
 int run_hostlist(const std::vector<std::string>& names, std::ostream& out);
+
+// `dtlaunch trace DIR`: the merged flight records (docs/cli.md); its own exit statuses.
+int run_trace_command(const trace::TraceOptions& options, std::ostream& out, std::ostream& err);
 
 // `dtlaunch env-table`: the Markdown table of exported variables that docs/environment.md holds.
 int run_env_table(std::ostream& out);

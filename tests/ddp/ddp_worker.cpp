@@ -13,6 +13,12 @@
 //   ddp_worker check-shape   rank 1's 3rd all_reduce has another shape (DTLAUNCH_DDP_CHECK=1)
 //   ddp_worker check-op      rank 1 calls all_gather where the others call all_reduce
 //   ddp_worker late          rank DDP_TEST_LATE_RANK comes 1.5 s late; then a barrier
+//   ddp_worker straggle      60 steps of 3 all_reduces; rank DDP_TEST_STRAGGLER (if set) sleeps
+//                            20 ms before each step
+//   ddp_worker dump          60 all_reduces; each rank sends itself SIGUSR2 before the 30th and
+//                            goes on; at the end it waits for its dump file in
+//                            DTLAUNCH_DDP_TRACE_DIR. With DDP_TEST_OWN_USR2=1 the program
+//                            handles SIGUSR2 itself (installed before init): no dump then
 //   ddp_worker shm-vs-gloo   every all_reduce twice: on the group (shared memory where it can)
 //                            and on a second group with shm off (port DDP_TEST_PORT2); the
 //                            results must be bit-identical
@@ -38,6 +44,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -434,6 +441,11 @@ const char* kind_name(const std::exception& e) {
   return typed ? ddp::to_string(typed->kind()) : "untyped";
 }
 
+volatile std::sig_atomic_t own_usr2_handled = 0;
+extern "C" void own_usr2(int) {
+  own_usr2_handled = 1;
+}
+
 // Returns the process status, or -1 to go on with the closing barrier.
 int diagnostics(const std::string& scenario, ddp::ProcessGroup& pg) {
   if (scenario == "skip") {
@@ -455,6 +467,41 @@ int diagnostics(const std::string& scenario, ddp::ProcessGroup& pg) {
       all_reduces(pg, 1);
       if (i > 100000) return 1;
     }
+  }
+  if (scenario == "straggle") {
+    const char* who = std::getenv("DDP_TEST_STRAGGLER");
+    const int straggler = who != nullptr ? std::atoi(who) : -1;
+    for (int step = 0; step < 60; ++step) {
+      if (pg.rank() == straggler) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (int bucket = 0; bucket < 3; ++bucket) {
+        auto t = torch::ones({1000});
+        pg.all_reduce(t);
+      }
+    }
+    return -1;
+  }
+  if (scenario == "dump") {
+    for (int i = 1; i <= 60; ++i) {
+      if (i == 30) ::kill(::getpid(), SIGUSR2);
+      all_reduces(pg, 1);
+    }
+    if (own_usr2_handled != 0) {
+      std::cout << "own SIGUSR2 handler ran" << std::endl;
+      return -1;
+    }
+    const char* dir = std::getenv("DTLAUNCH_DDP_TRACE_DIR");
+    for (int waited = 0; waited < 100; ++waited) {
+      for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        if (name.find(".rank-" + std::to_string(pg.rank()) + ".json") != std::string::npos) {
+          std::cout << "dump file: " << name << std::endl;
+          return -1;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::cout << "FAIL: no dump file" << std::endl;
+    return 1;
   }
   if (scenario == "check-shape" || scenario == "check-op") {
     all_reduces(pg, 2);
@@ -598,6 +645,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   small_shm_if_asked();
+  if (std::getenv("DDP_TEST_OWN_USR2") != nullptr) std::signal(SIGUSR2, own_usr2);
   const std::string scenario = argv[1];
   torch::set_num_threads(1);
   const auto started = std::chrono::steady_clock::now();
@@ -649,6 +697,8 @@ int main(int argc, char** argv) {
       pg->all_reduce(t);
       std::cout << "FAIL: the mismatched all_reduce returned" << std::endl;
       return 1;
+    } else if (scenario == "straggle" || scenario == "dump") {
+      // Run by diagnostics(), which returned -1 for the closing barrier.
     } else if (scenario == "late") {
       std::cout << "late ok rank " << pg->rank() << std::endl;
     } else if (scenario == "rendezvous") {

@@ -18,6 +18,7 @@
 #include "proc/supervisor.hpp"
 #include "ranks.hpp"
 #include "test_support.hpp"
+#include "trace/trace_dir.hpp"
 
 using ddp_test::all_ranks;
 using ddp_test::run_ranks;
@@ -498,6 +499,16 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// `dtlaunch trace DIR`'s text verdict, which must end with `status`.
+std::string trace_verdict(const std::string& dir, int status) {
+  std::ostringstream out, err;
+  const int got =
+      dtlaunch::trace::run_trace({dir, dtlaunch::trace::TraceFormat::kText, "", ""}, out, err);
+  INFO(out.str() + err.str());
+  CHECK(got == status);
+  return out.str() + err.str();
+}
+
 }  // namespace
 
 TEST_CASE("a rank that skips a collective: the others time out naming it and both numbers",
@@ -507,7 +518,8 @@ TEST_CASE("a rank that skips a collective: the others time out naming it and bot
   dtlaunch_test::TempDir trace("ddp-trace");
   auto run = run_ranks(DDP_WORKER, {"skip"}, 3, all_ranks(3),
                        hang_env(shm_env(shm, {{"DTLAUNCH_DDP_TRACE_DIR", trace.path()},
-                                              {"DTLAUNCH_DDP_TRACE_AT_EXIT", "1"}})));
+                                              {"DTLAUNCH_DDP_TRACE_AT_EXIT", "1"},
+                                              {"DTLAUNCH_RUN_ID", "skiptest"}})));
   INFO(describe(run));
   check_shm_segments(run, shm);
   REQUIRE(run.ranks.size() == 3);
@@ -529,27 +541,45 @@ TEST_CASE("a rank that skips a collective: the others time out naming it and bot
     CHECK(error_after_seconds(r.output) < kTimeoutSeconds + kGraceSeconds + kSlackSeconds);
   }
   // The flight recorder: rank 0's file, written at the error, ends with the failed #4; rank 1's,
-  // written at exit, with the completed #3.
-  const std::string rank0 = read_file(trace.path() + "/rank-0.json");
+  // written at exit, with the completed #3. The names carry the run id and the attempt.
+  const std::string rank0 = read_file(trace.path() + "/skiptest.a0.rank-0.error.json");
   INFO(rank0);
   CHECK(has(rank0, "\"reason\": \"dtlaunch ddp: all_reduce #4 (float32, 4 elements) timed out"));
-  CHECK(has(rank0, "{\"seq\": 3, \"op\": \"all_reduce\", \"dtype\": \"float32\", \"numel\": 4, "));
+  CHECK(has(rank0,
+            "{\"seq\": 3, \"op\": \"all_reduce\", \"dtype\": \"float32\", \"numel\": 4, "
+            "\"shape\": [4], "));
   CHECK(has(rank0, "{\"seq\": 4, \"op\": \"all_reduce\", \"dtype\": \"float32\", \"numel\": 4, "));
-  CHECK(rank0.find("\"state\": \"failed\"") > rank0.find("\"seq\": 4"));
-  const std::string rank1 = read_file(trace.path() + "/rank-1.json");
+  CHECK(has(rank0.substr(rank0.find("{\"seq\": 4")), "\"state\": \"failed\"}"));
+  const std::string rank1 = read_file(trace.path() + "/skiptest.a0.rank-1.json");
   INFO(rank1);
   CHECK(has(rank1, "\"reason\": \"exit\""));
   CHECK(has(rank1, "\"collectives_started\": 3,"));
   CHECK(!has(rank1, "\"seq\": 4"));
+  // Rank 0's exit did not replace its error's file.
+  CHECK(!std::filesystem::exists(trace.path() + "/skiptest.a0.rank-0.json"));
+  // dtlaunch trace: the collective, the rank that never entered it, the ranks that waited.
+  const std::string verdict = trace_verdict(trace.path(), dtlaunch::trace::kTraceProblem);
+  CHECK(has(verdict, "dtlaunch trace: " + trace.path() +
+                         ": run skiptest attempt 0, 3 of 3 ranks, 4 collectives\n"));
+  CHECK(has(verdict, "first divergence: all_reduce #4 (float32, [4]): rank 1 ("));
+  CHECK(has(verdict,
+            ", local rank 1) never entered it (last entered all_reduce #3 (float32, [4]), "
+            "completed); ranks 0,2 waited in it until it failed\n"));
 }
 
 TEST_CASE("a rank killed mid-job: the survivors throw in bounded time naming it",
           "[ddp][proc][hang]") {
   const bool shm = GENERATE(true, false);
   INFO((shm ? "shm all_reduce" : "gloo all_reduce"));
-  auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3),
-                       hang_env(shm_env(shm, {{"DDP_TEST_VICTIM", "1"}})));
+  dtlaunch_test::TempDir trace("ddp-trace");
+  auto run = run_ranks(
+      DDP_WORKER, {"kill"}, 3, all_ranks(3),
+      hang_env(shm_env(shm, {{"DDP_TEST_VICTIM", "1"}, {"DTLAUNCH_DDP_TRACE_DIR", trace.path()}})));
   INFO(describe(run));
+  // The killed rank wrote nothing: dtlaunch trace names it missing.
+  const std::string verdict = trace_verdict(trace.path(), dtlaunch::trace::kTraceProblem);
+  CHECK(has(verdict, ", 2 of 3 ranks, 6 collectives\n"));
+  CHECK(has(verdict, "missing: rank 1 (no readable file"));
   // Nothing left in /dev/shm although a rank died by SIGKILL.
   check_shm_segments(run, shm);
   REQUIRE(run.ranks.size() == 3);
@@ -594,13 +624,24 @@ TEST_CASE("with DTLAUNCH_DDP_CHECK=1 a different shape or operation is kMismatch
     const char* scenario;
     const char* rank1_calls;
     const char* differs;
+    const char* trace_rank1;
   };
-  for (const Case c : {Case{"check-shape", "rank 1 call #3 all_reduce sum float32 [5]", "shape"},
-                       Case{"check-op", "rank 1 call #3 all_gather float32 [4]", "operation"}}) {
+  for (const Case c : {Case{"check-shape", "rank 1 call #3 all_reduce sum float32 [5]", "shape",
+                            "all_reduce (float32, [5])"},
+                       Case{"check-op", "rank 1 call #3 all_gather float32 [4]", "operation",
+                            "all_gather (float32, [4])"}}) {
     DYNAMIC_SECTION(c.scenario) {
-      auto run = run_ranks(DDP_WORKER, {c.scenario}, 3, all_ranks(3),
-                           hang_env({{"DTLAUNCH_DDP_CHECK", "1"}}));
+      dtlaunch_test::TempDir trace("ddp-trace");
+      auto run = run_ranks(
+          DDP_WORKER, {c.scenario}, 3, all_ranks(3),
+          hang_env({{"DTLAUNCH_DDP_CHECK", "1"}, {"DTLAUNCH_DDP_TRACE_DIR", trace.path()}}));
       INFO(describe(run));
+      const std::string verdict = trace_verdict(trace.path(), dtlaunch::trace::kTraceProblem);
+      CHECK(
+          has(verdict, std::string("mismatches: 1 collective where ranks disagree (1 rank entries "
+                                   "off the majority); first #3: ranks 0,2 all_reduce (float32, "
+                                   "[4]); rank 1 ") +
+                           c.trace_rank1 + " (differs in " + c.differs + ")\n"));
       REQUIRE(run.ranks.size() == 3);
       for (const auto& r : run.ranks) {
         CHECK(r.status == 3);
@@ -640,6 +681,65 @@ TEST_CASE("DTLAUNCH_DDP_CHECK=1 on one rank only: one kConfig line on every rank
     CHECK(has(log, "error-kind: config"));
     CHECK(error_after_seconds(log) < 10.0);
   }
+}
+
+TEST_CASE("a straggler (20 ms before each step) is named; without the sleep nobody is",
+          "[ddp][proc][hang][trace]") {
+  // One run with the straggler, three without: a detector that names someone in a healthy run
+  // on this loaded machine is worse than none.
+  for (int straggler : {2, -1, -1, -1}) {
+    INFO("straggler " << straggler);
+    dtlaunch_test::TempDir trace("ddp-trace");
+    std::map<std::string, std::string> env = {{"DDP_TEST_TIMEOUT_MS", "20000"},
+                                              {"DTLAUNCH_DDP_TRACE_DIR", trace.path()},
+                                              {"DTLAUNCH_DDP_TRACE_AT_EXIT", "1"}};
+    if (straggler >= 0) env["DDP_TEST_STRAGGLER"] = std::to_string(straggler);
+    auto run = run_ranks(DDP_WORKER, {"straggle"}, 4, all_ranks(4), env);
+    require_all_ok(run);
+    const std::string verdict = trace_verdict(trace.path(), straggler >= 0 ? 3 : 0);
+    if (straggler >= 0) {
+      CHECK(has(verdict, "straggler: rank 2 ("));
+      CHECK(verdict.find("straggler: rank ", verdict.find("straggler: rank 2") + 1) ==
+            std::string::npos);
+    } else {
+      CHECK(has(verdict, "stragglers: none (181 collectives every rank entered)"));
+    }
+    CHECK(has(verdict, "no divergence: every rank completed every collective its file holds"));
+  }
+}
+
+TEST_CASE("SIGUSR2 dumps every rank's flight recorder while training goes on",
+          "[ddp][proc][hang][trace]") {
+  dtlaunch_test::TempDir trace("ddp-trace");
+  auto run = run_ranks(DDP_WORKER, {"dump"}, 3, all_ranks(3),
+                       {{"DDP_TEST_TIMEOUT_MS", "20000"},
+                        {"DTLAUNCH_DDP_TRACE_DIR", trace.path()},
+                        {"DTLAUNCH_RUN_ID", "dumptest"}});
+  require_all_ok(run);
+  INFO(describe(run));
+  for (const auto& r : run.ranks) {
+    CHECK(has(r.output, "dump file: dumptest.a0.rank-" + std::to_string(r.rank) + ".json"));
+    CHECK(has(r.output, "dtlaunch ddp: rank " + std::to_string(r.rank) + " (SIGUSR2): "));
+    CHECK(has(r.output, "; flight recorder in " + trace.path() + "/dumptest.a0.rank-"));
+  }
+  const std::string dumped = read_file(trace.path() + "/dumptest.a0.rank-1.json");
+  CHECK(has(dumped, "\"kind\": \"signal\", \"reason\": \"SIGUSR2\""));
+  CHECK(has(dumped, "{\"seq\": 29, \"op\": \"all_reduce\""));
+  // Rank 0 measured the others' clocks by then.
+  CHECK(!has(dumped, "\"clock_offset_us\": null"));
+  // A snapshot of a running job: the ranks are about the same place, which is not a problem.
+  const std::string verdict = trace_verdict(trace.path(), 0);
+  CHECK(has(verdict, "run dumptest attempt 0, 3 of 3 ranks, "));
+
+  // A program with a SIGUSR2 handler of its own keeps it, and nothing is dumped.
+  dtlaunch_test::TempDir own("ddp-trace");
+  auto kept = run_ranks(DDP_WORKER, {"dump"}, 2, all_ranks(2),
+                        {{"DDP_TEST_TIMEOUT_MS", "20000"},
+                         {"DTLAUNCH_DDP_TRACE_DIR", own.path()},
+                         {"DDP_TEST_OWN_USR2", "1"}});
+  require_all_ok(kept);
+  for (const auto& r : kept.ranks) CHECK(has(r.output, "own SIGUSR2 handler ran"));
+  CHECK(std::filesystem::is_empty(own.path()));
 }
 
 TEST_CASE("a late rank: the job completes and rank 0's startup line names it",

@@ -164,6 +164,7 @@ auto run_collective(ProcessGroup& group, Monitor& monitor, Op op, const at::Tens
         throw fail(Error(ErrorKind::kMismatch, msg));
       }
     }
+    monitor.recorder().handed_to_backend(seq);
     return {seq, start()};
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::kMismatch) throw;

@@ -5,13 +5,17 @@
 // rank waits a bounded grace for the positions, then names who is where and who said nothing.
 #include "monitor.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -123,7 +127,7 @@ std::string position_record(const FlightRecorder& rec, const std::string& host, 
                       : last.end_us == 0                               ? "in"
                       : last.state == CollectiveRecord::State::kFailed ? "failed"
                                                                        : "done";
-  const int64_t since = last.end_us != 0 ? last.end_us : last.start_us;
+  const int64_t since = last.end_us != 0 ? last.end_us : last.enqueue_us;
   const int64_t age_ms = last.seq == 0 ? 0 : (now_us() - since) / 1000;
   return std::to_string(last.seq) + "\n" + state + "\n" + signature_text(last) + "\n" + host +
          "\n" + std::to_string(local_rank) + "\n" + std::to_string(age_ms);
@@ -186,6 +190,16 @@ bool env_flag(const char* name) {
   return n && *n == 1;
 }
 
+// A run id as part of a file name: [A-Za-z0-9._-] kept, anything else '_', at most 64 bytes.
+std::string file_name_part(std::string_view id) {
+  std::string out;
+  for (char c : id.substr(0, 64))
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  if (out.empty() || out[0] == '.') out.insert(0, "run");
+  return out;
+}
+
 // The watcher's poll interval: a store round trip per rank per interval, so that rank 0's store
 // serves at most about 1000 of them a second at any world size.
 milliseconds watch_interval(int world_size) {
@@ -227,6 +241,99 @@ void watch(WorkerEnv env, std::string host, std::shared_ptr<FlightRecorder> reco
   }
 }
 
+// Rank 0's clock against each other rank's, one rank at a time, three exchanges each: rank 0
+// says "go", the rank notes t1 and asks, rank 0 answers its own time t0, the rank notes t4. The
+// sample with the shortest round trip wins: offset = t0 - (t1 + t4) / 2, error = (t4 - t1) / 2.
+// On threads and store connections of their own, so that init and training do not wait for it.
+constexpr int kClockRounds = 3;
+std::string clock_key(const char* what, int rank, int round) {
+  return std::string("dtlaunch/diag/clock/") + what + "/" + std::to_string(rank) + "/" +
+         std::to_string(round);
+}
+
+void align_clock(WorkerEnv env, std::shared_ptr<ClockAlignment> clock) {
+  try {
+    auto store = connect_store(env, std::chrono::seconds(30));
+    if (env.rank == 0) {
+      for (int r = 1; r < env.world_size; ++r) {
+        for (int k = 0; k < kClockRounds; ++k) {
+          store->set(clock_key("go", r, k), bytes("1"));
+          try {
+            store->wait({clock_key("ask", r, k)}, std::chrono::seconds(5));
+          } catch (const std::exception&) {
+            break;  // that rank is gone or late: the others must not wait for it
+          }
+          store->set(clock_key("time", r, k), bytes(std::to_string(now_us())));
+        }
+      }
+      return;
+    }
+    int64_t best_rtt = INT64_MAX;
+    for (int k = 0; k < kClockRounds; ++k) {
+      // Rank 0 serves the ranks in turn: ranks far down the list wait their turn.
+      store->wait({clock_key("go", env.rank, k)},
+                  std::chrono::seconds(60) + std::chrono::milliseconds(20 * env.world_size));
+      const int64_t t1 = now_us();
+      store->set(clock_key("ask", env.rank, k), bytes("1"));
+      store->wait({clock_key("time", env.rank, k)}, std::chrono::seconds(10));
+      const int64_t t4 = now_us();
+      const int64_t t0 = std::stoll(text(store->get(clock_key("time", env.rank, k))));
+      if (t4 - t1 < best_rtt) {
+        best_rtt = t4 - t1;
+        clock->offset_us = t0 - (t1 + t4) / 2;
+        clock->error_us = (t4 - t1 + 1) / 2;
+        clock->known = true;
+      }
+    }
+  } catch (const std::exception&) {
+    // Unknown then: the file says so, and `dtlaunch trace` takes the clocks as they are.
+  }
+}
+
+// SIGUSR2: the handler only writes a byte to a pipe; a thread of its own reads it and writes
+// every registered group's file, so that the training threads never stop.
+int dump_pipe[2] = {-1, -1};
+std::mutex dump_mutex;  // guards dump_monitors, and holds ~Monitor until a dump is done
+std::vector<const Monitor*> dump_monitors;
+
+extern "C" void on_dump_signal(int) {
+  const int saved = errno;
+  const char byte = 1;
+  [[maybe_unused]] const ssize_t n = ::write(dump_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+void dump_loop() {
+  char buf[64];
+  for (;;) {
+    const ssize_t n = ::read(dump_pipe[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    std::lock_guard<std::mutex> lock(dump_mutex);
+    for (const Monitor* m : dump_monitors) m->dump_on_signal();
+  }
+}
+
+// Installs the handler once per process, and only over SIGUSR2's default action: a program that
+// handles (or ignores) SIGUSR2 itself keeps it. Returns whether SIGUSR2 dumps.
+bool install_dump_signal() {
+  static const bool installed = [] {
+    struct sigaction current {};
+    if (::sigaction(SIGUSR2, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
+        (current.sa_flags & SA_SIGINFO) != 0)
+      return false;
+    if (::pipe2(dump_pipe, O_CLOEXEC) != 0) return false;
+    ::fcntl(dump_pipe[1], F_SETFL, O_NONBLOCK);  // a flood of signals drops bytes, never blocks
+    std::thread(dump_loop).detach();
+    struct sigaction action {};
+    action.sa_handler = on_dump_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    return ::sigaction(SIGUSR2, &action, nullptr) == 0;
+  }();
+  return installed;
+}
+
 }  // namespace
 
 const char* op_name(Op op) noexcept {
@@ -257,9 +364,18 @@ milliseconds default_grace(int world_size) {
 
 MonitorSettings MonitorSettings::from_environment(int world_size) {
   MonitorSettings s;
-  if (auto n = env_number("DTLAUNCH_DDP_TRACE_ENTRIES", 10'000'000)) s.trace_entries = *n;
+  if (auto n = env_number("DTLAUNCH_DDP_TRACE_ENTRIES", kMaxTraceEntries)) s.trace_entries = *n;
   if (const char* d = std::getenv("DTLAUNCH_DDP_TRACE_DIR")) s.trace_dir = d;
   s.trace_at_exit = env_flag("DTLAUNCH_DDP_TRACE_AT_EXIT");
+  if (auto n = env_number("DTLAUNCH_DDP_DUMP_SIGNAL", 1)) s.dump_signal = *n == 1;
+  if (const char* id = std::getenv("DTLAUNCH_RUN_ID")) s.run_id = file_name_part(id);
+  // A restart of the local supervisor, or a requeue of the Slurm job (whose run id stays).
+  for (const char* name : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}) {
+    const char* v = std::getenv(name);
+    char* end = nullptr;
+    const long n = v != nullptr ? std::strtol(v, &end, 10) : 0;
+    if (v != nullptr && *end == '\0' && n > 0 && n < 1'000'000) s.attempt += static_cast<int>(n);
+  }
   s.check = env_flag("DTLAUNCH_DDP_CHECK");
   s.timeline = env_flag("DTLAUNCH_DDP_TIMELINE");
   s.grace = default_grace(world_size);
@@ -270,6 +386,13 @@ MonitorSettings MonitorSettings::from_environment(int world_size) {
 // ---------------------------------------------------------------------------------------------
 // The ring.
 
+CollectiveRecord* FlightRecorder::slot(uint64_t seq) {
+  if (capacity_ == 0 || seq == 0) return nullptr;
+  const size_t i = (seq - 1) % capacity_;
+  if (i >= ring_.size()) return nullptr;
+  return ring_[i].seq == seq ? &ring_[i] : nullptr;
+}
+
 uint64_t FlightRecorder::begin(Op op, const at::Tensor* tensor, int root) {
   CollectiveRecord r;
   r.seq = next_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -277,36 +400,61 @@ uint64_t FlightRecorder::begin(Op op, const at::Tensor* tensor, int root) {
   if (tensor != nullptr) {
     r.dtype = static_cast<int8_t>(tensor->scalar_type());
     r.numel = tensor->numel();
+    if (tensor->dim() <= kMaxShapeDims) {
+      r.dims = static_cast<int8_t>(tensor->dim());
+      for (int d = 0; d < tensor->dim(); ++d) r.shape[d] = tensor->size(d);
+    }
   }
   r.root = root;
-  r.start_us = now_us();
+  r.enqueue_us = now_us();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!ring_.empty()) ring_[r.seq % ring_.size()] = r;
+  if (capacity_ > 0) {
+    // Slots are allocated as entries arrive (vector growth), not at init: a large
+    // DTLAUNCH_DDP_TRACE_ENTRIES costs nothing until that many collectives ran.
+    const size_t i = (r.seq - 1) % capacity_;
+    if (i >= ring_.size()) {
+      if (ring_.capacity() <= i)
+        ring_.reserve(std::min(capacity_, std::max<size_t>(64, 2 * (i + 1))));
+      ring_.resize(i + 1);
+    }
+    ring_[i] = r;
+  }
   if (r.seq > last_.seq) last_ = r;
   return r.seq;
+}
+
+void FlightRecorder::handed_to_backend(uint64_t seq) {
+  const int64_t t = now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (CollectiveRecord* r = slot(seq)) r->start_us = t;
+  if (last_.seq == seq) last_.start_us = t;
 }
 
 void FlightRecorder::end(uint64_t seq, bool ok) {
   const int64_t t = now_us();
   const auto state = ok ? CollectiveRecord::State::kCompleted : CollectiveRecord::State::kFailed;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!ring_.empty()) {
-    CollectiveRecord& r = ring_[seq % ring_.size()];
-    if (r.seq == seq) {
-      r.end_us = t;
-      r.state = state;
-    }
+  // A failure is recorded once, when the error is known (before its file is written).
+  if (CollectiveRecord* r = slot(seq);
+      r != nullptr && r->state != CollectiveRecord::State::kFailed) {
+    r->end_us = t;
+    r->state = state;
   }
-  if (last_.seq == seq) {
+  if (last_.seq == seq && last_.state != CollectiveRecord::State::kFailed) {
     last_.end_us = t;
     last_.state = state;
   }
 }
 
+size_t FlightRecorder::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ring_.capacity() * sizeof(CollectiveRecord);
+}
+
 CollectiveRecord FlightRecorder::find(uint64_t seq) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (last_.seq == seq) return last_;
-  if (!ring_.empty() && ring_[seq % ring_.size()].seq == seq) return ring_[seq % ring_.size()];
+  if (const CollectiveRecord* r = const_cast<FlightRecorder*>(this)->slot(seq)) return *r;
   CollectiveRecord r;
   r.seq = seq;
   return r;
@@ -320,6 +468,7 @@ CollectiveRecord FlightRecorder::last() const {
 std::vector<CollectiveRecord> FlightRecorder::entries() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<CollectiveRecord> out;
+  out.reserve(ring_.size());
   for (const auto& r : ring_)
     if (r.seq != 0) out.push_back(r);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
@@ -345,56 +494,210 @@ Monitor::Monitor(const WorkerEnv& env, c10::intrusive_ptr<c10d::Store> store, mi
       settings_(std::move(settings)),
       host_(hostname()),
       recorder_(std::make_shared<FlightRecorder>(settings_.trace_entries)),
-      watcher_(std::make_shared<WatcherState>()) {}
+      watcher_(std::make_shared<WatcherState>()),
+      clock_(std::make_shared<ClockAlignment>()) {
+  if (env_.rank == 0 || !store_) {
+    clock_->known = true;  // rank 0's clock is the reference
+  }
+  if (settings_.run_id.empty()) {
+    // Without DTLAUNCH_RUN_ID (torchrun's environment) the run is named by rank 0's check-in
+    // time, which every rank reads alike.
+    int64_t ms = now_us() / 1000;
+    if (store_ && env_.world_size > 1) {
+      try {
+        std::istringstream rec(text(store_->get(checkin_key(0))));
+        std::string line;
+        for (int i = 0; i < 3 && std::getline(rec, line); ++i) {
+        }
+        ms = std::stoll(line);
+      } catch (const std::exception&) {
+      }
+    }
+    settings_.run_id = "t" + std::to_string(ms);
+  }
+}
 
 Monitor::~Monitor() {
+  if (dump_registered_) {
+    std::lock_guard<std::mutex> lock(dump_mutex);
+    dump_monitors.erase(std::remove(dump_monitors.begin(), dump_monitors.end(), this),
+                        dump_monitors.end());
+  }
   {
     std::lock_guard<std::mutex> lock(watcher_->mutex);
     watcher_->stop = true;
   }
   watcher_->wake.notify_all();
   // An error's file says more than the exit's would: it is kept.
-  if (settings_.trace_at_exit && !error_written_) write_file("exit");
+  if (settings_.trace_at_exit && !error_written_) write_file("exit", DumpKind::kExit);
 }
 
 void Monitor::start_watcher() {
+  if (settings_.dump_signal && settings_.trace_entries > 0 && install_dump_signal()) {
+    std::lock_guard<std::mutex> lock(dump_mutex);
+    dump_monitors.push_back(this);
+    dump_registered_ = true;
+  }
   if (!store_ || env_.world_size < 2) return;
   // Detached: it may be inside a store call when the group goes, and must not hold it up.
   std::thread(watch, env_, host_, recorder_, watcher_).detach();
+  std::thread(align_clock, env_, clock_).detach();
 }
 
-std::string Monitor::write_file(const std::string& reason) const {
-  if (settings_.trace_dir.empty()) return "";
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(settings_.trace_dir, ec);
-  const fs::path path =
-      fs::path(settings_.trace_dir) / ("rank-" + std::to_string(env_.rank) + ".json");
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) return "";
-    out << "{\"rank\": " << env_.rank << ", \"world_size\": " << env_.world_size
-        << ", \"local_rank\": " << env_.local_rank << ", \"host\": " << json_quote(host_)
-        << ", \"collectives_started\": " << recorder_->started()
-        << ", \"reason\": " << json_quote(reason) << ",\n \"entries\": [";
-    bool first = true;
-    for (const auto& r : recorder_->entries()) {
-      out << (first ? "\n" : ",\n") << "  {\"seq\": " << r.seq << ", \"op\": \"" << op_name(r.op)
-          << "\", \"dtype\": \"" << dtype_name(r.dtype) << "\", \"numel\": " << r.numel
-          << ", \"root\": " << r.root << ", \"start_us\": " << r.start_us
-          << ", \"end_us\": " << r.end_us << ", \"state\": \"" << state_name(r.state) << "\"}";
-      first = false;
-    }
-    out << "\n ]}\n";
-    if (!out.flush()) return "";
+void Monitor::dump_on_signal() const {
+  const CollectiveRecord last = recorder_->last();
+  std::string where_now;
+  if (last.seq == 0) {
+    where_now = "no collective entered yet";
+  } else if (last.end_us == 0) {
+    where_now = "in " + describe(last) + " since " + seconds_2((now_us() - last.enqueue_us) / 1e6);
+  } else {
+    where_now = "last " + describe(last) + ", " + state_name(last.state) + " " +
+                seconds_2((now_us() - last.end_us) / 1e6) + " ago";
   }
-  fs::rename(tmp, path, ec);
-  return ec ? "" : path.string();
+  const std::string path = write_file("SIGUSR2", DumpKind::kSignal);
+  const std::string line =
+      "dtlaunch ddp: rank " + std::to_string(env_.rank) + " (SIGUSR2): " + where_now +
+      (path.empty() ? settings_.trace_dir.empty()
+                          ? "; set DTLAUNCH_DDP_TRACE_DIR to write the flight recorder"
+                          : ""
+                    : "; flight recorder in " + path) +
+      "\n";
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+}
+
+namespace {
+
+// Writes all of `data` to fd; false with errno set on failure (ENOSPC on a full filesystem).
+bool write_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+const char* kind_name(DumpKind kind) {
+  switch (kind) {
+    case DumpKind::kError:
+      return "error";
+    case DumpKind::kRequest:
+      return "request";
+    case DumpKind::kSignal:
+      return "signal";
+    case DumpKind::kExit:
+      return "exit";
+  }
+  return "request";
+}
+
+std::string json_entry(const CollectiveRecord& r) {
+  std::string shape = "null";
+  if (r.dims >= 0) {
+    shape = "[";
+    for (int d = 0; d < r.dims; ++d) shape += (d ? ", " : "") + std::to_string(r.shape[d]);
+    shape += "]";
+  }
+  return "  {\"seq\": " + std::to_string(r.seq) + ", \"op\": \"" + op_name(r.op) +
+         "\", \"dtype\": \"" + dtype_name(r.dtype) + "\", \"numel\": " + std::to_string(r.numel) +
+         ", \"shape\": " + shape + ", \"root\": " + std::to_string(r.root) +
+         ", \"enqueue_us\": " + std::to_string(r.enqueue_us) +
+         ", \"start_us\": " + std::to_string(r.start_us) +
+         ", \"end_us\": " + std::to_string(r.end_us) + ", \"state\": \"" + state_name(r.state) +
+         "\"}";
+}
+
+}  // namespace
+
+std::string Monitor::write_file(const std::string& reason, DumpKind kind) const {
+  if (settings_.trace_dir.empty()) return "";
+  const std::string& dir = settings_.trace_dir;
+  const std::string stem = dir + "/" + settings_.run_id + ".a" + std::to_string(settings_.attempt) +
+                           ".rank-" + std::to_string(env_.rank);
+  std::string path = stem + (kind == DumpKind::kError ? ".error.json" : ".json");
+  // One warning per rank and run: a full disk must not flood stderr at every collective error.
+  auto fail = [&](const std::string& what) -> std::string {
+    if (!write_warned_.exchange(true))
+      std::fprintf(stderr,
+                   "dtlaunch ddp: rank %d: the flight recorder was not written to '%s': %s (no "
+                   "further warning)\n",
+                   env_.rank, excerpt(path, 200).c_str(), what.c_str());
+    return "";
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail("cannot create the directory: " + ec.message());
+
+  // The team's rule for created files: refuse an existing target that is not a regular file, and
+  // follow no symlink at the final component (lstat; rename and link replace or refuse a link,
+  // never write through it).
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return fail("it exists and is not a regular file");
+
+  static std::atomic<unsigned> tmp_counter{0};
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(tmp_counter.fetch_add(1));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(std::strerror(errno));
+  const auto entries = recorder_->entries();
+  const bool clock_known = clock_->known;
+  std::string out =
+      "{\"format\": \"dtlaunch-flight-record\", \"version\": 2, \"run_id\": " +
+      json_quote(settings_.run_id) + ", \"attempt\": " + std::to_string(settings_.attempt) +
+      ", \"rank\": " + std::to_string(env_.rank) +
+      ", \"world_size\": " + std::to_string(env_.world_size) +
+      ", \"local_rank\": " + std::to_string(env_.local_rank) + ", \"host\": " + json_quote(host_) +
+      ", \"kind\": \"" + kind_name(kind) + "\", \"reason\": " + json_quote(reason) +
+      ", \"dumped_at_us\": " + std::to_string(now_us()) + ", \"clock_offset_us\": " +
+      (clock_known ? std::to_string(clock_->offset_us.load()) : "null") +
+      ", \"clock_error_us\": " + (clock_known ? std::to_string(clock_->error_us.load()) : "null") +
+      ", \"collectives_started\": " + std::to_string(recorder_->started()) +
+      ", \"entries_capacity\": " + std::to_string(settings_.trace_entries) + ",\n \"entries\": [";
+  bool ok = true;
+  for (size_t i = 0; i < entries.size() && ok; ++i) {
+    out += (i ? ",\n" : "\n") + json_entry(entries[i]);
+    if (out.size() >= (1u << 16)) {
+      ok = write_all(fd, out);
+      out.clear();
+    }
+  }
+  out += "\n ]}\n";
+  ok = ok && write_all(fd, out);
+  const int write_errno = errno;
+  if (::close(fd) != 0 && ok) ok = false;
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return fail(std::strerror(write_errno != 0 ? write_errno : EIO));
+  }
+  if (kind != DumpKind::kError) {
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int e = errno;
+      ::unlink(tmp.c_str());
+      return fail(std::strerror(e));
+    }
+    return path;
+  }
+  // An error's file is never replaced: link() refuses an existing name, so a second error of
+  // the same rank and run goes to .error-2.json, -3, ...
+  for (int n = 1; n <= 100; ++n) {
+    if (n > 1) path = stem + ".error-" + std::to_string(n) + ".json";
+    if (::link(tmp.c_str(), path.c_str()) == 0) {
+      ::unlink(tmp.c_str());
+      return path;
+    }
+    if (errno != EEXIST) break;
+  }
+  const int e = errno;
+  ::unlink(tmp.c_str());
+  return fail(e == EEXIST ? "100 error files of this rank are there already" : std::strerror(e));
 }
 
 const Error& Monitor::record(const Error& e) {
-  write_file(e.what());
+  write_file(e.what(), DumpKind::kError);
   error_written_ = true;
   return e;
 }
@@ -410,10 +713,12 @@ Error Monitor::failure(uint64_t seq, const Error& cause) {
     msg += " lost a peer on rank " + std::to_string(env_.rank) + " (" +
            (at == std::string::npos ? what : what.substr(at + 9)) + ")";
   } else {
+    recorder_->end(seq, false);  // the error's file shows the collective failed
     record(cause);
     return cause;
   }
   msg += ": " + report(seq, mine);
+  recorder_->end(seq, false);
   Error e(cause.kind(), msg);
   record(e);
   if (env_.rank == 0 && store_) {

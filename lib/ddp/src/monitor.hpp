@@ -3,6 +3,7 @@
 // opt-in mismatch check and rank 0's startup line. Not installed.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -23,9 +24,16 @@ std::string dtype_name(int8_t dtype);
 
 // The environment variables of the diagnostics (docs/ddp.md, "When a job hangs").
 struct MonitorSettings {
-  size_t trace_entries = 2000;  // DTLAUNCH_DDP_TRACE_ENTRIES; 0: no recorder
+  size_t trace_entries = 2000;  // DTLAUNCH_DDP_TRACE_ENTRIES (at most kMaxTraceEntries); 0: none
   std::string trace_dir;        // DTLAUNCH_DDP_TRACE_DIR; "": no files
   bool trace_at_exit = false;   // DTLAUNCH_DDP_TRACE_AT_EXIT=1
+  // DTLAUNCH_DDP_DUMP_SIGNAL (default 1): SIGUSR2 writes the flight recorder; 0 leaves SIGUSR2
+  // alone. A handler the program installed itself is never replaced.
+  bool dump_signal = true;
+  // The files' names: DTLAUNCH_RUN_ID (made safe for a file name) and the attempt,
+  // TORCHELASTIC_RESTART_COUNT + SLURM_RESTART_COUNT.
+  std::string run_id;
+  int attempt = 0;
   bool check = false;           // DTLAUNCH_DDP_CHECK=1
   bool timeline = false;        // DTLAUNCH_DDP_TIMELINE=1: rank 0's startup line always
   // DTLAUNCH_DDP_REPORT_GRACE_MS: how long a failed rank waits for the others' positions;
@@ -37,15 +45,23 @@ struct MonitorSettings {
   static MonitorSettings from_environment(int world_size);
 };
 
-// One collective in the ring.
+// 88 bytes a slot: the ring's cost is entries x 88 bytes once full, allocated as entries arrive.
+inline constexpr size_t kMaxTraceEntries = 1'000'000;
+inline constexpr int kMaxShapeDims = 4;
+
+// One collective in the ring. Times are this rank's wall clock in microseconds since the epoch;
+// the file carries the offset to rank 0's clock (clock_offset_us) that lines the ranks up.
 struct CollectiveRecord {
   uint64_t seq = 0;  // 0: an empty slot
   Op op = Op::kBarrier;
   int8_t dtype = -1;  // at::ScalarType, -1 for a barrier
+  int8_t dims = -1;   // the shape's rank; -1: no tensor, or more than kMaxShapeDims
   int root = -1;
   int64_t numel = 0;
-  int64_t start_us = 0;  // wall clock, microseconds since the epoch
-  int64_t end_us = 0;    // 0 while in flight
+  std::array<int64_t, kMaxShapeDims> shape{};
+  int64_t enqueue_us = 0;  // the program called the runtime
+  int64_t start_us = 0;  // handed to the backend (after DTLAUNCH_DDP_CHECK's exchange); 0: not yet
+  int64_t end_us = 0;    // this rank saw it finish (wait() returned); 0 while in flight
   enum class State : uint8_t { kStarted, kCompleted, kFailed } state = State::kStarted;
 };
 
@@ -56,9 +72,13 @@ std::string describe(const CollectiveRecord& r);
 // the group.
 class FlightRecorder {
  public:
-  explicit FlightRecorder(size_t entries) : ring_(entries) {}
+  // Reserves nothing: a slot is allocated when its first entry arrives.
+  explicit FlightRecorder(size_t entries) : capacity_(entries) {}
   uint64_t begin(Op op, const at::Tensor* tensor, int root);
+  void handed_to_backend(uint64_t seq);
   void end(uint64_t seq, bool ok);
+  // Bytes the ring holds now (its allocation), for the test that init costs no more than that.
+  size_t allocated_bytes() const;
   uint64_t started() const noexcept { return next_seq_.load(std::memory_order_relaxed); }
   // The record of `seq` if the ring still holds it (a bare one with seq and op otherwise).
   CollectiveRecord find(uint64_t seq) const;
@@ -67,9 +87,12 @@ class FlightRecorder {
   std::vector<CollectiveRecord> entries() const;  // oldest first
 
  private:
+  CollectiveRecord* slot(uint64_t seq);  // under mutex_; nullptr when the ring holds no seq
+
+  const size_t capacity_;
   std::atomic<uint64_t> next_seq_{0};
   mutable std::mutex mutex_;
-  std::vector<CollectiveRecord> ring_;
+  std::vector<CollectiveRecord> ring_;  // grows to capacity_, then wraps
   CollectiveRecord last_;  // kept even with an empty ring
 };
 
@@ -86,6 +109,19 @@ std::string checkin_key(int rank);
 std::string checkin_record(const WorkerEnv& env);
 
 struct WatcherState;
+
+// This rank's clock against rank 0's, measured through the store after init (an NTP-like
+// exchange: rank 0's clock read between this rank's send and receive). offset_us added to this
+// rank's wall clock gives rank 0's; the truth lies within error_us (half the round trip).
+struct ClockAlignment {
+  std::atomic<bool> known{false};
+  std::atomic<int64_t> offset_us{0};
+  std::atomic<int64_t> error_us{0};
+};
+
+// What a flight-recorder file is written for. An error's file is never replaced; the others
+// (on demand, SIGUSR2, at exit) replace the previous one of the same rank and run.
+enum class DumpKind { kError, kRequest, kSignal, kExit };
 
 class Monitor {
  public:
@@ -108,7 +144,14 @@ class Monitor {
   Error failure(uint64_t seq, const Error& cause);
   // Any other error of the runtime on this group: recorded, returned as it is.
   const Error& record(const Error& e);
-  std::string write_file(const std::string& reason) const;
+  // Writes DIR/<run>.a<attempt>.rank-<R>[.error].json; returns its path, or "" when there is no
+  // DTLAUNCH_DDP_TRACE_DIR or the file could not be written (warned about once on stderr).
+  // Callable from any thread.
+  std::string write_file(const std::string& reason, DumpKind kind = DumpKind::kRequest) const;
+
+  // SIGUSR2's work, on the dump thread: the file, and one line on stderr saying where this rank
+  // is now.
+  void dump_on_signal() const;
 
   // Rank 0's one line after init, or "" when there is nothing to say.
   std::string startup_line(const StartupPhases& phases);
@@ -123,7 +166,10 @@ class Monitor {
   std::string host_;
   std::shared_ptr<FlightRecorder> recorder_;
   std::shared_ptr<WatcherState> watcher_;
+  std::shared_ptr<ClockAlignment> clock_;
   std::atomic<bool> error_written_{false};
+  mutable std::atomic<bool> write_warned_{false};
+  bool dump_registered_ = false;
 };
 
 }  // namespace dtlaunch::ddp::detail

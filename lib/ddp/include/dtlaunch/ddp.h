@@ -133,8 +133,9 @@ class ProcessGroup {
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   // Collectives started on this group so far (the last one's sequence number).
   uint64_t collectives_started() const noexcept;
-  // Writes this rank's flight recorder file now (into DTLAUNCH_DDP_TRACE_DIR); returns its path,
-  // or "" when no directory is set or the file could not be written.
+  // Writes this rank's flight recorder file now (DTLAUNCH_DDP_TRACE_DIR/RUN.aATTEMPT.rank-R.json,
+  // replacing this rank's previous snapshot, never an error's file); returns its path, or ""
+  // when no directory is set or the file could not be written (warned once on stderr).
   std::string write_flight_record(const std::string& reason) const;
 
   // In place. float32 and float64 on every backend; float16/bfloat16 too (Gloo reduces bfloat16

@@ -1,0 +1,218 @@
+// Reads DIR twice or three times, one file at a time: the headers to pick the run and each rank's
+// newest file, then the chosen files into the merger, then (for a picture) again into it. Memory
+// is one file plus the summary, whatever the number of ranks.
+#include "trace/trace_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <ostream>
+
+#include "core/error.hpp"
+#include "core/file.hpp"
+#include "core/text.hpp"
+#include "trace/record.hpp"
+#include "trace/timeline.hpp"
+#include "trace/verdict.hpp"
+
+namespace dtlaunch::trace {
+namespace {
+
+constexpr size_t kMaxFileBytes = size_t{1} << 30;  // 1,000,000 entries are about 250 MB
+
+// The whole file, or nullopt and `why`. Regular files only: a FIFO or a device named *.json
+// must not block or flood the reader.
+std::optional<std::string> read_whole(const std::string& path, std::string* why) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    *why = std::strerror(errno);
+    return std::nullopt;
+  }
+  struct stat st {};
+  std::string text;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *why = "not a regular file";
+  } else if (static_cast<size_t>(st.st_size) > kMaxFileBytes) {
+    *why = "larger than 1 GiB";
+  } else {
+    text.resize(static_cast<size_t>(st.st_size));
+    size_t used = 0;
+    while (used < text.size()) {
+      const ssize_t n = ::read(fd, text.data() + used, text.size() - used);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      used += static_cast<size_t>(n);
+    }
+    text.resize(used);
+    ::close(fd);
+    return text;
+  }
+  ::close(fd);
+  return std::nullopt;
+}
+
+struct Candidate {
+  std::string path, name;
+  Header header;
+};
+
+void write_output_file(const std::string& path, const std::string& data) {
+  // The team's rule for created files: an existing target must be a regular file, and a symlink
+  // at the final component is not followed.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw Error::usage("--html " + excerpt(path) + ": exists and is not a regular file");
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0) throw Error::usage("--html " + excerpt(path) + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      throw Error::system("writing " + excerpt(path), e);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) throw Error::system("writing " + excerpt(path), errno);
+}
+
+}  // namespace
+
+int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err) {
+  namespace fs = std::filesystem;
+  const std::string& dir = options.dir;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error::usage("trace: " + excerpt(dir) + " is not a directory" +
+                       (ec ? " (" + ec.message() + ")" : ""));
+
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0 &&
+        name.find(".tmp.") == std::string::npos)
+      names.push_back(name);
+  }
+  if (ec) throw Error::usage("trace: cannot list " + excerpt(dir) + ": " + ec.message());
+  std::sort(names.begin(), names.end());
+
+  // Pass 1: headers. The newest dump decides the run, unless --run names one.
+  std::vector<std::string> broken;
+  std::map<std::pair<std::string, int>, std::vector<Candidate>> runs;
+  for (const auto& name : names) {
+    const std::string path = (fs::path(dir) / name).string();
+    std::string why;
+    // The header is the first line: 64 KiB hold it unless the reason is longer.
+    auto text = read_file_head(path, 64 * 1024);
+    std::optional<Header> h;
+    if (text) h = parse_header(*text, &why);
+    if (!h && text && text->size() == 64 * 1024) {
+      text = read_whole(path, &why);
+      if (text) h = parse_header(*text, &why);
+    }
+    if (!text && why.empty()) why = std::strerror(errno);
+    if (!h) {
+      broken.push_back(name + ": " + why);
+      continue;
+    }
+    runs[{h->run_id, h->attempt}].push_back({path, name, *h});
+  }
+  const std::pair<std::string, int>* chosen = nullptr;
+  int64_t newest = INT64_MIN;
+  for (const auto& [key, files] : runs) {
+    if (!options.run_id.empty() && key.first != options.run_id) continue;
+    for (const auto& c : files)
+      if (c.header.dumped_at_us > newest || chosen == nullptr) {
+        if (c.header.dumped_at_us > newest) newest = c.header.dumped_at_us;
+        chosen = &key;
+      }
+  }
+  if (chosen == nullptr) {
+    for (const auto& b : broken) err << "dtlaunch trace: skipped " << excerpt(b, 300) << "\n";
+    if (!options.run_id.empty() && !runs.empty())
+      throw Error::usage("trace: no flight record of run " + excerpt(options.run_id) + " in " +
+                         excerpt(dir));
+    err << "dtlaunch trace: " << excerpt(dir)
+        << (broken.empty()
+                ? ": no flight record (*.json) in it; set DTLAUNCH_DDP_TRACE_DIR for the "
+                  "job, and dump with kill -USR2 or at an error"
+                : ": no readable flight record in it")
+        << "\n";
+    return kTraceNoInput;
+  }
+  std::vector<Candidate>& files = runs[*chosen];
+  int world = 0;
+  for (const auto& c : files) world = std::max(world, c.header.world_size);
+  // Each rank's newest file.
+  std::map<int, const Candidate*> per_rank;
+  for (const auto& c : files) {
+    auto& slot = per_rank[c.header.rank];
+    if (slot == nullptr || c.header.dumped_at_us > slot->header.dumped_at_us) slot = &c;
+  }
+
+  Merger merger(chosen->first, chosen->second, world);
+  for (const auto& b : broken) merger.skip(b.substr(0, b.find(": ")), b.substr(b.find(": ") + 2));
+  for (const auto& [key, other] : runs)
+    if (&key != chosen)
+      merger.other_run(key.first + " attempt " + std::to_string(key.second) + " (" +
+                       std::to_string(other.size()) + " files; dtlaunch trace --run " + key.first +
+                       ")");
+  // Pass 2: the merge.
+  std::vector<const Candidate*> used;
+  for (const auto& [rank, c] : per_rank) {
+    std::string why;
+    auto text = read_whole(c->path, &why);
+    std::optional<RankFile> f;
+    if (text) f = parse_rank_file(*text, &why);
+    if (!f) {
+      merger.skip(c->name, why);
+      continue;
+    }
+    merger.add(c->name, *f);
+    used.push_back(c);
+  }
+  const Verdict v = merger.finish();
+  bool any = false;
+  for (const auto& r : v.ranks) any = any || r.present;
+  const std::string text = render_text(v, dir);
+  if (!any) {
+    err << text;
+    err << "dtlaunch trace: " << excerpt(dir) << ": no readable flight record in it\n";
+    return kTraceNoInput;
+  }
+
+  // Pass 3, for the pictures.
+  if (options.format == TraceFormat::kChrome || !options.html.empty()) {
+    Timeline timeline(v);
+    const int64_t t0 = time_origin_us(v);
+    if (options.format == TraceFormat::kChrome) out << chrome_begin(v);
+    for (const Candidate* c : used) {
+      std::string why;
+      auto data = read_whole(c->path, &why);
+      std::optional<RankFile> f;
+      if (data) f = parse_rank_file(*data, &why);
+      if (!f) continue;  // changed since pass 2: it is in the verdict, not in the picture
+      if (options.format == TraceFormat::kChrome) out << chrome_rank(v, *f, t0, false);
+      if (!options.html.empty()) timeline.add(*f);
+    }
+    if (options.format == TraceFormat::kChrome) out << chrome_end(v);
+    if (!options.html.empty()) write_output_file(options.html, timeline.html(text));
+  }
+  if (options.format == TraceFormat::kText) out << text;
+  if (options.format == TraceFormat::kJson) out << render_json(v, dir);
+  if (options.format == TraceFormat::kChrome) err << text;
+  return v.healthy() ? 0 : kTraceProblem;
+}
+
+}  // namespace dtlaunch::trace
