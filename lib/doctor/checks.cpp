@@ -1,6 +1,7 @@
 #include "doctor/checks.hpp"
 
 #include "core/text.hpp"
+#include "doctor/compare.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -270,6 +271,8 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
                 seconds(r->received_unix_ms - first_arrival) + " after the first");
     }
   }
+  compare_software(firsts, verdict.problems);
+  verdict.exclude = exclude_list(expected, verdict.problems);
   return verdict;
 }
 

@@ -22,6 +22,7 @@ struct Problem {
 struct Verdict {
   std::vector<TaskReport> reports;  // by rank; duplicates kept after the first
   std::vector<Problem> problems;
+  std::string exclude;  // the hosts to pass to srun/sbatch --exclude (compare.hpp); "" when none
   bool ok() const;  // no problem of severity kError
 };
 
