@@ -10,6 +10,7 @@
 #include "cli/log.hpp"
 #include "contract/contract.hpp"
 #include "core/error.hpp"
+#include "doctor/network.hpp"
 #include "doctor/probe.hpp"
 #include "doctor/software.hpp"
 #include "hostlist/hostlist.hpp"
@@ -100,25 +101,36 @@ int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, co
     if (mine.size() == 1) {
       doctor::probe_node(mine.front());
       // The node's software once, by its lowest local rank, with that worker's environment.
-      const EnvMap final_env = apply_env(env, w.changes);
-      doctor::probe_software(mine.front(),
-                             std::string(final_env.get_raw("LD_LIBRARY_PATH").value_or("")),
-                             std::string(final_env.get_raw("PATH").value_or("")));
+      if (w.local_rank == 0) {
+        const EnvMap final_env = apply_env(env, w.changes);
+        doctor::probe_software(mine.front(),
+                               std::string(final_env.get_raw("LD_LIBRARY_PATH").value_or("")),
+                               std::string(final_env.get_raw("PATH").value_or("")));
+      }
     } else
       doctor::copy_node_facts(mine.front(), mine.back());
   }
   mark_cpus_far_from_gpu(spec, launch.inputs, mine);
+  // One network test agent per node: the task (or launcher) with the node's local rank 0.
+  doctor::NetworkOptions network{flags.check_network, flags.network_budget};
+  std::unique_ptr<doctor::NetworkAgent> agent;
+  if (network.enabled && planned.front().local_rank == 0) {
+    agent = doctor::NetworkAgent::start();
+    if (agent) mine.front().network_port = agent->port();
+  }
   const bool hosts_rank0 = planned.front().rank == 0;
   if (!hosts_rank0) {
     try {
-      return doctor::report_to_rank0(spec.master.addr, spec.master.port, std::move(mine), deadline);
+      return doctor::report_to_rank0(
+          spec.master.addr, spec.master.port, std::move(mine), deadline, agent.get(),
+          network.enabled ? network.budget : std::chrono::milliseconds(0));
     } catch (const Error& e) {
       std::cerr << "dtlaunch doctor: " << e.what() << "\n";
       return static_cast<int>(ExitCode::kProblem);
     }
   }
   const doctor::Verdict verdict =
-      doctor::serve(expected, std::move(mine), spec.master.port, deadline);
+      doctor::serve(expected, std::move(mine), spec.master.port, deadline, network, agent.get());
   const std::string report =
       flags.check_json ? doctor::render_json(verdict) : doctor::render_table(verdict);
   if (flags.check == Check::kDoctor) {

@@ -184,6 +184,18 @@ std::string render_json(const Verdict& verdict) {
            ", \"ranks\": " + ranks + "], \"hosts\": " + list(p.hosts) +
            ", \"message\": " + str(p.message) + "}";
   }
+  out += "], \"network\": [";
+  for (std::size_t i = 0; i < verdict.network.size(); ++i) {
+    const NetworkLink& l = verdict.network[i];
+    auto rate = [](double r) {
+      return r < 0 ? std::string("null") : std::to_string(static_cast<std::uint64_t>(r));
+    };
+    out += (i ? ", " : "") + std::string("{\"from\": ") + str(l.from) + ", \"to\": " + str(l.to) +
+           ", \"rtt_us\": " + std::to_string(static_cast<std::uint64_t>(l.rtt_us)) +
+           ", \"sent_bytes_per_s\": " + rate(l.sent_bytes_per_s) +
+           ", \"received_bytes_per_s\": " + rate(l.received_bytes_per_s) +
+           ", \"error\": " + str(l.error) + "}";
+  }
   return out + "], \"exclude\": " + str(verdict.exclude) + "}\n";
 }
 

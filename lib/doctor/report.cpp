@@ -102,8 +102,8 @@ std::string encode(const TaskReport& r) {
     for (const LibraryIdentity& lib : r.libraries)
       if (lib.name.find('=') == std::string::npos)  // a key cannot hold one; no soname does
         put("lib." + lib.name, std::to_string(lib.file.size) + " " +
-                                 (lib.file.hash.empty() ? "-" : lib.file.hash) + " " +
-                                 lib.file.path);
+                                   (lib.file.hash.empty() ? "-" : lib.file.hash) + " " +
+                                   lib.file.path);
     put("libraries_note", r.libraries_note);
     put("driver_version", r.driver_version);
     put("gpu_models", join(r.gpu_models));
@@ -186,7 +186,8 @@ TaskReport decode(std::string_view text) {
       throw Error(ExitCode::kBadInput, "doctor report: " + excerpt(key) + "='" + excerpt(value) +
                                            "' is not 'SIZE HASH PATH'");
     const std::string hash = value.substr(blank1 + 1, blank2 - blank1 - 1);
-    r.libraries.push_back({key.substr(4), {value.substr(blank2 + 1), *size, hash == "-" ? "" : hash}});
+    r.libraries.push_back(
+        {key.substr(4), {value.substr(blank2 + 1), *size, hash == "-" ? "" : hash}});
   }
   r.node_software = text_of("node_software") == "1";
   r.libraries_note = text_of("libraries_note");

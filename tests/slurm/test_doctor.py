@@ -4,8 +4,9 @@ in one node's own namespaces: a task that never runs dtlaunch, a node that canno
 0's node, rank 0's node resolving its own name to 127.0.1.1 (a private /etc/hosts in that node's
 mount namespace), another file at the program's path on one node (a bind mount there), and
 --preflight passing (unmodified PyTorch then serves the same port) or failing (nothing starts),
-a stray NCCL_SOCKET_IFNAME and another copy of a library on one node's tasks, and the exclude list
-fed back to srun --exclude."""
+a stray NCCL_SOCKET_IFNAME and another copy of a library on one node's tasks, the exclude list
+fed back to srun --exclude, and the network test: a throttled link on one node (tc tbf in its
+namespace) and ten healthy runs in a row without a false alarm."""
 import json
 import os
 import shutil
@@ -205,4 +206,37 @@ if ctx.check(gcc_s != "", f"libraries differ: the probe loads libgcc_s ({listing
     else:
         ctx.show(p)
     ctx.eq((report or {}).get("exclude"), ctx.node(3), "libraries differ: exclude list")
+
+# 10. The network test: node2's link throttled to 8 Mbit/s inside its namespace. slow-network
+# names node2 and only node2, and the exclude list is exactly node2.
+print("case slow link")
+throttle = ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "8mbit", "burst", "32kbit",
+            "latency", "100ms"]
+r = in_node(2, throttle)
+if ctx.eq(r.returncode, 0, f"slow link: tc in node2's namespace ({r.stderr.strip()})"):
+    try:
+        p, report = doctor(extra=["--network", "--timeout", "10"], timeout=40)
+    finally:
+        r = in_node(2, ["tc", "qdisc", "del", "dev", "eth0", "root"])
+        ctx.eq(r.returncode, 0, f"slow link: throttle removed ({r.stderr.strip()})")
+    ctx.eq(p.returncode, 3, "slow link: exit status")
+    slow = problems(report, "slow-network")
+    if not ctx.eq([q["hosts"] for q in slow], [[ctx.node(2)]], "slow link: slow-network problems"):
+        ctx.show(p)
+    else:
+        print("  " + slow[0]["message"])
+    ctx.eq((report or {}).get("exclude"), ctx.node(2), "slow link: exclude list")
+    ctx.check(p.elapsed < 15, f"slow link: took {p.elapsed:.1f} s")
+
+# 11. No false alarm: ten healthy runs in a row on this (shared, loaded) machine.
+print("case network healthy x10")
+times = []
+for run in range(10):
+    p, report = doctor(extra=["--network", "--timeout", "10"], timeout=40)
+    times.append(p.elapsed)
+    if not ctx.eq((p.returncode, problems(report, "slow-network")), (0, []),
+                  f"network healthy, run {run + 1}: exit status and slow-network"):
+        ctx.show(p)
+        break
+print("  " + ", ".join(f"{t:.1f}" for t in times) + " s")
 ctx.finish()

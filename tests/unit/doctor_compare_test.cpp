@@ -209,7 +209,7 @@ TEST_CASE("doctor compare: the table and the JSON carry the exclude list") {
   CHECK(table.find("\nexclude: node3   (srun/sbatch --exclude=node3)\n") != std::string::npos);
   CHECK(table.find("6.1.0-18-amd64") != std::string::npos);  // the kernel, as information
   const std::string json = render_json(v);
-  CHECK(json.ends_with(", \"exclude\": \"node3\"}\n"));
+  CHECK(json.ends_with(", \"network\": [], \"exclude\": \"node3\"}\n"));
   CHECK(json.find("\"env\": {\"NCCL_DEBUG\": \"WARN\", \"NCCL_SOCKET_IFNAME\": \"eth9\", "
                   "\"OMP_PROC_BIND\": \"close\"}") != std::string::npos);
   CHECK(render_json(diagnose(kFourNodes, job())).ends_with(", \"exclude\": \"\"}\n"));
