@@ -449,3 +449,19 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
 }
 
 }  // namespace dtlaunch::doctor
+
+namespace dtlaunch::doctor {
+
+std::string report_frames(const std::vector<TaskReport>& reports) {
+  std::string out;
+  for (const TaskReport& r : reports) out += frame(kReportMagic, encode(r));
+  return out;
+}
+
+std::optional<int> take_verdict(std::string& buffer) {
+  auto body = take_frame(buffer, kVerdictMagic);
+  if (!body) return std::nullopt;
+  return body->find("status=0") == 0 ? 0 : 3;
+}
+
+}  // namespace dtlaunch::doctor

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,5 +66,11 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
 int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
                     Clock::time_point deadline, const NetworkAgent* agent = nullptr,
                     Clock::duration network_budget = {});
+
+// The wire form, for load generators (bench/doctor): the bytes a task sends rank 0, and the
+// verdict taken off the front of what rank 0 answered (nullopt: incomplete; throws on a frame
+// that is not a verdict).
+std::string report_frames(const std::vector<TaskReport>& reports);
+std::optional<int> take_verdict(std::string& buffer);
 
 }  // namespace dtlaunch::doctor
