@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -401,6 +402,23 @@ std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
           log_of(r.rtt_us) > high && r.rtt_us - median_rtt > limits.latency_floor_us;
     }
   std::vector<Problem> problems;
+  // Most tests failing says more about the network than about any node: a firewall that lets
+  // only the rendezvous port through, say. Blaming every node would exclude the whole job.
+  const std::size_t all_tests = std::accumulate(tested.begin(), tested.end(), std::size_t{0});
+  const std::size_t all_refused = std::accumulate(refused.begin(), refused.end(), std::size_t{0});
+  if (all_tests > 0 && 2 * all_refused > all_tests) {
+    const auto first = std::find_if(first_error.begin(), first_error.end(),
+                                    [](const std::string& e) { return !e.empty(); });
+    problems.push_back({"network-test-failed",
+                        Severity::kWarning,
+                        {},
+                        {},
+                        std::to_string(all_refused) + " of the " + std::to_string(all_tests) +
+                            " network tests could not connect (" + excerpt(*first, 120) +
+                            "): do the nodes accept TCP connections on ports other than the "
+                            "rendezvous port? No node is blamed"});
+    return problems;
+  }
   for (std::size_t i = 0; i < n; ++i) {
     const Tally& t = tally[i];
     std::vector<std::string> why;

@@ -127,6 +127,18 @@ TEST_CASE("doctor network: a node that answers late, or not at all") {
   CHECK(problems[1].message.find("node10 cannot be reached by ") == 0);
 }
 
+TEST_CASE("doctor network: when most tests cannot connect, no node is blamed") {
+  auto results = measured(16, 1.5);
+  for (std::size_t i = 0; i < results.size(); ++i)
+    if (i % 4 != 0)
+      results[i] = {results[i].from, results[i].to, 0, 0, 0, "cannot connect to x: refused"};
+  const auto problems = judge_network(results, hosts_of(16), ranks_of(16));
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].kind == "network-test-failed");
+  CHECK(problems[0].severity == Severity::kWarning);
+  CHECK(problems[0].hosts.empty());
+}
+
 TEST_CASE("doctor network: two nodes cannot tell which end is slow") {
   std::vector<LinkResult> results = {{0, 1, 20, 1e6, 10e9, ""}};
   CHECK(judge_network(results, hosts_of(2), ranks_of(2)).empty());
