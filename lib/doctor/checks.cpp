@@ -25,6 +25,8 @@ bool is_loopback(const std::string& address) {
   return address.rfind("127.", 0) == 0 || address == "::1";
 }
 
+}  // namespace
+
 std::vector<std::string> unique_hosts(const std::vector<const TaskReport*>& reports) {
   std::vector<std::string> hosts;
   for (const TaskReport* r : reports)
@@ -37,6 +39,8 @@ std::vector<std::uint32_t> ranks_of(const std::vector<const TaskReport*>& report
   for (const TaskReport* r : reports) ranks.push_back(r->rank);
   return ranks;
 }
+
+namespace {
 
 std::string list_hosts(const std::vector<std::string>& hosts) {
   std::string out;

@@ -46,19 +46,6 @@ Split split_by(const std::vector<const TaskReport*>& reports,
   return split;
 }
 
-std::vector<std::string> hosts_of(const std::vector<const TaskReport*>& reports) {
-  std::vector<std::string> hosts;
-  for (const TaskReport* r : reports)
-    if (std::find(hosts.begin(), hosts.end(), r->host) == hosts.end()) hosts.push_back(r->host);
-  return hosts;
-}
-
-std::vector<std::uint32_t> ranks_of(const std::vector<const TaskReport*>& reports) {
-  std::vector<std::uint32_t> ranks;
-  for (const TaskReport* r : reports) ranks.push_back(r->rank);
-  return ranks;
-}
-
 std::string quoted(const std::optional<std::string>& value, std::string_view absent) {
   return value ? "'" + excerpt(*value, 60) + "'" : std::string(absent);
 }
@@ -89,16 +76,16 @@ struct Differences {
           unlisted_reports.push_back(r);
       return;
     }
-    problems.push_back({kind, severity, ranks_of(who), hosts_of(who), std::move(message)});
+    problems.push_back({kind, severity, ranks_of(who), unique_hosts(who), std::move(message)});
   }
   void finish(std::string_view what) {
     if (unlisted == 0) return;
     std::sort(unlisted_reports.begin(), unlisted_reports.end(),
               [](const TaskReport* a, const TaskReport* b) { return a->rank < b->rank; });
-    problems.push_back({kind, severity, ranks_of(unlisted_reports), hosts_of(unlisted_reports),
+    problems.push_back({kind, severity, ranks_of(unlisted_reports), unique_hosts(unlisted_reports),
                         std::to_string(unlisted) + " more " +
                             count_of(unlisted, what).substr(std::to_string(unlisted).size() + 1) +
-                            " differ on " + hosts_text(hosts_of(unlisted_reports)) +
+                            " differ on " + hosts_text(unique_hosts(unlisted_reports)) +
                             " (--format json lists them)"});
   }
 };
@@ -116,7 +103,7 @@ void compare_env(const std::vector<const TaskReport*>& reports, std::vector<Prob
     });
     for (const auto& [value, who] : split.others)
       env.add(who, excerpt(name, 60) + " is " + quoted(value, "unset") + " on " +
-                       hosts_text(hosts_of(who)) + " (" + count_of(who.size(), "rank") + ": " +
+                       hosts_text(unique_hosts(who)) + " (" + count_of(who.size(), "rank") + ": " +
                        compact_ranges(ranks_of(who), 8) + ") but " +
                        quoted(split.reference, "unset") + " on " +
                        count_of(split.reference_count, "other rank") +
@@ -169,7 +156,7 @@ void compare_libraries(const std::vector<const TaskReport*>& nodes,
       const LibraryIdentity* odd = find(*who.front());
       libraries.add(who, (name.starts_with("#!") ? "the script's interpreter (" + name + ")"
                                                  : excerpt(name, 80)) +
-                             " differs on " + hosts_text(hosts_of(who)) + ": " +
+                             " differs on " + hosts_text(unique_hosts(who)) + ": " +
                              (odd ? file_text(odd->file) : std::string("not loaded")) + " there, " +
                              (reference ? file_text(reference->file) : std::string("not loaded")) +
                              " on " + count_of(split.reference_count, "other node") +
@@ -187,7 +174,7 @@ void compare_driver(const std::vector<const TaskReport*>& nodes, std::vector<Pro
       nodes, [](const TaskReport& r) -> std::optional<std::string> { return r.driver_version; });
   Differences driver{problems, "driver-differs", Severity::kError};
   for (const auto& [value, who] : versions.others)
-    driver.add(who, "the NVIDIA driver is " + describe(value) + " on " + hosts_text(hosts_of(who)) +
+    driver.add(who, "the NVIDIA driver is " + describe(value) + " on " + hosts_text(unique_hosts(who)) +
                         " but " + describe(versions.reference) + " on " +
                         count_of(versions.reference_count, "other node") +
                         " (/proc/driver/nvidia/version)");
@@ -199,7 +186,7 @@ void compare_driver(const std::vector<const TaskReport*>& nodes, std::vector<Pro
   });
   Differences gpus{problems, "driver-differs", Severity::kWarning};
   for (const auto& [value, who] : models.others)
-    gpus.add(who, "the GPUs are " + describe(value) + " on " + hosts_text(hosts_of(who)) + " but " +
+    gpus.add(who, "the GPUs are " + describe(value) + " on " + hosts_text(unique_hosts(who)) + " but " +
                       describe(models.reference) + " on " +
                       count_of(models.reference_count, "other node"));
   gpus.finish("GPU model list");

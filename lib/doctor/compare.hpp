@@ -24,6 +24,10 @@ void compare_software(const std::vector<const TaskReport*>& reports,
 // count, nor names that are not host names ("node rank 1" in local mode).
 std::string exclude_list(const Expectation& expected, const std::vector<Problem>& problems);
 
+// The hosts of `reports`, each once in order of first appearance; their ranks (checks.cpp).
+std::vector<std::string> unique_hosts(const std::vector<const TaskReport*>& reports);
+std::vector<std::uint32_t> ranks_of(const std::vector<const TaskReport*>& reports);
+
 // Host names as a hostlist expression when they can be written as one, else joined by ", ",
 // each quoted through excerpt().
 std::string hosts_text(const std::vector<std::string>& hosts);
