@@ -198,26 +198,64 @@ std::string_view to_string(MemPolicy policy) {
   return "?";
 }
 
-Binding plan_binding(const Topology& topology, const AffinityRequest& r) {
-  const CpuSet pool = topology.online & r.task_cpus;
-  const std::string rank = "rank " + num(r.rank) + " (local " + num(r.local_rank) + ")";
+namespace {
+
+// What the mode gives local rank r.local_rank, before the inherited mask is applied.
+Want want_of(const Topology& topology, const AffinityRequest& r, const CpuSet& pool) {
   const bool follow_gpus =
       !r.gpu_of_local_rank.empty() &&
       std::all_of(r.gpu_of_local_rank.begin(), r.gpu_of_local_rank.end(),
                   [&](const auto& g) { return g && *g < topology.gpus.size(); });
-  Want want = r.cpu == CpuBind::kNone ? Want{pool, "the inherited mask"}
-              : follow_gpus           ? with_gpu(topology, r, pool)
-                                      : spread(topology, r, pool);
+  return r.cpu == CpuBind::kNone ? Want{pool, "the inherited mask"}
+         : follow_gpus           ? with_gpu(topology, r, pool)
+                                 : spread(topology, r, pool);
+}
+
+// How many local ranks of a shared mask get CPUs that overlap `cpus` (this rank included):
+// several ranks per NUMA node, package or cache is the usual case.
+std::size_t ranks_sharing(const Topology& topology, const AffinityRequest& r, const CpuSet& pool,
+                          const CpuSet& cpus) {
+  if (!r.shared_mask || r.cpu == CpuBind::kNone) return 1;
+  std::size_t n = 0;
+  AffinityRequest other = r;
+  for (std::size_t l = 0; l < r.gpu_of_local_rank.size(); ++l) {
+    other.local_rank = static_cast<std::uint32_t>(l);
+    if ((want_of(topology, other, pool).cpus & pool).intersects(cpus)) ++n;
+  }
+  return std::max<std::size_t>(n, 1);
+}
+
+}  // namespace
+
+Binding plan_binding(const Topology& topology, const AffinityRequest& r) {
+  const CpuSet pool = topology.online & r.task_cpus;
+  const std::string rank = "rank " + num(r.rank) + " (local " + num(r.local_rank) + ")";
+  const std::string mode = "--cpu-bind=" + std::string(to_string(r.cpu));
+  const auto list = [](const CpuSet& set) {
+    return set.empty() ? std::string("empty") : set.to_list();
+  };
+  if (pool.empty())
+    throw Error(ExitCode::kBadInput,
+                rank + ": " + mode + ": its affinity mask " + list(r.task_cpus) +
+                    " holds no online CPU of this node (online: " + list(topology.online) +
+                    "); ask Slurm for CPUs here, or pass --cpu-bind=none");
+  Want want = want_of(topology, r, pool);
   Binding b;
   b.cpus = want.cpus & pool;
   if (b.cpus.empty())
     throw Error(ExitCode::kBadInput,
-                rank + ": --cpu-bind=" + std::string(to_string(r.cpu)) + " wants CPUs " +
-                    want.cpus.to_list() + " (" + want.why + ") but its affinity mask is " +
-                    (r.task_cpus.empty() ? std::string("empty") : r.task_cpus.to_list()) +
+                rank + ": " + mode + " wants CPUs " + list(want.cpus) + " (" + want.why +
+                    ") but its affinity mask is " + list(r.task_cpus) +
                     ": no CPU in common; ask Slurm for CPUs there, or pass --cpu-bind=none");
-  b.cores = count_cores(topology, b.cpus);
+  // OMP_NUM_THREADS: the cores, divided among the ranks that run on them; not the whole
+  // domain for each, which oversubscribes it as many times as ranks share it.
+  const unsigned cores = count_cores(topology, b.cpus);
+  const std::size_t sharers = ranks_sharing(topology, r, pool, b.cpus);
+  b.cores = std::max(1U, static_cast<unsigned>(cores / sharers));
   b.why = rank + ": CPUs " + b.cpus.to_list() + " = " + want.why;
+  if (sharers > 1)
+    b.why += "; " + num(cores) + " cores shared by " + num(sharers) + " ranks: " + num(b.cores) +
+             (b.cores == 1 ? " thread" : " threads") + " each";
   if (pool != topology.online) {
     b.why += ", within the inherited mask " + r.task_cpus.to_list();
     if (r.cpu != CpuBind::kNone && want.cpus.contains(pool) && want.cpus != pool)

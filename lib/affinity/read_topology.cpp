@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -89,6 +90,52 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// A file of a copied tree: what hwloc reads itself (it reads whole files, and blocks on a
+// FIFO) must be what sysfs and procfs hold, small regular files. The largest real one is
+// /proc/cpuinfo, ~1.5 KB per CPU.
+constexpr std::uintmax_t kTreeFileLimit = 4 << 20;
+constexpr std::size_t kTreeEntryLimit = 1'000'000;
+
+Error bad_tree_file(const std::string& path, const std::string& why) {
+  return Error(ExitCode::kBadInput, "DTLAUNCH_TOPOLOGY_ROOT: '" + excerpt(path, 200) + "' " + why +
+                                        ": not what a node's sys/ or proc/ holds; refusing "
+                                        "rather than guessing the topology");
+}
+
+// Checks every file under root before hwloc (or we) read any: regular files of bounded size,
+// links that stay inside the tree, at most kTreeEntryLimit entries. Throws bad_tree_file.
+void check_tree(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path real_root = fs::canonical(root, ec);
+  if (ec) throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root, ec.message());
+  std::size_t entries = 0;
+  for (fs::recursive_directory_iterator it(real_root, fs::directory_options::none, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    if (++entries > kTreeEntryLimit)
+      throw bad_tree_file(root, "holds more than " + std::to_string(kTreeEntryLimit) + " entries");
+    const fs::path& path = it->path();
+    fs::file_status status = it->symlink_status(ec);
+    if (ec) break;
+    if (fs::is_symlink(status)) {
+      const fs::path target = fs::canonical(path, ec);
+      const auto [end_of_root, unused] =
+          std::mismatch(real_root.begin(), real_root.end(), target.begin(), target.end());
+      if (ec || end_of_root != real_root.end())
+        throw bad_tree_file(path.string(), "is a link that leads out of the tree, or nowhere");
+      status = fs::status(target, ec);
+      if (ec) break;
+    }
+    if (fs::is_directory(status)) continue;
+    if (!fs::is_regular_file(status))
+      throw bad_tree_file(path.string(), "is not a regular file (a device, a FIFO, a socket)");
+    if (fs::file_size(path, ec) > kTreeFileLimit && !ec)
+      throw bad_tree_file(path.string(),
+                          "is larger than " + std::to_string(kTreeFileLimit >> 20) + " MiB");
+  }
+  if (ec) throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root, ec.message());
+}
+
 struct TopologyDeleter {
   void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
 };
@@ -127,11 +174,21 @@ void read_gpus(const std::string& root, Topology& topology) {
 
 Topology read_topology(const std::string& root) {
   const bool this_machine = root == "/";
-  // hwloc describes an empty directory as a machine of one CPU: refuse it before.
-  if (!this_machine && !read_small(root + "/sys/devices/system/cpu/online"))
-    throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root,
-                         "has no sys/devices/system/cpu/online: not a copy of a node's sys/ "
-                         "and proc/");
+  // hwloc describes an empty directory as a machine of one CPU, and an online list it cannot
+  // parse as one CPU: refuse both before.
+  std::optional<CpuSet> listed_online;
+  if (!this_machine) {
+    const std::string online_path = root + "/sys/devices/system/cpu/online";
+    const auto online = read_small(online_path);
+    if (!online)
+      throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root,
+                           "has no sys/devices/system/cpu/online: not a copy of a node's sys/ "
+                           "and proc/");
+    check_tree(root);
+    listed_online = CpuSet::parse(*online);
+    if (!listed_online || listed_online->empty())
+      throw bad_tree_file(online_path, "is not a CPU list ('" + excerpt(*online, 40) + "')");
+  }
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) throw Error::system("hwloc_topology_init", errno);
   std::unique_ptr<hwloc_topology, TopologyDeleter> topo(raw);
@@ -146,6 +203,12 @@ Topology read_topology(const std::string& root) {
   }
   Topology topology;
   topology.online = from_bitmap(hwloc_topology_get_topology_cpuset(raw));
+  // What hwloc made of the tree must be what it says: online CPUs hwloc did not find mean
+  // files it could not read as they are written.
+  if (listed_online && !topology.online.contains(*listed_online))
+    throw bad_tree_file(root + "/sys/devices/system/cpu",
+                        "describes CPUs " + listed_online->to_list() + " online, and hwloc found " +
+                            topology.online.to_list() + " in it");
   topology.cores = groups(raw, HWLOC_OBJ_CORE);
   topology.numa = groups(raw, HWLOC_OBJ_NUMANODE);
   topology.packages = groups(raw, HWLOC_OBJ_PACKAGE);

@@ -111,6 +111,7 @@ int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, co
       doctor::copy_node_facts(mine.front(), mine.back());
   }
   mark_cpus_far_from_gpu(spec, launch.inputs, mine);
+  doctor::probe_exec(mine, spec.program_path, spec.argv, apply_env(env, planned.front().changes));
   // One network test agent per node: the task (or launcher) with the node's local rank 0.
   doctor::NetworkOptions network{flags.check_network, flags.network_budget};
   std::unique_ptr<doctor::NetworkAgent> agent;

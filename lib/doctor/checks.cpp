@@ -1,12 +1,12 @@
 #include "doctor/checks.hpp"
 
-#include "core/text.hpp"
-#include "doctor/compare.hpp"
-
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
+
+#include "core/text.hpp"
+#include "doctor/compare.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
@@ -19,6 +19,13 @@ std::string seconds(std::int64_t ms) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
   return buf;
+}
+
+// A report's text as a problem line quotes it. Every field comes from another task over the
+// network (or from a host's own configuration): escaped and bounded, one excerpt function for
+// all, so that no field can forge a line, move the cursor or flood the terminal.
+std::string shown(std::string_view value, std::size_t max_bytes = 64) {
+  return excerpt(value, max_bytes);
 }
 
 bool is_loopback(const std::string& address) {
@@ -44,7 +51,7 @@ namespace {
 
 std::string list_hosts(const std::vector<std::string>& hosts) {
   std::string out;
-  for (const std::string& h : hosts) out += (out.empty() ? "" : ", ") + h;
+  for (const std::string& h : hosts) out += (out.empty() ? "" : ", ") + shown(h);
   return out;
 }
 
@@ -57,9 +64,9 @@ void compare_to_rank0(const TaskReport& rank0, const std::vector<const TaskRepor
   for (const TaskReport* r : others)
     if (get(*r) != get(rank0)) odd.push_back(r);
   if (odd.empty()) return;
-  differences.push_back(std::string(what) + " " + get(*odd.front()) + " on rank " +
-                        num(odd.front()->rank) + " (" + odd.front()->host + ") but " + get(rank0) +
-                        " on rank 0");
+  differences.push_back(std::string(what) + " " + shown(get(*odd.front())) + " on rank " +
+                        num(odd.front()->rank) + " (" + shown(odd.front()->host) + ") but " +
+                        shown(get(rank0)) + " on rank 0");
   for (const TaskReport* r : odd)
     if (std::find(differing.begin(), differing.end(), r) == differing.end()) differing.push_back(r);
 }
@@ -109,10 +116,10 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
       const bool silent = !nodes_heard.count(where.node);
       if (silent) silent_nodes[where.host].push_back(rank);
       add("missing-rank", Severity::kError, {rank}, {where.host},
-          "rank " + num(rank) + " should run on " + where.host + " as local rank " +
+          "rank " + num(rank) + " should run on " + shown(where.host) + " as local rank " +
               num(where.local_rank) + ", and " +
-              (silent ? "nothing came from " + where.host
-                      : "it did not report (other ranks on " + where.host + " did)"));
+              (silent ? "nothing came from " + shown(where.host)
+                      : "it did not report (other ranks on " + shown(where.host) + " did)"));
     } else {
       add("missing-rank", Severity::kError, {rank}, {},
           "rank " + num(rank) + " did not report (the layout does not say on which node)");
@@ -120,14 +127,14 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
   }
   for (const auto& [host, ranks] : silent_nodes)
     add("unreachable", Severity::kError, ranks, {host},
-        "nothing came from " + host + " (ranks " + compact_ranges(ranks) +
+        "nothing came from " + shown(host) + " (ranks " + compact_ranges(ranks) +
             "): its tasks did not start, or cannot reach " +
-            (rank0 ? rank0->master_addr + ":" + num(rank0->master_port) : "rank 0") +
+            (rank0 ? shown(rank0->master_addr) + ":" + num(rank0->master_port) : "rank 0") +
             " (their stderr says which)");
   for (const TaskReport* r : firsts)
     if (r->rank >= expected.world_size)
       add("world-mismatch", Severity::kError, {r->rank}, {r->host},
-          "rank " + num(r->rank) + " (" + r->host + ") is not below the world size " +
+          "rank " + num(r->rank) + " (" + shown(r->host) + ") is not below the world size " +
               num(expected.world_size));
 
   if (rank0) {
@@ -169,19 +176,20 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
       const TaskReport& odd = *other_program.front();
       add("program-differs", Severity::kError, ranks_of(other_program), unique_hosts(other_program),
           "the program differs on " + list_hosts(unique_hosts(other_program)) + ": " +
-              odd.program.path + " is " + num(odd.program.size) + " bytes, hash " +
-              (odd.program.hash.empty() ? "unreadable" : odd.program.hash) + " there, " +
-              num(rank0->program.size) + " bytes, hash " + rank0->program.hash + " on " +
-              rank0->host + " (rank 0)");
+              shown(odd.program.path) + " is " + num(odd.program.size) + " bytes, hash " +
+              (odd.program.hash.empty() ? "unreadable" : shown(odd.program.hash)) + " there, " +
+              num(rank0->program.size) + " bytes, hash " + shown(rank0->program.hash) + " on " +
+              shown(rank0->host) + " (rank 0)");
     }
     if (!other_launcher.empty()) {
       const TaskReport& odd = *other_launcher.front();
       add("program-differs", Severity::kError, ranks_of(other_launcher),
           unique_hosts(other_launcher),
           "dtlaunch differs on " + list_hosts(unique_hosts(other_launcher)) + ": " +
-              odd.launcher.path + " (" + odd.launcher_version + ", hash " + odd.launcher.hash +
-              ") there, " + rank0->launcher.path + " (" + rank0->launcher_version + ", hash " +
-              rank0->launcher.hash + ") on rank 0");
+              shown(odd.launcher.path) + " (" + shown(odd.launcher_version) + ", hash " +
+              shown(odd.launcher.hash) + ") there, " + shown(rank0->launcher.path) + " (" +
+              shown(rank0->launcher_version) + ", hash " + shown(rank0->launcher.hash) +
+              ") on rank 0");
     }
 
     // host-resolves-to-loopback: Gloo and NCCL advertise what the host name resolves to.
@@ -199,19 +207,30 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
         }
       for (const TaskReport* r : loopback)
         add("host-resolves-to-loopback", Severity::kError, {r->rank}, {r->host},
-            r->host + " resolves its own name to " + r->host_resolves_to.front() +
+            shown(r->host) + " resolves its own name to " + shown(r->host_resolves_to.front()) +
                 ", so Gloo and NCCL there advertise an address no other node can reach: fix "
                 "/etc/hosts on " +
-                r->host +
+                shown(r->host) +
                 ", or set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to its network "
                 "interface");
       if (std::any_of(rank0->master_resolves_to.begin(), rank0->master_resolves_to.end(),
                       is_loopback))
         add("host-resolves-to-loopback", Severity::kError, {0}, {rank0->host},
-            "MASTER_ADDR " + rank0->master_addr + " resolves to " +
-                rank0->master_resolves_to.front() + " on " + rank0->host +
+            "MASTER_ADDR " + shown(rank0->master_addr) + " resolves to " +
+                shown(rank0->master_resolves_to.front()) + " on " + shown(rank0->host) +
                 " (rank 0), which the other nodes cannot reach: fix /etc/hosts there");
     }
+  }
+
+  // program-cannot-execute: the launch's execve would be refused there (once per host).
+  std::map<std::string, std::vector<const TaskReport*>> cannot_execute;
+  for (const TaskReport* r : firsts)
+    if (!r->exec_error.empty()) cannot_execute[r->host].push_back(r);
+  for (const auto& [host, on_host] : cannot_execute) {
+    const TaskReport& r = *on_host.front();
+    add("program-cannot-execute", Severity::kError, ranks_of(on_host), {host},
+        shown(r.exec_error, 400) + " (on " + shown(host) + "; the launch would exit " +
+            num(static_cast<std::uint64_t>(r.exec_status)) + " there)");
   }
 
   // gpu-shared and gpu-isolated.
@@ -221,8 +240,8 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
   for (const auto& [key, users] : by_gpu)
     if (users.size() > 1 && !users.front()->gpu_sharing_allowed)
       add("gpu-shared", Severity::kError, ranks_of(users), {key.first},
-          "ranks " + compact_ranges(ranks_of(users)) + " are bound to one GPU (" + key.second +
-              ") on " + key.first +
+          "ranks " + compact_ranges(ranks_of(users)) + " are bound to one GPU (" +
+              shown(key.second) + ") on " + shown(key.first) +
               ": NCCL refuses two ranks on one device; pass "
               "--allow-gpu-sharing if this is meant");
   std::vector<const TaskReport*> isolated;
@@ -240,8 +259,9 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
     if (r->cpus_far_from_gpu) far.push_back(r);
   for (const TaskReport* r : far)
     add("cpu-far-from-gpu", Severity::kWarning, {r->rank}, {r->host},
-        "rank " + num(r->rank) + " (" + r->host + ") runs on CPUs " + r->cpus +
-            ", none of them local to its GPU " + r->bound_device + " (CPUs " + r->gpu_local_cpus +
+        "rank " + num(r->rank) + " (" + shown(r->host) + ") runs on CPUs " + shown(r->cpus) +
+            ", none of them local to its GPU " + shown(r->bound_device) + " (CPUs " +
+            shown(r->gpu_local_cpus) +
             "): --cpu-bind numa binds each rank next to its GPU (docs/affinity.md)");
 
   // Per-node resources, once per host.
@@ -250,11 +270,11 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
     if (r->gpus_on_node > 0 && r->shm_bytes < limits.min_shm_bytes &&
         shm_seen.insert(r->host).second)
       add("small-shm", Severity::kWarning, {r->rank}, {r->host},
-          "/dev/shm on " + r->host + " is " + num(r->shm_bytes >> 20) +
+          "/dev/shm on " + shown(r->host) + " is " + num(r->shm_bytes >> 20) +
               " MiB: NCCL and DataLoader workers need more than 1 GiB");
     if (r->infiniband_devices > 0 && r->memlock_bytes && memlock_seen.insert(r->host).second)
       add("memlock-limited", Severity::kWarning, {r->rank}, {r->host},
-          "RLIMIT_MEMLOCK is " + num(*r->memlock_bytes >> 10) + " KiB on " + r->host +
+          "RLIMIT_MEMLOCK is " + num(*r->memlock_bytes >> 10) + " KiB on " + shown(r->host) +
               ", which has InfiniBand devices: RDMA registration fails; make it unlimited "
               "(slurm.conf PropagateResourceLimitsExcept=MEMLOCK, limits.conf)");
   }
@@ -267,11 +287,11 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
       const std::int64_t skew = r->sent_unix_ms - r->received_unix_ms;
       if (skew > limits.clock_skew_ms || -skew > limits.clock_skew_ms)
         add("clock-skew", Severity::kWarning, {r->rank}, {r->host},
-            "the clock of " + r->host + " is " + seconds(skew < 0 ? -skew : skew) +
+            "the clock of " + shown(r->host) + " is " + seconds(skew < 0 ? -skew : skew) +
                 (skew > 0 ? " ahead of" : " behind") + " rank 0's");
       if (r->received_unix_ms - first_arrival > limits.slow_start_ms)
         add("slow-start", Severity::kWarning, {r->rank}, {r->host},
-            "rank " + num(r->rank) + " (" + r->host + ") arrived " +
+            "rank " + num(r->rank) + " (" + shown(r->host) + ") arrived " +
                 seconds(r->received_unix_ms - first_arrival) + " after the first");
     }
   }

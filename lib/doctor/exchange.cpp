@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/file.hpp"
 #include "core/text.hpp"
 #include "doctor/network.hpp"
 #include "doctor/probe.hpp"
@@ -120,6 +122,97 @@ Fd listen_on(std::uint16_t port, int& error) {
   return Fd();
 }
 
+// What rank 0 accepts, so that nothing a peer sends makes it grow without bound: one connection
+// comes from one node (a task, or a local launcher with its workers), so it carries at most
+// the ranks of the largest node; all together at most twice the job (duplicates are a finding
+// of their own) and 64 MiB.
+struct ServeLimits {
+  std::uint32_t frames_per_connection = 0;
+  std::uint64_t bytes_per_connection = 0;
+  std::uint64_t frames = 0;
+  std::uint64_t bytes = 0;
+  std::size_t connections = 0;
+};
+
+ServeLimits serve_limits(const Expectation& expected) {
+  ServeLimits limits;
+  std::map<std::uint32_t, std::uint32_t> per_node;
+  std::uint32_t largest = 0;
+  for (const ExpectedRank& r : expected.ranks) largest = std::max(largest, ++per_node[r.node]);
+  limits.frames_per_connection = std::max<std::uint32_t>(
+      1, largest > 0 ? largest : std::max<std::uint32_t>(expected.world_size, 1));
+  limits.bytes_per_connection =
+      static_cast<std::uint64_t>(limits.frames_per_connection) * (kMaxFrame + 4);
+  limits.frames = 2ull * expected.world_size + 16;
+  limits.bytes = 64ull << 20;
+  // Every node keeps its connection open for the verdict, plus room for strays; never more
+  // than the descriptor table holds.
+  limits.connections = expected.world_size + 64;
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+      nofile.rlim_cur > 32)
+    limits.connections = std::min<std::size_t>(limits.connections, nofile.rlim_cur - 32);
+  return limits;
+}
+
+// Connections rank 0 cut off or turned away, for one warning in the verdict.
+class PeerTrouble {
+ public:
+  void note(const std::string& peer, std::string why) {
+    if (count_++ == 0) first_ = (peer.empty() ? std::string() : "from " + peer + ": ") + why;
+  }
+  std::vector<Problem> problems(std::uint16_t port) const {
+    if (count_ == 0) return {};
+    return {{"bad-peer",
+             Severity::kWarning,
+             {},
+             {},
+             "rank 0 cut off or turned away " + std::to_string(count_) + " connection" +
+                 (count_ == 1 ? "" : "s") + " to port " + std::to_string(port) +
+                 " that broke the doctor's protocol or its bounds (the first " + first_ +
+                 "); another program is reaching this port"}};
+  }
+
+ private:
+  std::size_t count_ = 0;
+  std::string first_;
+};
+
+// Why rank 0 cannot listen on the port, by its real cause: the program's rendezvous would
+// fail the same way.
+Problem listen_problem(std::uint16_t port, const std::string& host, int error) {
+  const std::string where =
+      " on port " + std::to_string(port) + " of " + excerpt(host, 64) + ": " + std::strerror(error);
+  if (error == EACCES || error == EPERM) {
+    std::string start = "1024";
+    if (auto text = read_file_head("/proc/sys/net/ipv4/ip_unprivileged_port_start", 32)) {
+      while (!text->empty() && text->back() == '\n') text->pop_back();
+      if (!text->empty()) start = *text;
+    }
+    return {"port-not-permitted",
+            Severity::kError,
+            {0},
+            {host},
+            "rank 0 may not listen" + where + ": ports below " + start +
+                " need root or CAP_NET_BIND_SERVICE (net.ipv4.ip_unprivileged_port_start); "
+                "choose a port from " +
+                start + " up"};
+  }
+  if (error == EADDRINUSE)
+    return {"port-in-use",
+            Severity::kError,
+            {0},
+            {host},
+            "rank 0 cannot listen" + where +
+                " (another job or a stale process holds it; the program's rendezvous would "
+                "fail the same way)"};
+  return {"port-unusable",
+          Severity::kError,
+          {0},
+          {host},
+          "rank 0 cannot listen" + where + " (the program's rendezvous would fail the same way)"};
+}
+
 std::string describe_connect_error(int error) {
   switch (error) {
     case ECONNREFUSED:
@@ -142,8 +235,7 @@ std::string describe_connect_error(int error) {
 std::vector<Problem> test_network(std::vector<NetworkLink>& links,
                                   const std::vector<TaskReport>& reports,
                                   const std::vector<std::pair<std::size_t, std::size_t>>& agents,
-                                  const std::vector<int>& fds, const NetworkOptions& network,
-                                  const NetworkAgent* own_agent) {
+                                  const NetworkOptions& network, const NetworkAgent* own_agent) {
   struct Node {
     std::size_t report;
     int fd;  // -1: rank 0's own agent
@@ -154,9 +246,9 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links,
     nodes.push_back({0, -1});
     node_ranks.insert(reports.front().node_rank);
   }
-  for (std::size_t k = 0; k < agents.size(); ++k)
-    if (fds[k] >= 0 && node_ranks.insert(reports[agents[k].second].node_rank).second)
-      nodes.push_back({agents[k].second, fds[k]});
+  for (const auto& [fd, report] : agents)
+    if (node_ranks.insert(reports[report].node_rank).second)
+      nodes.push_back({report, static_cast<int>(fd)});
   if (nodes.size() < 2) return {};
   std::sort(nodes.begin(), nodes.end(), [&](const Node& a, const Node& b) {
     return reports[a.report].node_rank < reports[b.report].node_rank;
@@ -237,35 +329,35 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links,
 Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
               Clock::time_point deadline, const NetworkOptions& network,
               const NetworkAgent* own_agent) {
-  for (TaskReport& r : own) r.received_unix_ms = unix_ms();
+  // Rank 0's own reports arrive now, on rank 0's clock: the time they were probed is not
+  // when they were sent (probing takes seconds on a loaded node, which read as clock skew).
+  const std::int64_t now_ms = unix_ms();
+  for (TaskReport& r : own) r.sent_unix_ms = r.received_unix_ms = now_ms;
   int error = 0;
   Fd listener = listen_on(port, error);
   if (listener.get() < 0) {
     const TaskReport& r0 = own.front();
     Verdict verdict;
     verdict.reports = std::move(own);
-    verdict.problems.push_back(
-        {"port-in-use",
-         Severity::kError,
-         {0},
-         {r0.host},
-         "rank 0 cannot listen on port " + std::to_string(port) + " of " + r0.host + ": " +
-             std::strerror(error) +
-             " (another job or a stale process holds it; the program's rendezvous would fail "
-             "the same way)"});
+    verdict.problems.push_back(listen_problem(port, r0.host, error));
     return verdict;
   }
 
+  const ServeLimits limits = serve_limits(expected);
   struct Client {
     Fd fd;
+    std::string peer;
     std::string in;
-    bool closed = false;
+    std::uint32_t frames = 0;
+    std::uint64_t bytes = 0;
+    std::size_t network_report = std::string::npos;  // its report that offers a network test
   };
   std::vector<Client> clients;
   std::vector<TaskReport> reports = std::move(own);
-  std::vector<std::pair<std::size_t, std::size_t>> agents;  // (client, report) of a node's test
   std::vector<bool> seen(expected.world_size, false);
   std::uint32_t distinct = 0;
+  std::uint64_t total_frames = 0, total_bytes = 0;
+  PeerTrouble trouble;
   auto count = [&](const TaskReport& r) {
     if (r.rank < seen.size() && !seen[r.rank]) {
       seen[r.rank] = true;
@@ -273,52 +365,108 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
     }
   };
   for (const TaskReport& r : reports) count(r);
+  // One descriptor kept in reserve: when the table is full, it makes room to accept and close
+  // a connection, which would otherwise stay queued and keep poll() returning at once.
+  Fd reserve(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 
   std::vector<pollfd> polled;
   while (distinct < expected.world_size && Clock::now() < deadline) {
     polled.assign(1, pollfd{listener.get(), POLLIN, 0});
-    for (const Client& c : clients) polled.push_back({c.closed ? -1 : c.fd.get(), POLLIN, 0});
+    for (const Client& c : clients) polled.push_back({c.fd.get(), POLLIN, 0});
     if (::poll(polled.data(), polled.size(), millis_until(deadline, 200)) < 0 && errno != EINTR)
       throw Error::system("doctor: poll", errno);
-    if (polled[0].revents & POLLIN) {
-      for (;;) {  // accept everything queued: the backlog is the scarce resource at scale
-        const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        clients.push_back({Fd(fd), {}, false});
-      }
-    }
+    std::vector<bool> drop(clients.size(), false);
     for (std::size_t i = 1; i < polled.size(); ++i) {
       if (!(polled[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Client& c = clients[i - 1];
       char buffer[16384];
       const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
       if (n <= 0) {
-        if (n == 0 || (errno != EAGAIN && errno != EINTR)) c.closed = true;
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) drop[i - 1] = true;  // gone: released
         continue;
       }
+      c.bytes += static_cast<std::uint64_t>(n);
       c.in.append(buffer, static_cast<std::size_t>(n));
       try {
         while (auto body = take_frame(c.in, kReportMagic)) {
+          ++c.frames;
+          ++total_frames;
+          total_bytes += body->size();
+          if (c.frames > limits.frames_per_connection)
+            throw std::runtime_error("more than " + std::to_string(limits.frames_per_connection) +
+                                     " reports on one connection");
+          if (total_frames > limits.frames || total_bytes > limits.bytes)
+            throw std::runtime_error("the reports of all connections passed rank 0's bound (" +
+                                     std::to_string(limits.frames) + " reports, " +
+                                     std::to_string(limits.bytes >> 20) + " MiB)");
           TaskReport r = decode(*body);
           r.received_unix_ms = unix_ms();
           count(r);
-          if (r.network_port != 0) agents.emplace_back(i - 1, reports.size());
+          if (r.network_port != 0) c.network_report = reports.size();
           reports.push_back(std::move(r));
         }
-      } catch (const std::exception&) {
-        c.closed = true;  // not one of ours (a port scanner, a stale client): ignore it
-        c.fd.reset();
+        if (c.bytes > limits.bytes_per_connection)
+          throw std::runtime_error("more than " + std::to_string(limits.bytes_per_connection) +
+                                   " bytes on one connection");
+      } catch (const std::exception& e) {
+        // Not one of ours, or not within bounds (a port scanner, a stale or hostile client):
+        // cut off, said once in the verdict.
+        trouble.note(c.peer, e.what());
+        drop[i - 1] = true;
+      }
+    }
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < clients.size(); ++i) {
+      if (drop[i]) continue;
+      if (kept != i) clients[kept] = std::move(clients[i]);
+      ++kept;
+    }
+    clients.resize(kept);
+    if (polled[0].revents & POLLIN) {
+      for (;;) {  // accept everything queued: the backlog is the scarce resource at scale
+        sockaddr_storage from{};
+        socklen_t length = sizeof from;
+        const int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &length,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+          if ((errno == EMFILE || errno == ENFILE) && reserve) {
+            reserve.reset();
+            Fd shed(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+            if (shed) trouble.note("", "refused: rank 0 has no descriptor left for it");
+            reserve = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+            if (shed) continue;
+          }
+          break;
+        }
+        std::string peer = numeric_host(reinterpret_cast<sockaddr*>(&from), length);
+        if (clients.size() >= limits.connections) {
+          // Full: the oldest connection that has sent no report yet makes room; if every one
+          // has, the newcomer is turned away.
+          const auto idle = std::find_if(clients.begin(), clients.end(),
+                                         [](const Client& c) { return c.frames == 0; });
+          if (idle == clients.end()) {
+            trouble.note(peer, "refused: " + std::to_string(limits.connections) +
+                                   " connections are open already");
+            ::close(fd);
+            continue;
+          }
+          trouble.note(idle->peer, "closed to make room: it had sent nothing");
+          clients.erase(idle);
+        }
+        clients.push_back({Fd(fd), std::move(peer), {}, 0, 0, std::string::npos});
       }
     }
   }
 
-  std::vector<Problem> found;
+  std::vector<Problem> found = trouble.problems(port);
   std::vector<NetworkLink> links;
   if (network.enabled) {
-    std::vector<int> fds;
-    for (const auto& [client, report] : agents)
-      fds.push_back(clients[client].closed ? -1 : clients[client].fd.get());
-    found = test_network(links, reports, agents, fds, network, own_agent);
+    std::vector<std::pair<std::size_t, std::size_t>> agents;  // (its descriptor, its report)
+    for (const Client& c : clients)
+      if (c.network_report != std::string::npos)
+        agents.emplace_back(static_cast<std::size_t>(c.fd.get()), c.network_report);
+    std::vector<Problem> slow = test_network(links, reports, agents, network, own_agent);
+    found.insert(found.end(), slow.begin(), slow.end());
   }
   Verdict verdict = diagnose(expected, std::move(reports), std::move(found));
   verdict.network = std::move(links);
@@ -328,10 +476,8 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   const std::string answer =
       frame(kVerdictMagic, "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n");
   const auto send_deadline = Clock::now() + std::chrono::seconds(2);
-  for (Client& c : clients)
-    if (c.fd.get() >= 0 && !c.closed) send_all(c.fd.get(), answer, send_deadline);
+  for (Client& c : clients) send_all(c.fd.get(), answer, send_deadline);
   for (Client& c : clients) {
-    if (c.fd.get() < 0) continue;
     pollfd p{c.fd.get(), POLLIN, 0};
     char sink[256];
     while (::poll(&p, 1, millis_until(send_deadline, 200)) > 0 &&

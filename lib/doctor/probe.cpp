@@ -20,7 +20,9 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/exec_error.hpp"
 #include "core/text.hpp"
+#include "proc/exec.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
@@ -104,6 +106,17 @@ FileIdentity identify_file(const std::string& path) {
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
   id.hash = text;
   return id;
+}
+
+void probe_exec(std::vector<TaskReport>& reports, const std::string& program_path,
+                const std::vector<std::string>& argv, const EnvMap& env) {
+  const std::optional<int> refused = trial_exec(program_path, argv, env);
+  if (!refused || *refused == 0) return;
+  const Error error = exec_error(program_path, *refused);
+  for (TaskReport& r : reports) {
+    r.exec_error = error.what();
+    r.exec_status = error.exit_status();
+  }
 }
 
 void probe_node(TaskReport& r) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_map.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/report.hpp"
 
@@ -29,6 +30,13 @@ struct NetworkOptions {
 // InfiniBand, the identity of the program and of dtlaunch, the wall clock); the caller has set
 // who the task is and what it was told.
 void probe_node(TaskReport& report);
+
+// Whether the launch's execve of program_path, with the worker's argv and environment, would
+// be accepted (proc/exec.hpp's trial_exec: the real system call, stopped before the program's
+// first instruction); when not, every report gets the line and status the launch would fail
+// with (core/exec_error.hpp). Nothing is said when it cannot be told.
+void probe_exec(std::vector<TaskReport>& reports, const std::string& program_path,
+                const std::vector<std::string>& argv, const EnvMap& env);
 
 // The node facts of `from` (everything probe_node fills) copied into `to`: the workers of one
 // launcher share a node, and hashing the program once is enough.

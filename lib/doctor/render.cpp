@@ -80,25 +80,26 @@ std::string render_table(const Verdict& verdict) {
     for (const TaskReport* r : rs) ranks.push_back(r->rank);
     std::int64_t last = 0;
     for (const TaskReport* r : rs) last = std::max(last, r->received_unix_ms - first);
+    // Every cell comes from the reports: escaped and bounded, as the host name.
+    const auto cell = [](const std::string& value) { return excerpt(value, 40); };
     rows.push_back({
-        excerpt(host, 40),
+        cell(host),
         compact_ranges(ranks),
-        distinct(rs, [](const TaskReport& r) { return join(r.master_resolves_to); }),
-        distinct(rs, [](const TaskReport& r) { return r.local_addr.empty() ? "-" : r.local_addr; }),
-        distinct(rs,
-                 [](const TaskReport& r) {
-                   return r.bound_device.empty() ? std::string("-") : r.bound_device;
-                 }),
-        distinct(rs, [](const TaskReport& r) { return r.cpus; }),
-        distinct(rs, [](const TaskReport& r) { return r.omp_num_threads; }),
+        cell(distinct(rs, [](const TaskReport& r) { return join(r.master_resolves_to); })),
+        cell(distinct(
+            rs, [](const TaskReport& r) { return r.local_addr.empty() ? "-" : r.local_addr; })),
+        cell(distinct(rs,
+                      [](const TaskReport& r) {
+                        return r.bound_device.empty() ? std::string("-") : r.bound_device;
+                      })),
+        cell(distinct(rs, [](const TaskReport& r) { return r.cpus; })),
+        cell(distinct(rs, [](const TaskReport& r) { return r.omp_num_threads; })),
         mib(rs.front()->shm_bytes),
         rs.front()->memlock_bytes ? std::to_string(*rs.front()->memlock_bytes >> 10) + " KiB"
                                   : "unlimited",
-        distinct(rs, [](const TaskReport& r) { return r.program.hash.substr(0, 8); }),
-        distinct(rs,
-                 [](const TaskReport& r) {
-                   return r.node_software ? excerpt(r.kernel, 40) : std::string();
-                 }),
+        cell(distinct(rs, [](const TaskReport& r) { return r.program.hash.substr(0, 8); })),
+        cell(distinct(
+            rs, [](const TaskReport& r) { return r.node_software ? r.kernel : std::string(); })),
         "+" + std::to_string(last) + " ms",
     });
   }
@@ -117,8 +118,8 @@ std::string render_table(const Verdict& verdict) {
                     std::to_string(order.size()) + " host(s)";
   if (!verdict.reports.empty()) {
     const TaskReport& r0 = verdict.reports.front();
-    out += ", rendezvous " + r0.master_addr + ":" + std::to_string(r0.master_port) + ", program " +
-           r0.program.path + ", " + r0.launcher_version;
+    out += ", rendezvous " + excerpt(r0.master_addr, 64) + ":" + std::to_string(r0.master_port) +
+           ", program " + excerpt(r0.program.path) + ", " + excerpt(r0.launcher_version, 64);
   }
   out += "\n\n" + line(header);
   for (const auto& row : rows) out += line(row);

@@ -89,6 +89,8 @@ std::string encode(const TaskReport& r) {
   put("program", r.program.path);
   num("program_size", r.program.size);
   put("program_hash", r.program.hash);
+  put("program_exec_error", r.exec_error);
+  num("program_exec_status", static_cast<std::uint64_t>(r.exec_status));
   put("launcher", r.launcher.path);
   num("launcher_size", r.launcher.size);
   put("launcher_hash", r.launcher.hash);
@@ -172,6 +174,9 @@ TaskReport decode(std::string_view text) {
     r.memlock_bytes = number("memlock_bytes", UINT64_MAX);
   r.infiniband_devices = static_cast<std::uint32_t>(number("infiniband_devices", UINT32_MAX));
   r.program = {text_of("program"), number("program_size", UINT64_MAX), text_of("program_hash")};
+  r.exec_error = text_of("program_exec_error");  // absent from an older dtlaunch: ""
+  if (fields.count("program_exec_status"))
+    r.exec_status = static_cast<int>(number("program_exec_status", 255));
   r.launcher = {text_of("launcher"), number("launcher_size", UINT64_MAX), text_of("launcher_hash")};
   r.launcher_version = text_of("launcher_version");
   r.sent_unix_ms = signed_number("sent_unix_ms");

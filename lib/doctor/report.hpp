@@ -58,6 +58,10 @@ struct TaskReport {
   std::uint32_t infiniband_devices = 0;        // /sys/class/infiniband entries
   // What will run.
   FileIdentity program;
+  // The line the launch would fail with when its execve is refused (core/exec_error.hpp's, as
+  // "PATH: cannot execute: ..."), "" when the kernel accepts the program or it cannot be told.
+  std::string exec_error;
+  int exec_status = 0;    // the launch's exit status then: 126 or 127
   FileIdentity launcher;  // dtlaunch itself
   std::string launcher_version;
   // When: the task's wall clock when it sent the report, and (set by rank 0) when it arrived.

@@ -3,6 +3,7 @@
 // workers (proc/spawn.cpp) exec through the same argument arrays.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,15 @@ class ExecArguments {
 // for a program that is not there, 126 for every other exec failure.
 [[noreturn]] void exec_program(const std::string& program_path,
                                const std::vector<std::string>& argv, const EnvMap& env);
+
+// What execve(program_path, argv, env) would do, without running any of the program: a child
+// asks to be traced and execs; the kernel stops it before the program's first instruction
+// (then it is killed) or execve fails (its errno comes back). The very system call the launch
+// makes, with its arguments, so E2BIG, a missing #! interpreter or a file of no known format
+// are found exactly as the launch would meet them. Returns 0 when the kernel accepts the
+// program, execve's errno when not, and nullopt when it cannot tell (tracing is not allowed
+// here: a seccomp filter, Yama's ptrace_scope 3).
+std::optional<int> trial_exec(const std::string& program_path, const std::vector<std::string>& argv,
+                              const EnvMap& env);
 
 }  // namespace dtlaunch

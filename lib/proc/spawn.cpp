@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ struct ChildArgs {
   int exec_errno = 0;   // written by the child when execve fails; read once it has exited
   int setup_errno = 0;  // written by the child when it could not get a table of its own
   const PreparedBinding* binding = nullptr;  // --cpu-bind/--mem-bind, masks built before
+  const rlimit* fd_limit = nullptr;          // the RLIMIT_NOFILE the worker gets back
 };
 
 // Planned within the task's own mask, so the kernel refuses it only if that mask changed since.
@@ -68,6 +70,7 @@ int child_main(void* arg) {
     [[maybe_unused]] const ssize_t n = ::write(2, kBindFailed, sizeof kBindFailed - 1);
     ::_exit(1);
   }
+  if (a->fd_limit) ::setrlimit(RLIMIT_NOFILE, a->fd_limit);
   a->block->unblock_in_child();
   ::execve(a->path, a->argv, a->envp);
   a->exec_errno = errno;
@@ -85,7 +88,8 @@ char* child_stack_top() {
 
 }  // namespace
 
-StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below) {
+StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below,
+                           const rlimit* fd_limit) {
   const ExecArguments arguments(worker.argv, worker.env);
 
   Pipe out = make_pipe(), err = make_pipe();
@@ -98,6 +102,7 @@ StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_be
   args.err = err.write.get();
   args.parent = ::getpid();
   args.binding = worker.binding.get();
+  args.fd_limit = fd_limit;
   if (std::max({devnull, args.out, args.err}) < copy_below) args.copy_below = copy_below;
   pid_t pid;
   {

@@ -4,6 +4,7 @@
 // processes), and so that the terminal's Ctrl-C reaches dtlaunch alone, which forwards it once.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "proc/fd.hpp"
@@ -28,6 +29,9 @@ struct StartedWorker {
 // ends, those dtlaunch itself inherited) is below it, and everything at or above it is ours and
 // close-on-exec: the child then copies only that part of the descriptor table. Otherwise it
 // copies all of it, and exec closes ours, which costs as much as we hold (two per worker).
-StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below = 0);
+// fd_limit: the RLIMIT_NOFILE the worker gets, set in the child before exec (dtlaunch raised
+// its own soft limit for the descriptors it holds; the workers keep the one it was given).
+StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below = 0,
+                           const rlimit* fd_limit = nullptr);
 
 }  // namespace dtlaunch

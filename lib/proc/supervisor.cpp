@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +51,14 @@ bool is_termination(int sig) {
 std::string signal_text(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+// A termination signal to a worker's group, and SIGCONT after it: a stopped process (SIGSTOP,
+// a debugger's stop) keeps the signal pending until it is continued, and would spend the
+// whole grace period stopped before its SIGKILL.
+void terminate_group(pid_t pgid, int sig) {
+  ::kill(-pgid, sig);
+  ::kill(-pgid, SIGCONT);
 }
 
 // "1 worker", "3 workers".
@@ -94,8 +103,9 @@ class Attempt {
  public:
   // high_fds: where the descriptors held for the workers go (start_worker's copy_below).
   Attempt(std::vector<WorkerProcess> specs, const SupervisorOptions& options, SignalPipe& signals,
-          Console& console, LogFiles& logs, int high_fds)
+          Console& console, LogFiles& logs, int high_fds, const rlimit* worker_fd_limit)
       : high_fds_(high_fds),
+        worker_fd_limit_(worker_fd_limit),
         options_(options),
         signals_(signals),
         console_(console),
@@ -158,7 +168,7 @@ class Attempt {
     // Each start returns once its worker has exec'd; loading the program and its libraries
     // then overlaps with the next starts.
     for (Worker& w : workers_) {
-      StartedWorker s = start_worker(w.spec, devnull.get(), high_fds_);
+      StartedWorker s = start_worker(w.spec, devnull.get(), high_fds_, worker_fd_limit_);
       w.pid = s.pid;
       w.running = true;
       index_of_pid_.emplace(s.pid, static_cast<std::size_t>(&w - workers_.data()));
@@ -184,6 +194,10 @@ class Attempt {
       if (w.out_fd) fds.push_back({w.out_fd.get(), POLLIN, 0}), owners.emplace_back(&w, false);
       if (w.err_fd) fds.push_back({w.err_fd.get(), POLLIN, 0}), owners.emplace_back(&w, true);
     }
+    // Output waiting for a slow reader is written as the reader takes it, never blocking.
+    const std::size_t console_at = fds.size();
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO})
+      fds.push_back({console_.waiting_fd(fd), POLLOUT, 0});
     int timeout = -1;
     if (deadline_) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now());
@@ -193,7 +207,9 @@ class Attempt {
       throw Error::system("poll", errno);
 
     for (int sig : signals_.drain()) on_signal(sig);
-    for (std::size_t i = 1; i < fds.size(); ++i) {
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO})
+      if (fds[console_at + static_cast<std::size_t>(fd - 1)].revents != 0) console_.flush(fd);
+    for (std::size_t i = 1; i < console_at; ++i) {
       if (fds[i].revents == 0) continue;
       auto [w, is_err] = owners[i - 1];
       pump(is_err ? w->err_fd : w->out_fd, is_err ? *w->err : *w->out);
@@ -261,8 +277,13 @@ class Attempt {
                                         " still running\n");
       return;
     }
-    for (Worker& w : workers_)
-      if (w.running) ::kill(-w.pid, sig);
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      if (is_termination(sig))
+        terminate_group(w.pid, sig);
+      else
+        ::kill(-w.pid, sig);
+    }
     if (!is_termination(sig) || terminated_) return;
     console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
                                       ", passed it to the workers; SIGKILL in " +
@@ -327,7 +348,7 @@ class Attempt {
     std::size_t others = 0;
     for (Worker& w : workers_) {
       if (!w.running) continue;
-      ::kill(-w.pid, SIGTERM);
+      terminate_group(w.pid, SIGTERM);
       ++others;
     }
     if (others == 0) return;
@@ -367,6 +388,7 @@ class Attempt {
   }
 
   const int high_fds_;
+  const rlimit* worker_fd_limit_;  // what the workers get back, when we raised ours
   const SupervisorOptions& options_;
   SignalPipe& signals_;
   Console& console_;
@@ -382,6 +404,50 @@ class Attempt {
   bool terminated_ = false;
 };
 
+// Room in RLIMIT_NOFILE for what `workers` workers need from dtlaunch: two pipes each (and a
+// log file), above the table as it is now plus the 64 of high_fds and a few of our own. A
+// soft limit that is too low is raised, as far as needed, when the hard one allows: for
+// dtlaunch alone; the workers get the old one back (returned). Throws Error (kBadInput).
+std::optional<rlimit> make_room_for_descriptors(std::size_t workers, bool log_files,
+                                                Console& console) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return std::nullopt;
+  const std::uint64_t need =
+      static_cast<std::uint64_t>(fd_table_top()) + 64 + 16 + workers * (log_files ? 3 : 2);
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= need) return std::nullopt;
+  const auto text = [](rlim_t n) {
+    return n == RLIM_INFINITY ? std::string("unlimited") : std::to_string(n);
+  };
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < need)
+    throw Error(ExitCode::kBadInput, workers_text(workers) + " need " + std::to_string(need) +
+                                         " file descriptors, and the limit (ulimit -n) is " +
+                                         text(limit.rlim_cur) + " with a hard limit of " +
+                                         text(limit.rlim_max) + ": raise it (ulimit -n " +
+                                         std::to_string(need) + ") or start fewer workers");
+  rlimit raised = limit;
+  raised.rlim_cur = need;
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) throw Error::system("setrlimit", errno);
+  console.warn("dtlaunch: raised its soft limit of file descriptors (ulimit -n) from " +
+               text(limit.rlim_cur) + " to " + std::to_string(need) + " for " +
+               workers_text(workers) + "; the workers keep " + text(limit.rlim_cur) + "\n");
+  return limit;
+}
+
+// Every worker is gone; what their output left waiting for a slow reader of stdout is written
+// as the reader takes it. After a termination signal, or on one now, the user asked to stop:
+// the rest is dropped, with a word, rather than keeping them waiting for that reader.
+void deliver_rest(Console& console, SignalPipe& signals, bool terminated) {
+  if (terminated) {
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) console.flush(fd);
+    if (!console.idle()) console.discard("stopping on a signal");
+    return;
+  }
+  while (!console.drain(signals.fd())) {
+    for (int sig : signals.drain())
+      if (is_termination(sig)) return console.discard("got " + signal_text(sig));
+  }
+}
+
 }  // namespace
 
 RunResult run_workers(
@@ -392,32 +458,41 @@ RunResult run_workers(
   // everything below it, what we inherited included, stays where it is: a worker's start then
   // copies a table that does not grow with the number of workers (spawn.hpp). 64 leaves room
   // for the few descriptors of our own opened below it (signal pipe, guardian, /dev/null).
+  Console console;
+  std::vector<WorkerProcess> first = make_workers(0);
+  const std::optional<rlimit> worker_fd_limit =
+      make_room_for_descriptors(first.size(), options.log_dir.has_value(), console);
   const int high_fds = fd_table_top() + 64;
   LogFiles logs(options.log_dir, high_fds);
   SignalPipe signals(kCaught);
   SubreaperScope subreaper;
-  Console console;
   const std::string host = host_name();
 
   RunResult result;
   for (std::uint32_t restart = 0;; ++restart) {
-    std::vector<WorkerProcess> specs = make_workers(restart);
+    std::vector<WorkerProcess> specs = restart == 0 ? std::move(first) : make_workers(restart);
     const std::size_t count = specs.size();
     AttemptResult attempt;
     {
-      Attempt a(std::move(specs), options, signals, console, logs, high_fds);
+      Attempt a(std::move(specs), options, signals, console, logs, high_fds,
+                worker_fd_limit ? &*worker_fd_limit : nullptr);
       attempt = a.run();
     }
     result.restarts = restart;
     result.first_failure = attempt.failure;
     result.exit_status = attempt.failure ? exit_status_of(*attempt.failure) : 0;
-    if (!attempt.failure) return result;
+    if (!attempt.failure) {
+      deliver_rest(console, signals, attempt.terminated);
+      return result;
+    }
     console.write(STDERR_FILENO, format_failure_report(*attempt.failure, host));
     // Exit 75 asks to be run again later (after a requeue), not now: the group ends and 75 is
     // passed through, as it is without --max-restarts.
     if (attempt.terminated || restart >= options.max_restarts ||
-        is_stopped_to_resume(*attempt.failure))
+        is_stopped_to_resume(*attempt.failure)) {
+      deliver_rest(console, signals, attempt.terminated);
       return result;
+    }
     console.write(STDERR_FILENO, "dtlaunch: restarting all " + std::to_string(count) +
                                      " workers (restart " + std::to_string(restart + 1) + " of " +
                                      std::to_string(options.max_restarts) + ")\n");

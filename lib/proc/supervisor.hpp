@@ -80,9 +80,14 @@ struct RunResult {
 // ones before returning. The failure report ("dtlaunch: rank 3 (local 3) failed: exit 1" and
 // the last lines) goes to stderr.
 //
+// Before starting anything it checks that RLIMIT_NOFILE leaves room for the descriptors the
+// workers need (two pipes each, a log file each with log_dir): if only the soft limit is too
+// low it raises it, for dtlaunch alone, and says so on stderr; if the hard one is, it throws
+// Error (kBadInput) saying how many are needed.
+//
 // Throws dtlaunch::Error only for OS failures before or while starting (pipe, fork, the log
-// directory) and for a program that cannot be executed (ExitCode 127 / 126); in every case the
-// workers already started are killed and reaped first.
+// directory), for a program that cannot be executed (ExitCode 127 / 126) and for the limit
+// above; in every case the workers already started are killed and reaped first.
 RunResult run_workers(
     const std::function<std::vector<WorkerProcess>(std::uint32_t restart_count)>& make_workers,
     const SupervisorOptions& options);

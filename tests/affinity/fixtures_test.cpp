@@ -1,6 +1,11 @@
 // The binding of every local rank, per mode, on machine shapes we cannot have in CI: the trees
 // under fixtures/ (made by fixtures/make_fixtures.py) are read through hwloc exactly as a
 // node's / is, with DTLAUNCH_TOPOLOGY_ROOT's code path. docs/affinity.md shows these tables.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -36,14 +41,15 @@ const std::vector<Row>& rows() {
       {"dgx-h100",
        CpuBind::kNuma,
        {"0", "1", "2", "3", "4", "5", "6", "7"},
-       {{"0-55,112-167", "0", 56},
-        {"0-55,112-167", "0", 56},
-        {"0-55,112-167", "0", 56},
-        {"0-55,112-167", "0", 56},
-        {"56-111,168-223", "1", 56},
-        {"56-111,168-223", "1", 56},
-        {"56-111,168-223", "1", 56},
-        {"56-111,168-223", "1", 56}}},
+       // 4 ranks per NUMA node of 56 cores: 14 threads each, not 56 each.
+       {{"0-55,112-167", "0", 14},
+        {"0-55,112-167", "0", 14},
+        {"0-55,112-167", "0", 14},
+        {"0-55,112-167", "0", 14},
+        {"56-111,168-223", "1", 14},
+        {"56-111,168-223", "1", 14},
+        {"56-111,168-223", "1", 14},
+        {"56-111,168-223", "1", 14}}},
       {"dgx-h100",
        CpuBind::kSocket,
        {"4", "0"},
@@ -114,10 +120,10 @@ const std::vector<Row>& rows() {
       {"epyc-ccx",
        CpuBind::kNuma,
        {"0", "1", "2", "3"},
-       {{"0-31,64-95", "0", 32},
-        {"0-31,64-95", "0", 32},
-        {"32-63,96-127", "1", 32},
-        {"32-63,96-127", "1", 32}}},
+       {{"0-31,64-95", "0", 16},
+        {"0-31,64-95", "0", 16},
+        {"32-63,96-127", "1", 16},
+        {"32-63,96-127", "1", 16}}},
       {"epyc-ccx",
        CpuBind::kCache,
        {},
@@ -141,10 +147,10 @@ const std::vector<Row>& rows() {
       {"nps4",
        CpuBind::kSocket,
        {"0", "1", "2", "3"},
-       {{"0-15,32-47", "0-3", 16},
-        {"0-15,32-47", "0-3", 16},
-        {"16-31,48-63", "4-7", 16},
-        {"16-31,48-63", "4-7", 16}}},
+       {{"0-15,32-47", "0-3", 8},
+        {"0-15,32-47", "0-3", 8},
+        {"16-31,48-63", "4-7", 8},
+        {"16-31,48-63", "4-7", 8}}},
       {"nps4",
        CpuBind::kNuma,
        {},
@@ -265,4 +271,45 @@ TEST_CASE("a root that is not a copy of a node's sys/ is an error naming the var
                       "DTLAUNCH_TOPOLOGY_ROOT='" + root +
                           "': has no sys/devices/system/cpu/online: not a copy of a node's sys/ "
                           "and proc/");
+}
+
+TEST_CASE("a topology tree with a huge, endless or unreadable file is refused, naming the file") {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::temp_directory_path() / ("dtlaunch-topology-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::copy(root_of("one-socket-1gpu"), root, fs::copy_options::recursive);
+  std::string file, says;
+  SECTION("a file that links to /dev/zero (hwloc reads it)") {
+    file = "sys/devices/system/cpu/cpu0/topology/core_cpus";
+    fs::remove(root / file);
+    fs::create_symlink("/dev/zero", root / file);
+    says = "is a link that leads out of the tree";
+  }
+  SECTION("a cpumap of 8 MB") {
+    file = "sys/devices/system/node/node0/cpumap";
+    std::ofstream(root / file) << std::string(8 << 20, 'f');
+    says = "is larger than";
+  }
+  SECTION("a FIFO") {
+    file = "proc/meminfo";
+    fs::remove(root / file);
+    REQUIRE(::mkfifo((root / file).c_str(), 0600) == 0);
+    says = "is not a regular file";
+  }
+  SECTION("an online list that does not parse") {
+    file = "sys/devices/system/cpu/online";
+    std::ofstream(root / file) << "a-b\n";
+    says = "is not a CPU list";
+  }
+  INFO(file);
+  try {
+    (void)read_topology(root.string());
+    FAIL("read_topology accepted it");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == ExitCode::kBadInput);
+    CHECK(std::string(e.what()).find((root / file).string() + "' " + says) != std::string::npos);
+  }
+  fs::remove_all(root);
 }

@@ -266,3 +266,42 @@ TEST_CASE("spec under Slurm: only this task's binding; Slurm's own binding is ke
             std::string::npos;
   CHECK(said);
 }
+
+TEST_CASE("ranks that share a domain divide its cores for OMP_NUM_THREADS") {
+  AffinityRequest r;
+  r.task_cpus = cpus("0-7");
+  r.task_mems = cpus("0-1");
+  SECTION("no GPU: 4 ranks spread over 2 NUMA nodes, 2 per node of 2 cores") {
+    r.cpu = GENERATE(CpuBind::kNuma, CpuBind::kSocket, CpuBind::kCache);
+    r.gpu_of_local_rank.resize(4);
+  }
+  SECTION("GPUs: 2 ranks on each GPU's NUMA node") {
+    r.cpu = GENERATE(CpuBind::kNuma, CpuBind::kSocket);
+    r.gpu_of_local_rank = {0, 0, 1, 1};
+  }
+  for (std::uint32_t l = 0; l < 4; ++l) {
+    r.local_rank = l;
+    const Binding b = plan_binding(small_node(), r);
+    INFO(b.why);
+    CHECK(b.cpus.size() == 4);
+    CHECK(b.cores == 1);  // 2 cores, 2 ranks: not 2 threads each on the same 2 cores
+    CHECK_THAT(b.why, contains_text("2 cores shared by 2 ranks: 1 thread each"));
+  }
+  // One rank alone in its domain keeps all of it.
+  r.cpu = CpuBind::kNuma;
+  r.gpu_of_local_rank = {0, 1};
+  r.local_rank = 0;
+  CHECK(plan_binding(small_node(), r).cores == 2);
+}
+
+TEST_CASE("a mask with no online CPU says so, with no empty list") {
+  AffinityRequest r;
+  r.cpu = CpuBind::kNuma;
+  r.rank = 5;
+  r.gpu_of_local_rank.resize(1);
+  r.task_cpus = cpus("8-9");  // CPUs this node does not have online
+  r.task_mems = cpus("0");
+  CHECK(message_of([&] { plan_binding(small_node(), r); }) ==
+        "rank 5 (local 0): --cpu-bind=numa: its affinity mask 8-9 holds no online CPU of this "
+        "node (online: 0-7); ask Slurm for CPUs here, or pass --cpu-bind=none");
+}

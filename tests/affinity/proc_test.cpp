@@ -181,6 +181,8 @@ TEST_CASE("dry-run JSON of a fixture node: each worker's cpus and mems", "[affin
                    "\"0\", \"mem_policy\": \"preferred\"") != std::string::npos);
   CHECK(r.out.find("\"rank\": 4, \"local_rank\": 4, \"cpus\": \"56-111,168-223\", \"mems\": "
                    "\"1\", \"mem_policy\": \"preferred\"") != std::string::npos);
-  CHECK(r.out.find("\"OMP_NUM_THREADS\": \"56\"") != std::string::npos);
+  // 4 ranks per NUMA node of 56 cores divide them.
+  CHECK(r.out.find("\"OMP_NUM_THREADS\": \"14\"") != std::string::npos);
+  CHECK(r.out.find("\"OMP_NUM_THREADS\": \"56\"") == std::string::npos);
   CHECK(r.out.find("\"CUDA_DEVICE_ORDER\": \"PCI_BUS_ID\"") != std::string::npos);
 }

@@ -1,7 +1,17 @@
 // `dtlaunch doctor` and --preflight in local mode, as real processes: two launchers on loopback
 // (--nnodes 2), one of them missing, and a preflight that fails before anything starts.
-#include <regex>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "doctor/probe.hpp"
 #include "dtlaunch_catch.hpp"
 #include "harness.hpp"
 #include "launch/system.hpp"
@@ -128,4 +138,176 @@ TEST_CASE("doctor: ranks whose CPUs are far from their GPU are flagged (DGX fixt
     CHECK(ran.out.find("\"message\": \"rank " + std::to_string(rank) + " (") != std::string::npos);
   CHECK(count_of(ran.out, "\"cpus_far_from_gpu\": true") == 4);
   CHECK(count_of(ran.out, "\"gpu_local_cpus\": \"0-55,112-167\"") == 4);
+}
+
+namespace {
+
+// A TCP connection to 127.0.0.1:port, or -1.
+int connect_to(const std::string& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
+// One report frame as the doctor's wire carries it (exchange.cpp): a 4-byte big-endian length,
+// the magic line, "key=value" lines.
+std::string report_frame(const std::string& body) {
+  const std::string payload = "DTLAUNCH-DOCTOR 1 report\n" + body;
+  const auto n = static_cast<std::uint32_t>(payload.size());
+  return std::string{static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                     static_cast<char>(n >> 8), static_cast<char>(n)} +
+         payload;
+}
+
+// VmHWM of a process, in kB (0 when gone).
+long peak_kb(pid_t pid) {
+  const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find("VmHWM:");
+  return at == std::string::npos ? 0 : std::stol(status.substr(at + 6));
+}
+
+// argv run under `ulimit -n N`.
+std::vector<std::string> with_fd_limit(int n, std::vector<std::string> argv) {
+  argv.insert(argv.begin(),
+              {"/bin/sh", "-c", "ulimit -n " + std::to_string(n) + " && exec \"$@\"", "sh"});
+  return argv;
+}
+
+}  // namespace
+
+TEST_CASE("doctor: 300 connections closing at once leave rank 0 no descriptor short", "[doctor]") {
+  TempDir dir;
+  become_subreaper();
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  Child node0(with_fd_limit(128, doctor(two_node_args(port, 0, {"--timeout", "20", "/bin/true"}))),
+              dir / "0.out", dir / "0.err");
+  int first = -1;
+  REQUIRE(eventually([&] { return (first = connect_to(port)) >= 0; }));
+  std::vector<int> flood{first};
+  for (int i = 0; i < 299; ++i) flood.push_back(connect_to(port));
+  for (int fd : flood) ::close(fd);
+  std::this_thread::sleep_for(500ms);
+  Child node1(doctor(two_node_args(port, 1, {"--timeout", "20", "/bin/true"})), dir / "1.out",
+              dir / "1.err");
+  const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
+  const std::string out0 = read_file(dir / "0.out");
+  INFO(out0 << read_file(dir / "0.err") << read_file(dir / "1.err"));
+  CHECK(status0 == 0);
+  CHECK(status1 == 0);
+  CHECK(out0.find("ERROR") == std::string::npos);  // no missing rank: the verdict is right
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut off, memory bounded",
+          "[doctor]") {
+  TempDir dir;
+  become_subreaper();
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  Child node0(doctor(two_node_args(port, 0, {"--timeout", "20", "--format", "json", "/bin/true"})),
+              dir / "0.out", dir / "0.err");
+  int fd = -1;
+  REQUIRE(eventually([&] { return (fd = connect_to(port)) >= 0; }));
+  std::string body = "host=" + std::string(60000, 'x') + "\nmemlock_bytes=unlimited\n";
+  for (const char* key :
+       {"rank", "local_rank", "node_rank", "world_size", "nnodes", "master_port",
+        "gpu_sharing_allowed", "gpu_isolated_by_slurm", "gpus_on_node", "cpus_far_from_gpu",
+        "shm_bytes", "infiniband_devices", "program_size", "launcher_size", "sent_unix_ms"})
+    body += std::string(key) + "=" + (std::string(key) == "rank" ? "2" : "0") + "\n";
+  const std::string frame = report_frame(body);
+  int sent = 0;
+  for (; sent < 2000; ++sent) {
+    std::string_view rest = frame;
+    while (!rest.empty()) {
+      const ssize_t n = ::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+    if (!rest.empty()) break;  // rank 0 closed the connection
+  }
+  ::close(fd);
+  const long peak = peak_kb(node0.pid());
+  Child node1(doctor(two_node_args(port, 1, {"--timeout", "20", "/bin/true"})), dir / "1.out",
+              dir / "1.err");
+  const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
+  const std::string out0 = read_file(dir / "0.out");
+  INFO(out0 << read_file(dir / "0.err") << "frames sent: " << sent << ", peak " << peak << " kB");
+  CHECK(sent < 2000);       // cut off, not read to the end (2000 x 60 KB = 120 MB)
+  CHECK(peak < 64 * 1024);  // kB
+  CHECK(status1 == status0);
+  CHECK(out0.find("\"kind\": \"bad-peer\"") != std::string::npos);
+  CHECK(out0.find("rank 0 cut off or turned away 1 connection to port " + port +
+                  " that broke the doctor's protocol or its bounds (the first from "
+                  "::ffff:127.0.0.1: more than ") != std::string::npos);
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE(
+    "doctor: a program that the launch could not execute fails the check with the launch's "
+    "own line",
+    "[doctor]") {
+  TempDir dir;
+  const std::string program = dir / "program";
+  std::string says;
+  SECTION("a missing #! interpreter") {
+    std::ofstream(program) << "#!/nonexistent/python9\nprint('hi')\n";
+    says = program +
+           ": cannot execute: /nonexistent/python9: bad interpreter: No such file or "
+           "directory";
+  }
+  SECTION("an empty executable file") {
+    std::ofstream{program};
+    says = program + ": cannot execute: Exec format error";
+  }
+  std::filesystem::permissions(program, std::filesystem::perms::owner_all);
+  // What the launch itself says, for comparison.
+  const Ran launch = run_program({kDtlaunch, "--nproc-per-node", "1", program}, dir);
+  INFO(launch.err);
+  CHECK(launch.status == 126);
+  CHECK(launch.err.find(says) != std::string::npos);
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  const Ran ran = run_program(
+      {kDtlaunch, "doctor", "--nproc-per-node", "2", "--master-port", port, program}, dir);
+  INFO(ran.out << ran.err);
+  CHECK(ran.status == 3);
+  CHECK(ran.out.find("ERROR program-cannot-execute: " + says + " (on ") != std::string::npos);
+  CHECK(ran.out.find("OK: no problem found") == std::string::npos);
+}
+
+TEST_CASE("doctor: a port rank 0 may not listen on is named as such, not as a port in use",
+          "[doctor]") {
+  TempDir dir;
+  // As an unprivileged user (nobody), port 80 is below net.ipv4.ip_unprivileged_port_start.
+  const Ran ran = run_program(
+      {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kDtlaunch, "doctor",
+       "--nproc-per-node", "1", "--master-port", "80", "/bin/true"},
+      dir);
+  INFO(ran.out << ran.err);
+  CHECK(ran.status == 3);
+  CHECK(ran.out.find("port-in-use") == std::string::npos);
+  CHECK(ran.out.find("ERROR port-not-permitted: rank 0 may not listen on port 80 of ") !=
+        std::string::npos);
+  CHECK(ran.out.find("Permission denied: ports below 1024 need root or CAP_NET_BIND_SERVICE") !=
+        std::string::npos);
+}
+
+TEST_CASE("doctor: rank 0's own reports show no clock skew however long probing took", "[doctor]") {
+  // Probing (hashing the program, resolving names, reading the topology) takes seconds on a
+  // loaded node: the skew is measured when a report arrives, and rank 0's own arrive at once.
+  dtlaunch::doctor::TaskReport own;
+  own.rank = 0;
+  own.world_size = 1;
+  own.nnodes = 1;
+  own.host = "here";
+  own.sent_unix_ms = dtlaunch::doctor::unix_ms() - 5000;  // probed 5 s ago
+  const auto verdict = dtlaunch::doctor::serve(
+      dtlaunch::doctor::local_expectation(1, 1), {own}, dtlaunch::find_free_port(),
+      dtlaunch::doctor::Clock::now() + std::chrono::seconds(5));
+  REQUIRE(verdict.reports.size() == 1);
+  CHECK(std::none_of(verdict.problems.begin(), verdict.problems.end(),
+                     [](const auto& p) { return p.kind == "clock-skew"; }));
 }

@@ -406,6 +406,43 @@ TEST_CASE("a log directory that cannot be created: status 2, nothing started", "
   CHECK_FALSE(std::filesystem::exists(marker));
 }
 
+TEST_CASE(
+    "a log file path that is not a regular file is refused at once: status 2, nothing "
+    "started, nothing written through",
+    "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  const std::string logs = dir / "logs";
+  std::filesystem::create_directories(logs);
+  const std::string target = dir / "precious";
+  std::ofstream(target) << "keep me\n";
+  std::string why;
+  SECTION("a FIFO, which open() would wait on forever") {
+    REQUIRE(::mkfifo((logs + "/rank-0.log").c_str(), 0600) == 0);
+    why = "is not a regular file";
+  }
+  SECTION("a symbolic link, which would truncate its target") {
+    std::filesystem::create_symlink(target, logs + "/rank-0.log");
+    why = "is a symbolic link";
+  }
+  SECTION("a device") {
+    std::filesystem::create_symlink("/dev/null", logs + "/rank-0.log");
+    why = "is a symbolic link";
+  }
+  const std::string marker = dir / "started";
+  const Ran ran = run_launcher(
+      launcher, concat({"--nproc-per-node", "2", "--log-dir", logs, "--"}, sh("touch " + marker)),
+      dir);
+  INFO(ran.err);
+  CHECK(ran.status == 2);
+  CHECK(ran.seconds < 5);
+  CHECK(ran.err.find("log file '" + logs + "/rank-0.log' " + why) != std::string::npos);
+  CHECK(split_lines(ran.err).size() == 1);
+  CHECK_FALSE(std::filesystem::exists(marker));
+  CHECK(read_file(target) == "keep me\n");
+}
+
 TEST_CASE("restarts: the whole group again, with the restart count exported", "[proc]") {
   const std::string launcher = GENERATE(from_range(launchers()));
   INFO("launcher: " << launcher);
@@ -675,23 +712,30 @@ TEST_CASE("output that cannot be written: one warning per destination, the run g
     CHECK(err.find(warning) == err.rfind(warning));            // once
     CHECK(err.find("[rank 1] err 3\n") != std::string::npos);  // stderr still relayed
   }
-  SECTION("a rank's log file on a full device") {
+  SECTION("a rank's log file that cannot grow (the file size limit: EFBIG)") {
+    // A log file is never a device or a link (see the test above); a full file system is
+    // stood in for by `ulimit -f`, with SIGXFSZ ignored as a careful caller would.
     const std::string logs = dir / "logs";
-    std::filesystem::create_directories(logs);
-    std::filesystem::create_symlink("/dev/full", logs + "/rank-0.log");
-    Child driver(concat({launcher, "--nproc-per-node", "2", "--log-dir", logs, "--"}, program),
-                 dir / "out", dir / "err");
+    const std::vector<std::string> big =
+        sh("i=0; while [ $i -lt 200 ]; do [ $RANK = 0 ] && echo "
+           "0123456789012345678901234567890123456789; "
+           "i=$((i+1)); done; for i in 1 2 3; do echo out $i; echo err $i >&2; done; "
+           "echo done $RANK > " +
+           dir.path() + "/done.$RANK");
+    Child driver(concat({"/bin/sh", "-c", "ulimit -f 8 && exec \"$@\"", "sh", launcher,
+                         "--nproc-per-node", "2", "--log-dir", logs, "--"},
+                        big),
+                 "/dev/null", dir / "err", {SIGXFSZ});
     CHECK(driver.wait_for(10s) == 0);
     const std::string err = read_file(dir / "err");
     INFO(err);
     const std::string warning = "dtlaunch: cannot write '" + logs +
-                                "/rank-0.log': No space left on device; this log stops here, "
+                                "/rank-0.log': File too large; this log stops here, "
                                 "the workers go on\n";
     CHECK(err.find(warning) != std::string::npos);
     CHECK(err.find(warning) == err.rfind(warning));
     CHECK(err.find("rank-1.log") == std::string::npos);
     CHECK(split_lines(read_file(logs + "/rank-1.log")).size() == 6);
-    CHECK(read_file(dir / "out").find("[rank 0] out 3\n") != std::string::npos);
   }
   for (int rank : {0, 1}) CHECK(std::filesystem::exists(dir / ("done." + std::to_string(rank))));
   CHECK(settle(5s).empty());
@@ -728,4 +772,93 @@ TEST_CASE("a worker has exactly the descriptors the supervisor inherited, none o
     CHECK(listed == expected);
   }
   CHECK(settle(5s).empty());
+}
+
+TEST_CASE("a stalled reader of stdout never stops supervision: output is dropped with a warning",
+          "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  become_subreaper();
+  // A real stalled reader: the FIFO is open for reading here and never read, as `| sleep 30`.
+  const std::string fifo = dir / "stdout.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int reader = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(reader >= 0);
+  Child driver(
+      concat({launcher, "--nproc-per-node", "2", "--grace", "20", "--"},
+             sh("yes | head -c 20000000; echo > " + dir.path() + "/done.$RANK; exec sleep 100")),
+      fifo, dir / "err");
+  // The workers' 20 MB each are taken off them although nobody reads: they are not held up.
+  CHECK(eventually([&] {
+    return std::filesystem::exists(dir / "done.0") && std::filesystem::exists(dir / "done.1");
+  }));
+  driver.signal(SIGTERM);
+  CHECK(driver.wait_for(5s) == 128 + SIGTERM);  // answered at once, not when the reader reads
+  ::close(reader);
+  const std::string err = read_file(dir / "err");
+  INFO(err);
+  CHECK(err.find("dtlaunch: stdout is not being read") != std::string::npos);
+  CHECK(err.find("passed it to the workers") != std::string::npos);
+  CHECK(settle(5s).empty());
+}
+
+TEST_CASE(
+    "too few descriptors for the workers: said before anything starts, or the soft limit "
+    "raised for dtlaunch alone",
+    "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  const std::string marker = dir / "started";
+  SECTION("the hard limit is too low: status 2, how many are needed") {
+    const Ran ran =
+        run_program(concat({"/bin/sh", "-c", "ulimit -n 64 && exec \"$@\"", "sh", launcher,
+                            "--nproc-per-node", "300", "--log-dir", dir / "logs", "--"},
+                           sh("touch " + marker + ".$RANK")),
+                    dir);
+    INFO(ran.err);
+    CHECK(ran.status == 2);
+    CHECK(std::regex_search(ran.err, std::regex("300 workers need [0-9]+ file descriptors, and "
+                                                "the limit \\(ulimit -n\\) is 64")));
+    CHECK(split_lines(ran.err).size() == 1);
+    CHECK_FALSE(std::filesystem::exists(marker + ".0"));
+    CHECK_FALSE(std::filesystem::exists(dir / "logs"));
+  }
+  SECTION("the soft limit is too low and the hard one enough: raised, the workers keep 64") {
+    const Ran ran =
+        run_program(concat({"/bin/sh", "-c", "ulimit -Sn 64 && ulimit -Hn 4096 && exec \"$@\"",
+                            "sh", launcher, "--nproc-per-node", "100", "--"},
+                           sh("ulimit -Sn")),
+                    dir);
+    INFO(ran.err);
+    CHECK(ran.status == 0);
+    CHECK(std::regex_search(ran.err, std::regex("raised its soft limit of file descriptors "
+                                                "\\(ulimit -n\\) from 64 to [0-9]+")));
+    const std::vector<std::string> lines = split_lines(ran.out);
+    CHECK(lines.size() == 100);
+    CHECK(std::count_if(lines.begin(), lines.end(),
+                        [](const std::string& l) { return l.ends_with("] 64"); }) == 100);
+  }
+}
+
+TEST_CASE("a stopped worker gets SIGCONT with its SIGTERM: the grace is not spent waiting",
+          "[proc]") {
+  const std::string launcher = GENERATE(from_range(launchers()));
+  INFO("launcher: " << launcher);
+  TempDir dir;
+  // Rank 1 stops itself (as a debugger or a user's `kill -STOP` would leave it); rank 0 then
+  // fails. A stopped process keeps a SIGTERM pending until it is continued.
+  const std::string stopped = dir / "stopping";
+  const Ran ran = run_launcher(launcher,
+                               concat({"--nproc-per-node", "2", "--grace", "20", "--"},
+                                      sh("if [ $RANK = 1 ]; then touch " + stopped +
+                                         "; kill -STOP $$; exec sleep 100; fi; "
+                                         "while [ ! -e " +
+                                         stopped + " ]; do sleep 0.02; done; sleep 0.3; exit 1")),
+                               dir);
+  INFO(ran.err);
+  CHECK(ran.status == 1);
+  CHECK(ran.seconds < 10);
+  CHECK(ran.err.find("still running 20 s after SIGTERM") == std::string::npos);
 }

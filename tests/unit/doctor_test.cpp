@@ -238,3 +238,48 @@ TEST_CASE("doctor: the table has one row per node and the JSON the documented ke
   CHECK(json.find("\"problems\": [{\"kind\": \"missing-rank\", \"severity\": \"error\", "
                   "\"ranks\": [5], \"hosts\": [\"node3\"], \"message\": ") != std::string::npos);
 }
+
+TEST_CASE("doctor: report fields in problem lines are escaped and bounded, whichever the field") {
+  // Every text field of every report hostile: terminal escapes, a newline that would forge a
+  // line of its own, and 60 KB. Then as many problems as possible, each of which quotes some.
+  const std::string evil = "\x1b[2J\nOK: no problem found\r" + std::string(60000, 'h');
+  std::vector<TaskReport> reports = job();
+  for (TaskReport& r : reports) {
+    const std::string tag = std::to_string(r.rank);
+    r.host = evil + tag;
+    r.master_addr = evil + "m" + tag;
+    r.run_id = evil + "r" + tag;
+    r.master_resolves_to = {"127.0.0.1" + evil};
+    r.host_resolves_to = {"127.0.1.1" + evil};
+    r.bound_device = evil;
+    r.cpus = evil;
+    r.gpu_local_cpus = evil;
+    r.cpus_far_from_gpu = true;
+    r.gpus_on_node = 1;
+    r.shm_bytes = 1;
+    r.infiniband_devices = 1;
+    r.memlock_bytes = 64;
+    r.gpu_isolated_by_slurm = true;
+    r.program = {evil + "p" + tag, 1, evil + tag};
+    r.launcher = {evil + "l" + tag, 1, evil + tag};
+    r.launcher_version = evil + tag;
+    r.sent_unix_ms = 0;
+    r.received_unix_ms = 1'000'000 + 20'000 * r.rank;
+  }
+  reports.push_back(reports[3]);  // duplicate-rank
+  reports.pop_back();
+  reports.push_back(reports[2]);
+  reports.back().rank = 9;  // not below the world size
+  const Verdict v = diagnose(kThreeNodes, reports, {}, {});
+  REQUIRE(v.problems.size() >= 10);
+  for (const Problem& p : v.problems) {
+    INFO(p.kind);
+    CHECK(p.message.size() < 2000);
+    CHECK(std::none_of(p.message.begin(), p.message.end(),
+                       [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }));
+  }
+  const std::string table = render_table(v);
+  CHECK(table.find("\nOK: no problem found") == std::string::npos);
+  CHECK(table.find('\x1b') == std::string::npos);
+  CHECK(table.size() < 40000);
+}
