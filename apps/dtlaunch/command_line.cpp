@@ -75,6 +75,11 @@ void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
     add_choice(app, "--format", flags.check_json,
                std::map<std::string, bool>{{"table", false}, {"json", true}},
                "report format: table (default) or json");
+    app.add_flag("--network", flags.check_network,
+                 "after the check-in, measure latency and TCP throughput between the nodes "
+                 "(ring neighbours and a few random peers) and flag slow ones");
+    add_seconds(app, "--network-budget", flags.network_budget,
+                "seconds the network test takes, all nodes at once (default 2)");
   } else {
     app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
     app.add_option_function<std::string>(
@@ -91,6 +96,15 @@ void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
         "otherwise)");
     add_seconds(app, "--preflight-timeout", flags.check_timeout,
                 "seconds the preflight waits for every task (default 60)");
+    app.add_flag_callback(
+        "--preflight-network",
+        [&flags] {
+          flags.check = Check::kPreflight;
+          flags.check_network = true;
+        },
+        "--preflight with the network test between the nodes (dtlaunch doctor --network)");
+    add_seconds(app, "--preflight-network-budget", flags.network_budget,
+                "seconds the preflight's network test takes (default 2)");
   }
   app.add_flag("-v,--verbose", flags.verbose,
                "log every decision to stderr, prefixed with the rank");

@@ -10,7 +10,9 @@
 #include "cli/log.hpp"
 #include "contract/contract.hpp"
 #include "core/error.hpp"
+#include "doctor/network.hpp"
 #include "doctor/probe.hpp"
+#include "doctor/software.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/build_spec.hpp"
 #include "launch/gpu.hpp"
@@ -55,6 +57,11 @@ doctor::TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker
   if (worker.binding) r.cpus = worker.binding->cpus.to_list();  // what --cpu-bind will give it
   r.program.path = spec.program_path;
   r.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
+  // The variables dtlaunch sets per rank are its own (checked above), not the node's.
+  std::vector<std::string_view> set_by_dtlaunch = {env_var::kCudaVisibleDevices};
+  for (const ExportedVar& var : exported_vars()) set_by_dtlaunch.push_back(var.name);
+  for (const EnvChange& change : worker.changes) set_by_dtlaunch.push_back(change.name);
+  r.env = doctor::compared_env(final_env.vars(), set_by_dtlaunch);
   return r;
 }
 
@@ -91,24 +98,40 @@ int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, co
   std::vector<doctor::TaskReport> mine;
   for (const PlannedWorker& w : planned) {
     mine.push_back(report_of(spec, w, env));
-    if (mine.size() == 1)
+    if (mine.size() == 1) {
       doctor::probe_node(mine.front());
-    else
+      // The node's software once, by its lowest local rank, with that worker's environment.
+      if (w.local_rank == 0) {
+        const EnvMap final_env = apply_env(env, w.changes);
+        doctor::probe_software(mine.front(),
+                               std::string(final_env.get_raw("LD_LIBRARY_PATH").value_or("")),
+                               std::string(final_env.get_raw("PATH").value_or("")));
+      }
+    } else
       doctor::copy_node_facts(mine.front(), mine.back());
   }
   mark_cpus_far_from_gpu(spec, launch.inputs, mine);
   doctor::probe_exec(mine, spec.program_path, spec.argv, apply_env(env, planned.front().changes));
+  // One network test agent per node: the task (or launcher) with the node's local rank 0.
+  doctor::NetworkOptions network{flags.check_network, flags.network_budget};
+  std::unique_ptr<doctor::NetworkAgent> agent;
+  if (network.enabled && planned.front().local_rank == 0) {
+    agent = doctor::NetworkAgent::start();
+    if (agent) mine.front().network_port = agent->port();
+  }
   const bool hosts_rank0 = planned.front().rank == 0;
   if (!hosts_rank0) {
     try {
-      return doctor::report_to_rank0(spec.master.addr, spec.master.port, std::move(mine), deadline);
+      return doctor::report_to_rank0(
+          spec.master.addr, spec.master.port, std::move(mine), deadline, agent.get(),
+          network.enabled ? network.budget : std::chrono::milliseconds(0));
     } catch (const Error& e) {
       std::cerr << "dtlaunch doctor: " << e.what() << "\n";
       return static_cast<int>(ExitCode::kProblem);
     }
   }
   const doctor::Verdict verdict =
-      doctor::serve(expected, std::move(mine), spec.master.port, deadline);
+      doctor::serve(expected, std::move(mine), spec.master.port, deadline, network, agent.get());
   const std::string report =
       flags.check_json ? doctor::render_json(verdict) : doctor::render_table(verdict);
   if (flags.check == Check::kDoctor) {

@@ -26,6 +26,9 @@ struct RunFlags {
   Check check = Check::kNone;
   std::chrono::milliseconds check_timeout{std::chrono::seconds(60)};
   bool check_json = false;  // doctor: --format json
+  // doctor --network / --preflight-network: the bounded network test between the nodes.
+  bool check_network = false;
+  std::chrono::milliseconds network_budget{std::chrono::seconds(2)};
 };
 
 // The launch: under Slurm it execs and so does not return on success; in local mode it returns

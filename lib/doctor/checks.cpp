@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/text.hpp"
+#include "doctor/compare.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
@@ -31,6 +32,8 @@ bool is_loopback(const std::string& address) {
   return address.rfind("127.", 0) == 0 || address == "::1";
 }
 
+}  // namespace
+
 std::vector<std::string> unique_hosts(const std::vector<const TaskReport*>& reports) {
   std::vector<std::string> hosts;
   for (const TaskReport* r : reports)
@@ -43,6 +46,8 @@ std::vector<std::uint32_t> ranks_of(const std::vector<const TaskReport*>& report
   for (const TaskReport* r : reports) ranks.push_back(r->rank);
   return ranks;
 }
+
+namespace {
 
 std::string list_hosts(const std::vector<std::string>& hosts) {
   std::string out;
@@ -290,6 +295,8 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
                 seconds(r->received_unix_ms - first_arrival) + " after the first");
     }
   }
+  compare_software(firsts, verdict.problems);
+  verdict.exclude = exclude_list(expected, verdict.problems);
   return verdict;
 }
 

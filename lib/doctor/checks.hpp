@@ -19,10 +19,21 @@ struct Problem {
   std::string message;  // one line
 };
 
+// One network test between two nodes (network.hpp), as rank 0 reports it.
+struct NetworkLink {
+  std::string from, to;              // the host that started the test, and its peer
+  double rtt_us = 0;                 // median round trip
+  double sent_bytes_per_s = -1;      // from -> to; -1 when not measured
+  double received_bytes_per_s = -1;  // to -> from
+  std::string error;
+};
+
 struct Verdict {
   std::vector<TaskReport> reports;  // by rank; duplicates kept after the first
   std::vector<Problem> problems;
-  bool ok() const;  // no problem of severity kError
+  std::vector<NetworkLink> network;  // with --network: every test made
+  std::string exclude;  // the hosts to pass to srun/sbatch --exclude (compare.hpp); "" when none
+  bool ok() const;      // no problem of severity kError
 };
 
 struct CheckLimits {

@@ -15,11 +15,13 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/text.hpp"
+#include "doctor/network.hpp"
 #include "doctor/probe.hpp"
 #include "proc/fd.hpp"
 
@@ -28,6 +30,8 @@ namespace {
 
 constexpr std::string_view kReportMagic = "DTLAUNCH-DOCTOR 1 report\n";
 constexpr std::string_view kVerdictMagic = "DTLAUNCH-DOCTOR 1 verdict\n";
+constexpr std::string_view kPlanMagic = "DTLAUNCH-DOCTOR 1 network plan\n";
+constexpr std::string_view kResultMagic = "DTLAUNCH-DOCTOR 1 network result\n";
 constexpr std::size_t kMaxFrame = 64 * 1024;
 
 using Fd = UniqueFd;
@@ -226,10 +230,105 @@ std::string describe_connect_error(int error) {
   }
 }
 
+// The network test, after the check-in: every node's agent gets its plan, all test at once, and
+// rank 0 gathers the results within the budget (and 2 s for them to arrive).
+std::vector<Problem> test_network(std::vector<NetworkLink>& links,
+                                  const std::vector<TaskReport>& reports,
+                                  const std::vector<std::pair<std::size_t, std::size_t>>& agents,
+                                  const NetworkOptions& network, const NetworkAgent* own_agent) {
+  struct Node {
+    std::size_t report;
+    int fd;  // -1: rank 0's own agent
+  };
+  std::vector<Node> nodes;
+  std::set<std::uint32_t> node_ranks;
+  if (own_agent && !reports.empty() && reports.front().network_port != 0) {
+    nodes.push_back({0, -1});
+    node_ranks.insert(reports.front().node_rank);
+  }
+  for (const auto& [fd, report] : agents)
+    if (node_ranks.insert(reports[report].node_rank).second)
+      nodes.push_back({report, static_cast<int>(fd)});
+  if (nodes.size() < 2) return {};
+  std::sort(nodes.begin(), nodes.end(), [&](const Node& a, const Node& b) {
+    return reports[a.report].node_rank < reports[b.report].node_rank;
+  });
+  const auto n = static_cast<std::uint32_t>(nodes.size());
+  const auto peers = plan_peers(n, network.random_peers);
+  std::size_t rounds = 1;
+  for (const auto& p : peers) rounds = std::max(rounds, p.size());
+  const auto slot = std::chrono::duration_cast<std::chrono::milliseconds>(network.budget / rounds);
+  auto address_of = [&](const Node& node) {
+    const TaskReport& r = reports[node.report];
+    return node.fd < 0 ? r.master_addr : r.local_addr;  // where the node's check-in came from
+  };
+  std::vector<NetworkPlan> plans(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    plans[i] = {i, slot, {}};
+    for (std::uint32_t j : peers[i])
+      plans[i].peers.push_back({j, address_of(nodes[j]), reports[nodes[j].report].network_port});
+  }
+  const auto start = Clock::now();
+  const auto end = start + network.budget;
+  std::vector<bool> pending(n, false);
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (nodes[i].fd >= 0)
+      pending[i] = send_all(nodes[i].fd, frame(kPlanMagic, encode_plan(plans[i])),
+                            start + std::chrono::seconds(1));
+  std::vector<LinkResult> results, own_results;
+  std::thread own;
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (nodes[i].fd < 0) own = std::thread([&, i] { own_results = own_agent->run(plans[i], end); });
+
+  std::vector<std::string> in(n);
+  const auto gather_end = end + std::chrono::seconds(2);
+  std::vector<pollfd> polled;
+  while (std::count(pending.begin(), pending.end(), true) > 0 && Clock::now() < gather_end) {
+    polled.clear();
+    for (std::uint32_t i = 0; i < n; ++i)
+      polled.push_back({pending[i] ? nodes[i].fd : -1, POLLIN, 0});
+    if (::poll(polled.data(), polled.size(), millis_until(gather_end, 200)) < 0 && errno != EINTR)
+      break;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (!pending[i] || !(polled[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buffer[4096];
+      const ssize_t got = ::recv(nodes[i].fd, buffer, sizeof buffer, 0);
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (got <= 0) {
+        pending[i] = false;
+        continue;
+      }
+      in[i].append(buffer, static_cast<std::size_t>(got));
+      try {
+        if (auto body = take_frame(in[i], kResultMagic)) {
+          pending[i] = false;
+          for (LinkResult& r : decode_results(*body))
+            if (r.from == i) results.push_back(std::move(r));  // a node speaks for itself only
+        }
+      } catch (const std::exception&) {
+        pending[i] = false;
+      }
+    }
+  }
+  if (own.joinable()) own.join();
+  results.insert(results.end(), own_results.begin(), own_results.end());
+  std::vector<std::string> hosts;
+  std::vector<std::uint32_t> ranks;
+  for (const Node& node : nodes) {
+    hosts.push_back(reports[node.report].host);
+    ranks.push_back(reports[node.report].rank);
+  }
+  for (const LinkResult& r : results)
+    links.push_back(
+        {hosts[r.from], hosts[r.to], r.rtt_us, r.up_bytes_per_s, r.down_bytes_per_s, r.error});
+  return judge_network(results, hosts, ranks);
+}
+
 }  // namespace
 
 Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
-              Clock::time_point deadline) {
+              Clock::time_point deadline, const NetworkOptions& network,
+              const NetworkAgent* own_agent) {
   // Rank 0's own reports arrive now, on rank 0's clock: the time they were probed is not
   // when they were sent (probing takes seconds on a loaded node, which read as clock skew).
   const std::int64_t now_ms = unix_ms();
@@ -251,6 +350,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
     std::string in;
     std::uint32_t frames = 0;
     std::uint64_t bytes = 0;
+    std::size_t network_report = std::string::npos;  // its report that offers a network test
   };
   std::vector<Client> clients;
   std::vector<TaskReport> reports = std::move(own);
@@ -302,6 +402,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
           TaskReport r = decode(*body);
           r.received_unix_ms = unix_ms();
           count(r);
+          if (r.network_port != 0) c.network_report = reports.size();
           reports.push_back(std::move(r));
         }
         if (c.bytes > limits.bytes_per_connection)
@@ -352,12 +453,23 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
           trouble.note(idle->peer, "closed to make room: it had sent nothing");
           clients.erase(idle);
         }
-        clients.push_back({Fd(fd), std::move(peer), {}, 0, 0});
+        clients.push_back({Fd(fd), std::move(peer), {}, 0, 0, std::string::npos});
       }
     }
   }
 
-  Verdict verdict = diagnose(expected, std::move(reports), trouble.problems(port));
+  std::vector<Problem> found = trouble.problems(port);
+  std::vector<NetworkLink> links;
+  if (network.enabled) {
+    std::vector<std::pair<std::size_t, std::size_t>> agents;  // (its descriptor, its report)
+    for (const Client& c : clients)
+      if (c.network_report != std::string::npos)
+        agents.emplace_back(static_cast<std::size_t>(c.fd.get()), c.network_report);
+    std::vector<Problem> slow = test_network(links, reports, agents, network, own_agent);
+    found.insert(found.end(), slow.begin(), slow.end());
+  }
+  Verdict verdict = diagnose(expected, std::move(reports), std::move(found));
+  verdict.network = std::move(links);
   // The verdict goes back to every task, so that every task exits with the same status; then
   // the clients close first, which leaves no TIME_WAIT on rank 0's port for the program.
   listener.reset();
@@ -376,7 +488,8 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
 }
 
 int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
-                    Clock::time_point deadline) {
+                    Clock::time_point deadline, const NetworkAgent* agent,
+                    Clock::duration network_budget) {
   const std::string where = addr + ":" + std::to_string(port);
   std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().rank));
   auto pause = std::chrono::milliseconds(20);
@@ -422,7 +535,7 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
       }
       // Rank 0 may have started later than this task: wait for its verdict a little past our
       // own deadline, since it judges at its own.
-      const auto answer_deadline = deadline + std::chrono::seconds(5);
+      auto answer_deadline = deadline + std::chrono::seconds(5) + network_budget;
       if (!send_all(fd.get(), out, answer_deadline)) {
         last_failure = "connection lost while sending to " + resolved;
         continue;
@@ -446,6 +559,20 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
                           "dtlaunch doctor listening there?");
         in.append(buffer, static_cast<std::size_t>(n));
         try {
+          // Before the verdict, a node's agent may get its network test plan.
+          if (agent && in.size() >= 4 + kPlanMagic.size() &&
+              std::string_view(in).substr(4, kPlanMagic.size()) == kPlanMagic) {
+            if (auto body = take_frame(in, kPlanMagic)) {
+              const NetworkPlan plan = decode_plan(*body);
+              const Clock::time_point end =
+                  Clock::now() + plan.slot * static_cast<std::int64_t>(plan.peers.size());
+              const std::string results =
+                  frame(kResultMagic, encode_results(agent->run(plan, end)));
+              send_all(fd.get(), results, end + std::chrono::seconds(2));
+              answer_deadline = std::max(answer_deadline, end + std::chrono::seconds(5));
+            }
+            continue;
+          }
           if (auto body = take_frame(in, kVerdictMagic)) return body->find("status=0") == 0 ? 0 : 3;
         } catch (const std::exception&) {
           throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + ": " +
@@ -465,6 +592,22 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
   throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + " on " +
                                       mine.front().host + " cannot reach rank 0 at " + where +
                                       ": " + last_failure);
+}
+
+}  // namespace dtlaunch::doctor
+
+namespace dtlaunch::doctor {
+
+std::string report_frames(const std::vector<TaskReport>& reports) {
+  std::string out;
+  for (const TaskReport& r : reports) out += frame(kReportMagic, encode(r));
+  return out;
+}
+
+std::optional<int> take_verdict(std::string& buffer) {
+  auto body = take_frame(buffer, kVerdictMagic);
+  if (!body) return std::nullopt;
+  return body->find("status=0") == 0 ? 0 : 3;
 }
 
 }  // namespace dtlaunch::doctor

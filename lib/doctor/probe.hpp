@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,15 @@
 #include "doctor/report.hpp"
 
 namespace dtlaunch::doctor {
+
+class NetworkAgent;
+
+// `dtlaunch doctor --network` (network.hpp).
+struct NetworkOptions {
+  bool enabled = false;
+  std::chrono::milliseconds budget{2000};  // the whole test, every node at once
+  std::uint32_t random_peers = 2;          // besides the ring neighbour
+};
 
 // Fills the node facts of `report` (host, name resolution, CPUs unless the caller set the ones a
 // --cpu-bind plan gives the rank, /dev/shm, memlock,
@@ -50,13 +60,25 @@ using Clock = std::chrono::steady_clock;
 // Rank 0 (or node 0 in local mode): listens on `port`, takes `own` reports and those of every
 // task that connects until `expected.world_size` ranks have reported or the deadline passes,
 // judges them, tells every task the verdict and closes the listener before returning.
+// With network.enabled, the nodes' agents (those whose report has a network_port; rank 0's own
+// is `own_agent`) then run the network test (network.hpp) before the verdict.
 Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
-              Clock::time_point deadline);
+              Clock::time_point deadline, const NetworkOptions& network = {},
+              const NetworkAgent* own_agent = nullptr);
 
 // Any other task: reports to rank 0 at addr:port, retrying with jittered back-off up to the
 // deadline, and returns the exit status rank 0 decided (0 or 3). When rank 0 cannot be
 // reached, throws Error(kProblem) whose one line says why, with the address it tried.
+// `agent`: this node's network test agent, which runs the plan rank 0 may send; the verdict is
+// then awaited `network_budget` longer.
 int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
-                    Clock::time_point deadline);
+                    Clock::time_point deadline, const NetworkAgent* agent = nullptr,
+                    Clock::duration network_budget = {});
+
+// The wire form, for load generators (bench/doctor): the bytes a task sends rank 0, and the
+// verdict taken off the front of what rank 0 answered (nullopt: incomplete; throws on a frame
+// that is not a verdict).
+std::string report_frames(const std::vector<TaskReport>& reports);
+std::optional<int> take_verdict(std::string& buffer);
 
 }  // namespace dtlaunch::doctor

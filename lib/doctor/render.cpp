@@ -35,6 +35,28 @@ std::string pad(std::string text, std::size_t width) {
   return text;
 }
 
+// The compared software of a rank: its variables, and what its node's lowest local rank found.
+std::string software_json(const TaskReport& r) {
+  std::string out = ", \"env\": {";
+  for (std::size_t i = 0; i < r.env.size(); ++i)
+    out += (i ? ", " : "") + json_quote(r.env[i].first) + ": " + json_quote(r.env[i].second);
+  out += "}";
+  if (!r.node_software) return out;
+  out += ", \"libraries\": [";
+  for (std::size_t i = 0; i < r.libraries.size(); ++i) {
+    const LibraryIdentity& lib = r.libraries[i];
+    out += (i ? ", " : "") + std::string("{\"name\": ") + json_quote(lib.name) +
+           ", \"path\": " + json_quote(lib.file.path) +
+           ", \"size\": " + std::to_string(lib.file.size) +
+           ", \"hash\": " + json_quote(lib.file.hash) + "}";
+  }
+  out += "], \"libraries_note\": " + json_quote(r.libraries_note) +
+         ", \"driver_version\": " + json_quote(r.driver_version) + ", \"gpu_models\": [";
+  for (std::size_t i = 0; i < r.gpu_models.size(); ++i)
+    out += (i ? ", " : "") + json_quote(r.gpu_models[i]);
+  return out + "], \"kernel\": " + json_quote(r.kernel);
+}
+
 }  // namespace
 
 std::string render_table(const Verdict& verdict) {
@@ -50,7 +72,7 @@ std::string render_table(const Verdict& verdict) {
 
   const std::vector<std::string> header = {
       "host", "ranks",    "MASTER_ADDR ->", "from",    "GPUs",   "CPUs",
-      "OMP",  "/dev/shm", "memlock",        "program", "arrived"};
+      "OMP",  "/dev/shm", "memlock",        "program", "kernel", "arrived"};
   std::vector<std::vector<std::string>> rows;
   for (const std::string& host : order) {
     const auto& rs = by_host[host];
@@ -76,6 +98,8 @@ std::string render_table(const Verdict& verdict) {
         rs.front()->memlock_bytes ? std::to_string(*rs.front()->memlock_bytes >> 10) + " KiB"
                                   : "unlimited",
         cell(distinct(rs, [](const TaskReport& r) { return r.program.hash.substr(0, 8); })),
+        cell(distinct(
+            rs, [](const TaskReport& r) { return r.node_software ? r.kernel : std::string(); })),
         "+" + std::to_string(last) + " ms",
     });
   }
@@ -104,6 +128,8 @@ std::string render_table(const Verdict& verdict) {
   for (const Problem& p : verdict.problems)
     out += std::string(p.severity == Severity::kError ? "ERROR " : "WARN  ") + p.kind + ": " +
            p.message + "\n";
+  if (!verdict.exclude.empty())
+    out += "exclude: " + verdict.exclude + "   (srun/sbatch --exclude=" + verdict.exclude + ")\n";
   out += verdict.ok() ? "OK with warnings\n" : "FAILED: the job would not start cleanly\n";
   return out;
 }
@@ -145,7 +171,8 @@ std::string render_json(const Verdict& verdict) {
         ", \"size\": " + std::to_string(r.launcher.size) + ", \"hash\": " + str(r.launcher.hash) +
         ", \"version\": " + str(r.launcher_version) +
         "}, \"clock_unix_ms\": " + std::to_string(r.sent_unix_ms) +
-        ", \"arrived_after_first_ms\": " + std::to_string(r.received_unix_ms - first) + "}";
+        ", \"arrived_after_first_ms\": " + std::to_string(r.received_unix_ms - first) +
+        software_json(r) + "}";
   }
   out += "], \"problems\": [";
   for (std::size_t i = 0; i < verdict.problems.size(); ++i) {
@@ -158,7 +185,19 @@ std::string render_json(const Verdict& verdict) {
            ", \"ranks\": " + ranks + "], \"hosts\": " + list(p.hosts) +
            ", \"message\": " + str(p.message) + "}";
   }
-  return out + "]}\n";
+  out += "], \"network\": [";
+  for (std::size_t i = 0; i < verdict.network.size(); ++i) {
+    const NetworkLink& l = verdict.network[i];
+    auto rate = [](double r) {
+      return r < 0 ? std::string("null") : std::to_string(static_cast<std::uint64_t>(r));
+    };
+    out += (i ? ", " : "") + std::string("{\"from\": ") + str(l.from) + ", \"to\": " + str(l.to) +
+           ", \"rtt_us\": " + std::to_string(static_cast<std::uint64_t>(l.rtt_us)) +
+           ", \"sent_bytes_per_s\": " + rate(l.sent_bytes_per_s) +
+           ", \"received_bytes_per_s\": " + rate(l.received_bytes_per_s) +
+           ", \"error\": " + str(l.error) + "}";
+  }
+  return out + "], \"exclude\": " + str(verdict.exclude) + "}\n";
 }
 
 }  // namespace dtlaunch::doctor

@@ -96,6 +96,22 @@ std::string encode(const TaskReport& r) {
   put("launcher_hash", r.launcher.hash);
   put("launcher_version", r.launcher_version);
   put("sent_unix_ms", std::to_string(r.sent_unix_ms));
+  // Named keys ("env.NAME", "lib.NAME"): a reader ignores what it does not know.
+  for (const auto& [name, value] : r.env)
+    if (name.find('=') == std::string::npos) put("env." + name, value);
+  if (r.node_software) {
+    num("node_software", 1);
+    for (const LibraryIdentity& lib : r.libraries)
+      if (lib.name.find('=') == std::string::npos)  // a key cannot hold one; no soname does
+        put("lib." + lib.name, std::to_string(lib.file.size) + " " +
+                                   (lib.file.hash.empty() ? "-" : lib.file.hash) + " " +
+                                   lib.file.path);
+    put("libraries_note", r.libraries_note);
+    put("driver_version", r.driver_version);
+    put("gpu_models", join(r.gpu_models));
+    put("kernel", r.kernel);
+  }
+  if (r.network_port != 0) num("network_port", r.network_port);
   return out;
 }
 
@@ -164,6 +180,27 @@ TaskReport decode(std::string_view text) {
   r.launcher = {text_of("launcher"), number("launcher_size", UINT64_MAX), text_of("launcher_hash")};
   r.launcher_version = text_of("launcher_version");
   r.sent_unix_ms = signed_number("sent_unix_ms");
+  for (const auto& [key, value] : fields) {
+    if (key.starts_with("env.")) r.env.emplace_back(key.substr(4), value);
+    if (!key.starts_with("lib.")) continue;
+    // "SIZE HASH PATH": the path last, since it may hold blanks.
+    const std::size_t blank1 = value.find(' ');
+    const std::size_t blank2 = blank1 == std::string::npos ? blank1 : value.find(' ', blank1 + 1);
+    const auto size = parse_uint(std::string_view(value).substr(0, blank1), UINT64_MAX);
+    if (blank2 == std::string::npos || !size)
+      throw Error(ExitCode::kBadInput, "doctor report: " + excerpt(key) + "='" + excerpt(value) +
+                                           "' is not 'SIZE HASH PATH'");
+    const std::string hash = value.substr(blank1 + 1, blank2 - blank1 - 1);
+    r.libraries.push_back(
+        {key.substr(4), {value.substr(blank2 + 1), *size, hash == "-" ? "" : hash}});
+  }
+  r.node_software = text_of("node_software") == "1";
+  r.libraries_note = text_of("libraries_note");
+  r.driver_version = text_of("driver_version");
+  r.gpu_models = split(text_of("gpu_models"));
+  r.kernel = text_of("kernel");
+  if (!text_of("network_port").empty())
+    r.network_port = static_cast<std::uint16_t>(number("network_port", 65535));
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dtlaunch::doctor {
@@ -15,6 +16,14 @@ struct FileIdentity {
   std::uint64_t size = 0;
   std::string hash;  // 16 hex digits of a 64-bit content hash; empty when unreadable
   bool operator==(const FileIdentity&) const = default;
+};
+
+// A shared library the program will load: the name it is asked for (DT_NEEDED, or the path of
+// the ELF interpreter, or "#!" for a script's interpreter) and the file the loader picks.
+struct LibraryIdentity {
+  std::string name;
+  FileIdentity file;  // path "" when the loader does not find it
+  bool operator==(const LibraryIdentity&) const = default;
 };
 
 struct TaskReport {
@@ -58,6 +67,20 @@ struct TaskReport {
   // When: the task's wall clock when it sent the report, and (set by rank 0) when it arrived.
   std::int64_t sent_unix_ms = 0;
   std::int64_t received_unix_ms = 0;
+  // Software, compared between nodes (software.hpp). `env`: this task's NCCL_*, GLOO_*, CUDA_*,
+  // TORCH_*, OMP_* and LD_LIBRARY_PATH as the program will see them (those the contract sets
+  // left out), by name. The rest is a node's and is sent by its lowest local rank only
+  // (`node_software`): the libraries the loader resolves for the program, the NVIDIA driver,
+  // the GPU models and the kernel.
+  std::vector<std::pair<std::string, std::string>> env;
+  bool node_software = false;
+  std::vector<LibraryIdentity> libraries;
+  std::string libraries_note;  // why the libraries are not listed ("a static program", ...)
+  std::string driver_version;  // "" when /proc/driver/nvidia/version is absent
+  std::vector<std::string> gpu_models;
+  std::string kernel;  // uname -r
+  // The network test (network.hpp): the port this node's test listens on, 0 when it does not.
+  std::uint16_t network_port = 0;
 
   bool operator==(const TaskReport&) const = default;
 };

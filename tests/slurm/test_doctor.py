@@ -3,7 +3,10 @@
 in one node's own namespaces: a task that never runs dtlaunch, a node that cannot route to rank
 0's node, rank 0's node resolving its own name to 127.0.1.1 (a private /etc/hosts in that node's
 mount namespace), another file at the program's path on one node (a bind mount there), and
---preflight passing (unmodified PyTorch then serves the same port) or failing (nothing starts)."""
+--preflight passing (unmodified PyTorch then serves the same port) or failing (nothing starts),
+a stray NCCL_SOCKET_IFNAME and another copy of a library on one node's tasks, the exclude list
+fed back to srun --exclude, and the network test: a throttled link on one node (tc tbf in its
+namespace) and ten healthy runs in a row without a false alarm."""
 import json
 import os
 import shutil
@@ -151,4 +154,89 @@ p = ctx.run(["srun"] + layout + ["/bin/sh", "-c",
 ctx.eq(p.returncode, 3, "preflight fails: srun exit status")
 ctx.eq(sorted(ctx.records(out)), [], "preflight fails: ranks that started the program")
 ctx.check("missing-rank" in p.stderr, f"preflight fails: report on stderr: {p.stderr[-300:]!r}")
+# 8. A stray NCCL_SOCKET_IFNAME on node2's tasks only: env-differs names it, the exclude list is
+# node2, and the same job with that list fed back to srun --exclude is clean.
+print("case env differs, exclude fed back")
+stray = f'[ "$SLURMD_NODENAME" = {ctx.node(2)} ] && export NCCL_SOCKET_IFNAME=eth9; exec "$@"'
+p, report = doctor(extra=["--timeout", "10"], wrapper=stray)
+ctx.eq(p.returncode, 3, "env differs: exit status")
+found = problems(report, "env-differs")
+if ctx.eq([(q["hosts"], q["ranks"]) for q in found], [([ctx.node(2)], [2, 3])],
+          "env differs: env-differs problems"):
+    ctx.check(found[0]["message"].startswith("NCCL_SOCKET_IFNAME is 'eth9' on " + ctx.node(2)),
+              f"env differs: message {found[0]['message']!r}")
+else:
+    ctx.show(p)
+exclude = (report or {}).get("exclude")
+ctx.eq(exclude, ctx.node(2), "env differs: exclude list")
+if exclude:
+    argv = ["srun", "-N2", "-n4", "--ntasks-per-node=2", f"--exclude={exclude}", "/bin/sh", "-c",
+            stray + ' "$@"', "sh", ctx.dtlaunch, "doctor", "--format", "json", "--timeout", "10",
+            "--", "/bin/true"]
+    p = ctx.run(argv)
+    ctx.eq(p.returncode, 0, "exclude fed back: exit status")
+    try:
+        again = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        again = {}
+    ctx.eq(again.get("problems"), [], "exclude fed back: problems")
+    ctx.eq(sorted({r["host"] for r in again.get("ranks", [])}), [ctx.node(1), ctx.node(3)],
+           "exclude fed back: hosts")
+
+# 9. Another copy of a library on node3 (through LD_LIBRARY_PATH there): libraries-differ names
+# the library and the node.
+print("case libraries differ")
+libdir = os.path.join(ctx.work, "otherlib")
+os.makedirs(libdir, exist_ok=True)
+listing = subprocess.run(["ldd", ctx.probe], capture_output=True, text=True).stdout
+gcc_s = next((l.split("=>")[1].split("(")[0].strip() for l in listing.splitlines()
+              if "libgcc_s.so" in l and "=>" in l), "")
+if ctx.check(gcc_s != "", f"libraries differ: the probe loads libgcc_s ({listing!r})"):
+    name = os.path.basename(gcc_s)
+    shutil.copy(gcc_s, os.path.join(libdir, name))
+    with open(os.path.join(libdir, name), "ab") as f:
+        f.write(b"\0" * 16)  # another build: the loader ignores bytes past the last segment
+    other = f'[ "$SLURMD_NODENAME" = {ctx.node(3)} ] && export LD_LIBRARY_PATH={libdir}; exec "$@"'
+    p, report = doctor(extra=["--timeout", "10"], wrapper=other, program=[ctx.probe, "--help"])
+    ctx.eq(p.returncode, 3, "libraries differ: exit status")
+    found = problems(report, "libraries-differ")
+    if ctx.eq([q["hosts"] for q in found], [[ctx.node(3)]], "libraries differ: hosts"):
+        ctx.check(found[0]["message"].startswith(f"{name} differs on {ctx.node(3)}: {libdir}/"),
+                  f"libraries differ: message {found[0]['message']!r}")
+    else:
+        ctx.show(p)
+    ctx.eq((report or {}).get("exclude"), ctx.node(3), "libraries differ: exclude list")
+
+# 10. The network test: node2's link throttled to 8 Mbit/s inside its namespace. slow-network
+# names node2 and only node2, and the exclude list is exactly node2.
+print("case slow link")
+throttle = ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "8mbit", "burst", "32kbit",
+            "latency", "100ms"]
+r = in_node(2, throttle)
+if ctx.eq(r.returncode, 0, f"slow link: tc in node2's namespace ({r.stderr.strip()})"):
+    try:
+        p, report = doctor(extra=["--network", "--timeout", "10"], timeout=40)
+    finally:
+        r = in_node(2, ["tc", "qdisc", "del", "dev", "eth0", "root"])
+        ctx.eq(r.returncode, 0, f"slow link: throttle removed ({r.stderr.strip()})")
+    ctx.eq(p.returncode, 3, "slow link: exit status")
+    slow = problems(report, "slow-network")
+    if not ctx.eq([q["hosts"] for q in slow], [[ctx.node(2)]], "slow link: slow-network problems"):
+        ctx.show(p)
+    else:
+        print("  " + slow[0]["message"])
+    ctx.eq((report or {}).get("exclude"), ctx.node(2), "slow link: exclude list")
+    ctx.check(p.elapsed < 15, f"slow link: took {p.elapsed:.1f} s")
+
+# 11. No false alarm: ten healthy runs in a row on this (shared, loaded) machine.
+print("case network healthy x10")
+times = []
+for run in range(10):
+    p, report = doctor(extra=["--network", "--timeout", "10"], timeout=40)
+    times.append(p.elapsed)
+    if not ctx.eq((p.returncode, problems(report, "slow-network")), (0, []),
+                  f"network healthy, run {run + 1}: exit status and slow-network"):
+        ctx.show(p)
+        break
+print("  " + ", ".join(f"{t:.1f}" for t in times) + " s")
 ctx.finish()

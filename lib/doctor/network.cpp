@@ -1,0 +1,560 @@
+#include "doctor/network.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "core/text.hpp"
+
+namespace dtlaunch::doctor {
+namespace {
+
+constexpr std::string_view kHello = "DTLNET1\n";
+constexpr std::uint64_t kMaxTransfer = 1ull << 30;
+constexpr std::size_t kMaxAnswering = 64;  // connections answered at once; more are closed
+constexpr std::size_t kChunk = 1 << 20;
+const std::vector<char>& zeros() {
+  static const std::vector<char> buffer(kChunk, 0);
+  return buffer;
+}
+
+using Ms = std::chrono::milliseconds;
+
+void set_timeouts(int fd, Clock::duration left) {
+  const auto us = std::max<std::int64_t>(
+      1000, std::chrono::duration_cast<std::chrono::microseconds>(left).count());
+  timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+// Blocking I/O bounded by the socket timeouts; `done` counts what went through.
+bool send_bytes(int fd, const char* data, std::uint64_t n, std::uint64_t& done) {
+  while (done < n) {
+    const ssize_t k =
+        ::send(fd, data ? data + done : zeros().data(),
+               static_cast<std::size_t>(std::min<std::uint64_t>(n - done, kChunk)), MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    done += static_cast<std::uint64_t>(k);
+  }
+  return true;
+}
+
+bool recv_bytes(int fd, char* into, std::uint64_t n, std::uint64_t& done) {
+  static thread_local std::vector<char> sink(kChunk);
+  while (done < n) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(n - done, kChunk));
+    const ssize_t k = ::recv(fd, into ? into + done : sink.data(), want, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    done += static_cast<std::uint64_t>(k);
+  }
+  return true;
+}
+
+bool send_all_bytes(int fd, std::string_view data) {
+  std::uint64_t done = 0;
+  return send_bytes(fd, data.data(), data.size(), done);
+}
+
+bool recv_exact(int fd, char* into, std::size_t n) {
+  std::uint64_t done = 0;
+  return recv_bytes(fd, into, n, done);
+}
+
+std::string command(char what, std::uint64_t n) {
+  std::string out(9, '\0');
+  out[0] = what;
+  for (int i = 0; i < 8; ++i) out[1 + i] = static_cast<char>(n >> (56 - 8 * i));
+  return out;
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Connects to address:port before `end`; -1 and `error` when it cannot.
+int connect_to(const std::string& address, std::uint16_t port, Clock::time_point end,
+               std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &found);
+      rc != 0) {
+    error = "cannot resolve " + address + ": " + ::gai_strerror(rc);
+    return -1;
+  }
+  error = "no address";
+  int connected = -1;
+  for (const addrinfo* a = found; a && connected < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      const auto left = std::chrono::duration_cast<Ms>(end - Clock::now()).count();
+      socklen_t len = sizeof err;
+      if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left, 1))) != 1 ||
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = ETIMEDOUT;
+    }
+    if (err != 0) {
+      error =
+          "cannot connect to " + address + ":" + std::to_string(port) + ": " + std::strerror(err);
+      ::close(fd);
+      continue;
+    }
+    ::fcntl(fd, F_SETFL, 0);  // blocking, bounded by the socket timeouts
+    connected = fd;
+  }
+  ::freeaddrinfo(found);
+  return connected;
+}
+
+// One direction's throughput: transfers of doubling size until the next would pass `phase_end`;
+// the best rate of any transfer (noise only ever lowers a rate). -1 when nothing was measured;
+// `broken` when a transfer did not finish (the connection is then out of step).
+double measure(int fd, char direction, Clock::time_point phase_end, bool& broken) {
+  double best = -1;
+  std::uint64_t n = 64 * 1024;
+  while (Clock::now() < phase_end) {
+    set_timeouts(fd, phase_end - Clock::now() + Ms(200));
+    const auto t0 = Clock::now();
+    std::uint64_t done = 0;
+    bool ok = send_all_bytes(fd, command(direction, n));
+    if (ok && direction == 'U') {
+      char ack = 0;
+      ok = send_bytes(fd, nullptr, n, done) && recv_exact(fd, &ack, 1) && ack == 'A';
+    } else if (ok) {
+      ok = recv_bytes(fd, nullptr, n, done);
+    }
+    const double dt = std::max(seconds_since(t0), 1e-6);
+    if (!ok) {
+      broken = true;  // what went through before the deadline is a lower bound of the rate
+      return std::max(best, static_cast<double>(done) / dt);
+    }
+    best = std::max(best, static_cast<double>(n) / dt);
+    if (Clock::now() +
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(2.2 * dt)) >
+        phase_end)
+      break;
+    n = std::min(n * 2, kMaxTransfer);
+  }
+  return best;
+}
+
+LinkResult test_peer(std::uint32_t from, const NetworkPeer& peer, Clock::time_point start,
+                     Clock::time_point end) {
+  LinkResult result{from, peer.node, 0, 0, 0, ""};
+  std::string error;
+  const int fd = connect_to(peer.address, peer.port, end, error);
+  if (fd < 0) {
+    result.error = error;
+    return result;  // zero rates: a link that does not work is as slow as can be
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const auto span = end - start;
+  set_timeouts(fd, end - Clock::now());
+  std::vector<double> rtts;
+  bool broken = !send_all_bytes(fd, kHello);
+  const auto pings_end = start + span / 10;
+  while (!broken && rtts.size() < 16 && (rtts.size() < 3 || Clock::now() < pings_end)) {
+    const auto t0 = Clock::now();
+    char echo = 0;
+    if (!send_all_bytes(fd, "P") || !recv_exact(fd, &echo, 1) || echo != 'P')
+      broken = true;
+    else
+      rtts.push_back(seconds_since(t0) * 1e6);
+  }
+  if (!rtts.empty()) result.rtt_us = robust_spread(rtts).median;
+  result.up_bytes_per_s = broken ? -1 : measure(fd, 'U', start + span * 11 / 20, broken);
+  result.down_bytes_per_s = broken ? -1 : measure(fd, 'D', end - span / 20, broken);
+  if (!broken) send_all_bytes(fd, "Q");
+  if (rtts.empty() && result.up_bytes_per_s < 0) result.error = peer.address + " did not answer";
+  ::close(fd);
+  return result;
+}
+
+std::string rate_text(double bytes_per_s) {
+  char text[32];
+  if (bytes_per_s >= 1e9)
+    std::snprintf(text, sizeof text, "%.2f GB/s", bytes_per_s / 1e9);
+  else if (bytes_per_s >= 1e6)
+    std::snprintf(text, sizeof text, "%.1f MB/s", bytes_per_s / 1e6);
+  else
+    std::snprintf(text, sizeof text, "%.0f kB/s", bytes_per_s / 1e3);
+  return text;
+}
+
+std::string rtt_text(double us) {
+  char text[32];
+  std::snprintf(text, sizeof text, us >= 1000 ? "%.1f ms" : "%.0f us", us >= 1000 ? us / 1000 : us);
+  return text;
+}
+
+std::vector<std::string_view> words_of(std::string_view line) {
+  std::vector<std::string_view> words;
+  while (!line.empty()) {
+    const std::size_t blank = line.find(' ');
+    if (blank != 0) words.push_back(line.substr(0, blank));
+    line = blank == std::string_view::npos ? std::string_view{} : line.substr(blank + 1);
+  }
+  return words;
+}
+
+template <class OnLine>
+void for_each_line(std::string_view text, OnLine on_line) {
+  while (!text.empty()) {
+    const std::size_t eol = text.find('\n');
+    const std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
+    if (!line.empty()) on_line(line);
+  }
+}
+
+std::uint64_t number_of(std::string_view word, std::uint64_t max, std::string_view what) {
+  const auto n = parse_uint(word, max);
+  if (!n)
+    throw Error(ExitCode::kBadInput, "doctor network " + std::string(what) + ": '" + excerpt(word) +
+                                         "' is not a number");
+  return *n;
+}
+
+double rate_of(std::string_view word) {
+  if (word == "-") return -1;
+  return static_cast<double>(number_of(word, UINT64_MAX, "result"));
+}
+
+}  // namespace
+
+Spread robust_spread(std::vector<double> values) {
+  Spread s;
+  if (values.empty()) return s;
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t mid = v.size() / 2;
+    return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+  };
+  s.median = median(values);
+  for (double& v : values) v = std::abs(v - s.median);
+  s.sigma = 1.4826 * median(values);
+  return s;
+}
+
+std::vector<std::vector<std::uint32_t>> plan_peers(std::uint32_t n, std::uint32_t random_peers) {
+  std::vector<std::vector<std::uint32_t>> peers(n);
+  if (n < 2) return peers;
+  std::set<std::pair<std::uint32_t, std::uint32_t>> paired;
+  auto pair_of = [](std::uint32_t a, std::uint32_t b) {
+    return std::pair<std::uint32_t, std::uint32_t>(std::min(a, b), std::max(a, b));
+  };
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t next = (i + 1) % n;
+    if (paired.insert(pair_of(i, next)).second) peers[i].push_back(next);
+  }
+  std::mt19937_64 random(0x5eed'd0c7'0000ull + n);  // fixed: the same job tests the same pairs
+  for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t tries = 0, added = 0; added < random_peers && tries < 8 * random_peers;
+         ++tries) {
+      const auto j = static_cast<std::uint32_t>(random() % n);
+      if (j == i || !paired.insert(pair_of(i, j)).second) continue;
+      peers[i].push_back(j);
+      ++added;
+    }
+  return peers;
+}
+
+std::string encode_plan(const NetworkPlan& plan) {
+  std::string out =
+      "node " + std::to_string(plan.node) + "\nslot_ms " + std::to_string(plan.slot.count()) + "\n";
+  for (const NetworkPeer& p : plan.peers)
+    out += "peer " + std::to_string(p.node) + " " + std::to_string(p.port) + " " + p.address + "\n";
+  return out;
+}
+
+NetworkPlan decode_plan(std::string_view text) {
+  NetworkPlan plan;
+  for_each_line(text, [&](std::string_view line) {
+    const auto w = words_of(line);
+    if (w.size() == 2 && w[0] == "node") {
+      plan.node = static_cast<std::uint32_t>(number_of(w[1], UINT32_MAX, "plan"));
+    } else if (w.size() == 2 && w[0] == "slot_ms") {
+      plan.slot = Ms(number_of(w[1], 600000, "plan"));
+    } else if (w.size() == 4 && w[0] == "peer") {
+      plan.peers.push_back({static_cast<std::uint32_t>(number_of(w[1], UINT32_MAX, "plan")),
+                            std::string(w[3]),
+                            static_cast<std::uint16_t>(number_of(w[2], 65535, "plan"))});
+    } else {
+      throw Error(ExitCode::kBadInput, "doctor network plan: line '" + excerpt(line) + "'");
+    }
+  });
+  if (plan.peers.size() > 64)
+    throw Error(ExitCode::kBadInput, "doctor network plan: more than 64 peers");
+  return plan;
+}
+
+std::string encode_results(const std::vector<LinkResult>& results) {
+  std::string out;
+  auto rate = [](double r) {
+    return r < 0 ? std::string("-") : std::to_string(static_cast<std::uint64_t>(r));
+  };
+  for (const LinkResult& r : results)
+    out += "link " + std::to_string(r.from) + " " + std::to_string(r.to) + " " +
+           std::to_string(static_cast<std::uint64_t>(r.rtt_us)) + " " + rate(r.up_bytes_per_s) +
+           " " + rate(r.down_bytes_per_s) + " " + excerpt(r.error, 200) + "\n";
+  return out;
+}
+
+std::vector<LinkResult> decode_results(std::string_view text) {
+  std::vector<LinkResult> results;
+  for_each_line(text, [&](std::string_view line) {
+    const auto w = words_of(line);
+    if (w.size() < 6 || w[0] != "link" || results.size() >= 64)
+      throw Error(ExitCode::kBadInput, "doctor network result: line '" + excerpt(line) + "'");
+    LinkResult r;
+    r.from = static_cast<std::uint32_t>(number_of(w[1], UINT32_MAX, "result"));
+    r.to = static_cast<std::uint32_t>(number_of(w[2], UINT32_MAX, "result"));
+    r.rtt_us = static_cast<double>(number_of(w[3], UINT64_MAX, "result"));
+    r.up_bytes_per_s = rate_of(w[4]);
+    r.down_bytes_per_s = rate_of(w[5]);
+    const auto after = static_cast<std::size_t>(w[5].data() - line.data()) + w[5].size();
+    if (after + 1 < line.size()) r.error = std::string(line.substr(after + 1));
+    results.push_back(std::move(r));
+  });
+  return results;
+}
+
+std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
+                                   const std::vector<std::string>& hosts,
+                                   const std::vector<std::uint32_t>& ranks,
+                                   const NetworkLimits& limits) {
+  const std::size_t n = hosts.size();
+  if (n < limits.min_nodes) return {};
+  struct Directed {
+    std::uint32_t from, to;
+    double rate;
+  };
+  std::vector<Directed> directed;
+  std::vector<LinkResult> timed;
+  // A test that could not connect says nothing of a rate: it counts against the peer it tried,
+  // which a node that checked in but takes no connection is.
+  std::vector<std::size_t> tested(n), refused(n);
+  std::vector<std::string> first_error(n);
+  for (const LinkResult& r : results) {
+    if (r.from >= n || r.to >= n) continue;
+    ++tested[r.to];
+    if (!r.error.empty()) {
+      if (refused[r.to]++ == 0) first_error[r.to] = r.error;
+      continue;
+    }
+    if (r.up_bytes_per_s >= 0) directed.push_back({r.from, r.to, r.up_bytes_per_s});
+    if (r.down_bytes_per_s >= 0) directed.push_back({r.to, r.from, r.down_bytes_per_s});
+    if (r.rtt_us > 0) timed.push_back(r);
+  }
+  // In logarithms: rates and delays vary by factors, and a factor is what makes a link slow.
+  auto log_of = [](double v) { return std::log10(std::max(v, 1.0)); };
+  std::vector<double> rates, rtts;
+  for (const Directed& d : directed) rates.push_back(log_of(d.rate));
+  for (const LinkResult& r : timed) rtts.push_back(log_of(r.rtt_us));
+  const Spread rate = robust_spread(rates);
+  const Spread rtt = robust_spread(rtts);
+  const double low =
+      rate.median - std::max(limits.k * rate.sigma, std::log10(limits.min_rate_ratio));
+  const double high = rtt.median + std::max(limits.k * rtt.sigma, std::log10(limits.min_rtt_ratio));
+  const double median_rate = std::pow(10.0, rate.median);
+  const double median_rtt = std::pow(10.0, rtt.median);
+
+  struct Tally {
+    std::vector<double> sent, received, round_trips;
+    std::size_t slow_sent = 0, slow_received = 0, slow_round_trips = 0;
+  };
+  std::vector<Tally> tally(n);
+  for (const Directed& d : directed) {
+    const bool slow = log_of(d.rate) < low;
+    tally[d.from].sent.push_back(d.rate);
+    tally[d.from].slow_sent += slow;
+    tally[d.to].received.push_back(d.rate);
+    tally[d.to].slow_received += slow;
+  }
+  for (const LinkResult& r : timed)
+    for (std::uint32_t node : {r.from, r.to}) {
+      tally[node].round_trips.push_back(r.rtt_us);
+      tally[node].slow_round_trips +=
+          log_of(r.rtt_us) > high && r.rtt_us - median_rtt > limits.latency_floor_us;
+    }
+  std::vector<Problem> problems;
+  // Most tests failing says more about the network than about any node: a firewall that lets
+  // only the rendezvous port through, say. Blaming every node would exclude the whole job.
+  const std::size_t all_tests = std::accumulate(tested.begin(), tested.end(), std::size_t{0});
+  const std::size_t all_refused = std::accumulate(refused.begin(), refused.end(), std::size_t{0});
+  if (all_tests > 0 && 2 * all_refused > all_tests) {
+    const auto first = std::find_if(first_error.begin(), first_error.end(),
+                                    [](const std::string& e) { return !e.empty(); });
+    problems.push_back({"network-test-failed",
+                        Severity::kWarning,
+                        {},
+                        {},
+                        std::to_string(all_refused) + " of the " + std::to_string(all_tests) +
+                            " network tests could not connect (" + excerpt(*first, 120) +
+                            "): do the nodes accept TCP connections on ports other than the "
+                            "rendezvous port? No node is blamed"});
+    return problems;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Tally& t = tally[i];
+    std::vector<std::string> why;
+    auto majority = [](std::size_t slow, std::size_t all) { return all > 0 && 2 * slow > all; };
+    if (majority(t.slow_sent, t.sent.size()))
+      why.push_back("sends at " + rate_text(robust_spread(t.sent).median));
+    if (majority(t.slow_received, t.received.size()))
+      why.push_back("receives at " + rate_text(robust_spread(t.received).median));
+    if (majority(t.slow_round_trips, t.round_trips.size()))
+      why.push_back("answers in " + rtt_text(robust_spread(t.round_trips).median));
+    if (majority(refused[i], tested[i]))
+      why.push_back("cannot be reached by " + std::to_string(refused[i]) + " of the " +
+                    std::to_string(tested[i]) + " peers that tested it (" +
+                    excerpt(first_error[i], 120) + ")");
+    if (why.empty()) continue;
+    std::string message = excerpt(hosts[i], 60) + " ";
+    for (std::size_t k = 0; k < why.size(); ++k)
+      message += (k == 0 ? "" : k + 1 == why.size() ? " and " : ", ") + why[k];
+    message += " (median of its links), against a median of " + rate_text(median_rate) + " and " +
+               rtt_text(median_rtt) + " over the job's " + std::to_string(directed.size()) +
+               " measured directions: a degraded link, NIC or interface";
+    problems.push_back({"slow-network", Severity::kError, {ranks[i]}, {hosts[i]}, message});
+  }
+  return problems;
+}
+
+std::unique_ptr<NetworkAgent> NetworkAgent::start() {
+  for (int family : {AF_INET6, AF_INET}) {
+    const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage address{};
+    socklen_t length = 0;
+    if (family == AF_INET6) {
+      const int zero = 0;
+      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      auto* a = reinterpret_cast<sockaddr_in6*>(&address);
+      a->sin6_family = AF_INET6;
+      a->sin6_addr = in6addr_any;
+      length = sizeof *a;
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&address);
+      a->sin_family = AF_INET;
+      a->sin_addr.s_addr = htonl(INADDR_ANY);
+      length = sizeof *a;
+    }
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(fd, 64) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      ::close(fd);
+      continue;
+    }
+    const std::uint16_t port =
+        ntohs(family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                                 : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+    std::unique_ptr<NetworkAgent> agent(new NetworkAgent(fd, port));
+    agent->server_ = std::thread([a = agent.get()] { a->serve(); });
+    return agent;
+  }
+  return nullptr;
+}
+
+NetworkAgent::NetworkAgent(int listener, std::uint16_t port) : listener_(listener), port_(port) {}
+
+NetworkAgent::~NetworkAgent() {
+  stopping_ = true;
+  ::shutdown(listener_, SHUT_RDWR);  // wakes accept()
+  if (server_.joinable()) server_.join();
+  {
+    const std::lock_guard lock(mutex_);
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
+  }
+  for (std::thread& t : answering_) t.join();
+  ::close(listener_);
+}
+
+void NetworkAgent::serve() {
+  while (!stopping_) {
+    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // shut down
+    }
+    const std::lock_guard lock(mutex_);
+    if (stopping_ || open_.size() >= kMaxAnswering) {
+      ::close(fd);
+      continue;
+    }
+    open_.push_back(fd);
+    answering_.emplace_back([this, fd] { answer(fd); });
+  }
+}
+
+void NetworkAgent::answer(int fd) {
+  // A peer that stalls is dropped after 10 s; one that sends more than 16 GiB is dropped too.
+  set_timeouts(fd, std::chrono::seconds(10));
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  char hello[8];
+  std::uint64_t total = 0;
+  if (recv_exact(fd, hello, sizeof hello) && std::string_view(hello, 8) == kHello) {
+    for (;;) {
+      char what = 0;
+      if (!recv_exact(fd, &what, 1)) break;
+      if (what == 'P') {
+        if (!send_all_bytes(fd, "P")) break;
+        continue;
+      }
+      if (what != 'U' && what != 'D') break;
+      unsigned char size[8];
+      if (!recv_exact(fd, reinterpret_cast<char*>(size), 8)) break;
+      std::uint64_t n = 0;
+      for (unsigned char b : size) n = n << 8 | b;
+      total += n;
+      if (n > kMaxTransfer || total > 16 * kMaxTransfer) break;
+      std::uint64_t done = 0;
+      if (what == 'U' ? !recv_bytes(fd, nullptr, n, done) || !send_all_bytes(fd, "A")
+                      : !send_bytes(fd, nullptr, n, done))
+        break;
+    }
+  }
+  const std::lock_guard lock(mutex_);
+  open_.erase(std::find(open_.begin(), open_.end(), fd));
+  ::close(fd);
+}
+
+std::vector<LinkResult> NetworkAgent::run(const NetworkPlan& plan, Clock::time_point end) const {
+  std::vector<LinkResult> results;
+  auto start = Clock::now();
+  for (const NetworkPeer& peer : plan.peers) {
+    const auto slot_end = std::min(start + plan.slot, end);
+    if (slot_end <= Clock::now()) break;
+    results.push_back(test_peer(plan.node, peer, start, slot_end));
+    start = slot_end;
+    // Every node keeps to the same slots, so that the tests of one round run together.
+    std::this_thread::sleep_until(start);
+  }
+  return results;
+}
+
+}  // namespace dtlaunch::doctor

@@ -1,0 +1,112 @@
+// The doctor's network test (`dtlaunch doctor --network`): after the check-in, one task per
+// node (its lowest local rank) measures latency and TCP throughput to a few peers, its ring
+// neighbour and a few chosen at random with a fixed seed, within a fixed budget. O(nodes)
+// traffic in all, never all-to-all. Rank 0 plans who tests whom, gathers the results and flags
+// the nodes whose links are outliers against the median (judge_network, pure).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "doctor/checks.hpp"
+#include "doctor/probe.hpp"
+
+namespace dtlaunch::doctor {
+
+// What one node tests: the peers it connects to, one after the other, each for `slot`.
+struct NetworkPeer {
+  std::uint32_t node = 0;  // index among the tested nodes
+  std::string address;
+  std::uint16_t port = 0;
+};
+struct NetworkPlan {
+  std::uint32_t node = 0;
+  std::chrono::milliseconds slot{0};
+  std::vector<NetworkPeer> peers;
+};
+
+// Who tests whom among n nodes: node i tests i+1 (mod n), then `random_peers` others drawn with
+// a fixed seed, never a pair already tested in either direction. Each node starts at most
+// 1 + random_peers tests, so the traffic is O(n).
+std::vector<std::vector<std::uint32_t>> plan_peers(std::uint32_t n, std::uint32_t random_peers);
+
+// One test between two nodes, as the initiator measured it. up: initiator -> peer; down: peer ->
+// initiator, in bytes per second; rtt_us: the median of a few round trips; 0 when not measured.
+struct LinkResult {
+  std::uint32_t from = 0;
+  std::uint32_t to = 0;
+  double rtt_us = 0;
+  double up_bytes_per_s = 0;
+  double down_bytes_per_s = 0;
+  std::string error;  // "" when the test ran
+  bool operator==(const LinkResult&) const = default;
+};
+
+std::string encode_plan(const NetworkPlan& plan);
+NetworkPlan decode_plan(std::string_view text);  // throws Error (bad input)
+std::string encode_results(const std::vector<LinkResult>& results);
+std::vector<LinkResult> decode_results(std::string_view text);  // throws Error (bad input)
+
+// Robust outlier limits, on the logarithms of the rates and round trips (they vary by factors):
+// a link is an outlier when it is further from the median than `k` times the scaled MAD
+// (1.4826 MAD) and at least `min_rate_ratio` times slower (`min_rtt_ratio` times and
+// `latency_floor_us` longer for a round trip): the floors keep the links of a quiet, uniform
+// run, whose MAD is tiny, from being flagged for being 20% off. A node is slow when more than
+// half of its links in one direction (sent, received, or round trips) are outliers.
+struct NetworkLimits {
+  double k = 3.0;
+  double min_rate_ratio = 5.0;
+  double min_rtt_ratio = 3.0;
+  double latency_floor_us = 500;
+  std::size_t min_nodes = 3;  // with two nodes a slow link cannot be blamed on either
+};
+
+// The slow-network problems (error level) for the nodes (`hosts[i]`, `ranks[i]`: the host and
+// the rank that tested for node i).
+std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
+                                   const std::vector<std::string>& hosts,
+                                   const std::vector<std::uint32_t>& ranks,
+                                   const NetworkLimits& limits = {});
+
+// The median and the scaled median absolute deviation (1.4826 MAD) of `values`.
+struct Spread {
+  double median = 0;
+  double sigma = 0;
+};
+Spread robust_spread(std::vector<double> values);
+
+// A node's test agent: listens on an ephemeral port of every interface from start() (before the
+// check-in, so the port goes into the report) and answers other nodes' tests from its own thread
+// until it is destroyed; run() makes this node's own tests.
+class NetworkAgent {
+ public:
+  static std::unique_ptr<NetworkAgent> start();  // nullptr when no port could be opened
+  ~NetworkAgent();
+  NetworkAgent(const NetworkAgent&) = delete;
+  NetworkAgent& operator=(const NetworkAgent&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  // Tests the plan's peers one after the other, each within its slot, all within `end`.
+  std::vector<LinkResult> run(const NetworkPlan& plan, Clock::time_point end) const;
+
+ private:
+  NetworkAgent(int listener, std::uint16_t port);
+  void serve();
+  void answer(int fd);
+
+  int listener_;
+  std::uint16_t port_;
+  std::atomic<bool> stopping_{false};
+  std::mutex mutex_;
+  std::vector<int> open_;  // connections being answered, shut down on destruction
+  std::vector<std::thread> answering_;
+  std::thread server_;
+};
+
+}  // namespace dtlaunch::doctor
