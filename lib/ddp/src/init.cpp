@@ -4,6 +4,7 @@
 
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "peer_watch.hpp"
 #include "shm_reduce.hpp"
 
 namespace dtlaunch::ddp {
@@ -46,12 +47,14 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   auto settings = detail::MonitorSettings::from_environment(env.world_size);
   InitOptions resolved = options;
   resolved.shm_all_reduce = options.shm_all_reduce && detail::shm_enabled_by_environment();
+  auto peer_watch = detail::PeerWatch::prepare(env, settings.heartbeat_timeout);
   auto store = detail::rendezvous(
       env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
       options.progress_every, phases);
   // The rendezvous bounded the store's waits by its own timeout; Gloo and NCCL use the store
   // afterwards under the collectives' timeout.
   store->setTimeout(options.timeout);
+  if (peer_watch) peer_watch->publish(*store);
   auto monitor = std::make_shared<detail::Monitor>(env, store, options.timeout, settings);
   std::shared_ptr<ProcessGroup> group;
   try {
@@ -63,6 +66,10 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
     throw monitor->record(e);
   }
   monitor->start_watcher();
+  if (peer_watch) {
+    peer_watch->start(*store, monitor);
+    detail::attach_peer_watch(*group, peer_watch);
+  }
   phases.backend_ready = std::chrono::steady_clock::now();
   const std::string line = monitor->startup_line(phases);
   if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
