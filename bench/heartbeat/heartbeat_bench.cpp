@@ -24,8 +24,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%d ranks, timeout %d ms, interval %d ms, one-way latency %d us\n", world, timeout_ms,
               interval_ms, latency_us);
-  std::printf("%-26s %12s %14s %12s %12s %10s\n", "fault", "msgs/rank/s", "busiest rx/s",
-              "first (ms)", "last (ms)", "sim (s)");
+  std::printf("%-26s %12s %14s %12s %12s %12s %10s\n", "fault", "msgs/rank/s", "busiest rx/s",
+              "first (ms)", "last (ms)", "all (ms)", "sim (s)");
   struct Run {
     const char* name;
     std::vector<SimulationSetup::Injection> faults;
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double seconds = std::chrono::duration<double>(setup.duration).count();
-    int64_t first = -1, last = -1;
+    int64_t first = -1, last = -1, all = -1;  // all: when the last survivor knew every loss
     int never = 0;
     for (int rank = 0; rank < world; ++rank) {
       bool faulty = false;
@@ -67,11 +67,13 @@ int main(int argc, char** argv) {
       }
       first = first < 0 ? t : std::min(first, t);
       last = std::max(last, t);
+      if (r.verdicts[static_cast<size_t>(rank)].size() >= run.faults.size())
+        all = std::max(all, r.all_verdicts_ms[static_cast<size_t>(rank)]);
     }
-    std::printf("%-26s %12.2f %14.2f %12lld %12lld %10.2f", run.name,
+    std::printf("%-26s %12.2f %14.2f %12lld %12lld %12lld %10.2f", run.name,
                 static_cast<double>(r.messages) / world / seconds,
                 static_cast<double>(r.max_received_by_one) / seconds, static_cast<long long>(first),
-                static_cast<long long>(last), wall);
+                static_cast<long long>(last), static_cast<long long>(all), wall);
     if (!run.faults.empty() && never > 0) std::printf("  (%d survivors never learnt)", never);
     std::printf("\n");
   }

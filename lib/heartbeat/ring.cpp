@@ -61,9 +61,13 @@ std::vector<int> Ring::neighbours() const {
 void Ring::watch_next(TimePoint now) {
   const int next = successor();
   if (next == watched_ && watched_ >= 0) return;
+  // After a loss the new successor has half a timeout to be heard: a live one answers the
+  // connection's hello within milliseconds, and two neighbours frozen at once are then both
+  // named within 1.5 timeouts instead of 2.
+  const bool after_loss = watched_ >= 0;
   watched_ = next;
-  watch_start_ = now;
-  last_heard_ = now;
+  watch_start_ = after_loss ? now - settings_.timeout / 2 : now;
+  last_heard_ = watch_start_;
   probe_started_ = false;
   probe_result_.reset();
   watch_changed_ = true;

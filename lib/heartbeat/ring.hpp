@@ -116,7 +116,8 @@ class Ring {
   std::vector<Position> positions_;
   std::vector<Verdict> verdicts_;
   size_t news_from_ = 0;
-  // The watch on the successor: since when it counts, the last time heard, and the probe.
+  // The watch on the successor: since when it counts (half a timeout back after a loss), the last
+  // time heard, and the probe.
   int watched_ = -1;
   TimePoint watch_start_{};
   TimePoint last_heard_{};

@@ -37,6 +37,7 @@ SimulationResult simulate(const SimulationSetup& setup) {
   SimulationResult out;
   out.verdicts.resize(static_cast<size_t>(world));
   out.first_verdict_ms.assign(static_cast<size_t>(world), -1);
+  out.all_verdicts_ms.assign(static_cast<size_t>(world), -1);
   TimePoint first_fault = TimePoint::max();
 
   std::priority_queue<Event, std::vector<Event>, std::greater<>> queue;
@@ -97,6 +98,8 @@ SimulationResult simulate(const SimulationSetup& setup) {
       if (news.empty()) break;
       for (const Verdict& v : news) {
         out.verdicts[static_cast<size_t>(r)].push_back(v);
+        out.all_verdicts_ms[static_cast<size_t>(r)] =
+            std::chrono::duration_cast<milliseconds>(now - first_fault).count();
         if (out.first_verdict_ms[static_cast<size_t>(r)] < 0)
           out.first_verdict_ms[static_cast<size_t>(r)] =
               std::chrono::duration_cast<milliseconds>(now - first_fault).count();

@@ -31,6 +31,8 @@ struct SimulationResult {
   std::vector<std::vector<Verdict>> verdicts;
   // When each rank learnt of its first verdict, since the first fault (-1: never).
   std::vector<int64_t> first_verdict_ms;
+  // When each rank learnt of its latest verdict, since the first fault (-1: never).
+  std::vector<int64_t> all_verdicts_ms;
   uint64_t messages = 0;             // heartbeats and verdicts delivered or lost
   uint64_t max_received_by_one = 0;  // the busiest rank's received messages
   uint64_t events = 0;               // simulation events processed (for its own speed)

@@ -193,6 +193,8 @@ TEST_CASE("simulated: every survivor learns of each loss, by how it was seen, wi
       // Declared within the timeout (+ the network's few milliseconds).
       CHECK(r.first_verdict_ms[static_cast<size_t>(rank)] >= 0);
       CHECK(r.first_verdict_ms[static_cast<size_t>(rank)] <= 3000 + 100);
+      // Every loss, even of two neighbours frozen at once: 1.5 timeouts.
+      CHECK(r.all_verdicts_ms[static_cast<size_t>(rank)] <= 4500 + 100);
     }
   }
 }
