@@ -610,9 +610,11 @@ TEST_CASE(
     "shm all_reduce: a SIGKILLed peer is kPeerLost naming its rank and pid, long before "
     "the timeout",
     "[ddp][proc][shm][hang]") {
+  // The segment's own detection, without the heartbeat (which names the rank first otherwise).
   auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3),
                        {{"DDP_TEST_TIMEOUT_MS", "30000"},
                         {"DTLAUNCH_DDP_REPORT_GRACE_MS", "1000"},
+                        {"DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", "0"},
                         {"DDP_TEST_VICTIM", "2"}});
   INFO(describe(run));
   REQUIRE(run.ranks.size() == 3);
