@@ -21,6 +21,9 @@ namespace {
 // lost ranks in a row and still watch the next one.
 constexpr int kWindow = 8;
 
+// How long after the first verdict the error waits for others (the rest of a node's ranks).
+constexpr std::chrono::milliseconds kGatherVerdicts{300};
+
 std::string endpoint_key(int rank) {
   return "dtlaunch/heartbeat/" + std::to_string(rank);
 }
@@ -149,6 +152,7 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
     lines_.push_back(who);
   }
   if (!first) return;
+  first_verdict_at_.store(std::chrono::steady_clock::now());
   abort_connections();
   lost_.store(true, std::memory_order_release);
   std::fprintf(stderr, "dtlaunch ddp: rank %d: peer lost: %s\n", env_.rank, who.c_str());
@@ -171,6 +175,9 @@ void PeerWatch::abort_connections() {
 }
 
 Error PeerWatch::error() const {
+  // A node lost takes all its ranks at once, and their verdicts come within milliseconds of
+  // each other: wait that long after the first, so that the error names them all.
+  std::this_thread::sleep_until(first_verdict_at_.load() + kGatherVerdicts);
   std::lock_guard<std::mutex> lock(mutex_);
   std::string msg = "dtlaunch ddp: rank " + std::to_string(env_.rank) + " (" + host_ +
                     "): peer lost (heartbeat, timeout " + seconds_text(timeout_) + "): ";

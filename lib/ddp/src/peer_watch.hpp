@@ -65,6 +65,7 @@ class PeerWatch {
   std::vector<std::string> hosts_;  // by rank, where known ("" otherwise)
   std::shared_ptr<Monitor> monitor_;
   std::atomic<bool> lost_{false};
+  std::atomic<std::chrono::steady_clock::time_point> first_verdict_at_{};
   mutable std::mutex mutex_;
   std::vector<std::string> lines_;  // one per lost rank
   std::unique_ptr<heartbeat::Node> node_;
