@@ -450,7 +450,12 @@ int diagnostics(const std::string& scenario, ddp::ProcessGroup& pg) {
   }
   if (scenario == "kill" || scenario == "freeze") {
     const int victim = std::atoi(std::getenv("DDP_TEST_VICTIM"));
+    // DDP_TEST_FAULT_DELAY_MS: the victim waits before its fault, so that its heartbeats have
+    // carried its position (the last collective it entered) to the others.
+    const char* delay = std::getenv("DDP_TEST_FAULT_DELAY_MS");
     for (int i = 1;; ++i) {
+      if (pg.rank() == victim && i == 6 && delay != nullptr)
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
       if (pg.rank() == victim && i == 6 && scenario == "freeze") {
         // Frozen, as a hung driver leaves a process; a child of its own ends it 8 s later.
         const pid_t self = ::getpid();

@@ -59,7 +59,9 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   std::shared_ptr<ProcessGroup> group;
   try {
 #ifdef DTLAUNCH_DDP_HAVE_NCCL
-    if (backend == Backend::kNccl) group = detail::make_nccl_group(env, resolved, store, monitor);
+    if (backend == Backend::kNccl)
+      group = detail::make_nccl_group(env, resolved, store, monitor,
+                                      peer_watch ? peer_watch->abort_flag() : nullptr);
 #endif
     if (!group) group = detail::make_gloo_group(env, resolved, store, monitor);
   } catch (const Error& e) {

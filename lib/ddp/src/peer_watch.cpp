@@ -153,6 +153,7 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
   }
   if (!first) return;
   first_verdict_at_.store(std::chrono::steady_clock::now());
+  abort_flag_->store(true, std::memory_order_release);
   abort_connections();
   lost_.store(true, std::memory_order_release);
   std::fprintf(stderr, "dtlaunch ddp: rank %d: peer lost: %s\n", env_.rank, who.c_str());

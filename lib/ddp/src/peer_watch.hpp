@@ -46,6 +46,8 @@ class PeerWatch {
   void start(c10d::Store& store, std::shared_ptr<Monitor> monitor);
 
   bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  // Set with the first verdict: backends that poll (NCCL) abort on it.
+  std::shared_ptr<const std::atomic<bool>> abort_flag() const { return abort_flag_; }
   // kPeerLost naming every rank lost so far, how each was seen and its last collective.
   Error error() const;
   // Waits up to `within` for a verdict (a backend failure often comes a moment before it).
@@ -65,6 +67,7 @@ class PeerWatch {
   std::vector<std::string> hosts_;  // by rank, where known ("" otherwise)
   std::shared_ptr<Monitor> monitor_;
   std::atomic<bool> lost_{false};
+  std::shared_ptr<std::atomic<bool>> abort_flag_ = std::make_shared<std::atomic<bool>>(false);
   std::atomic<std::chrono::steady_clock::time_point> first_verdict_at_{};
   mutable std::mutex mutex_;
   std::vector<std::string> lines_;  // one per lost rank
