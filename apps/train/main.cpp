@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Trains a small CNN on Fashion-MNIST with dtlaunch's DDP runtime, one process per rank.\n"
       "Exit status: 0 done, 75 stopped by SIGUSR1/SIGTERM (after a checkpoint, or during "
-      "start-up) (requeue me), 2 bad input, 1 other failure."};
+      "start-up) (requeue me), 76 a peer was lost (this rank was healthy), 2 bad input, 1 other "
+      "failure."};
   app.option_defaults()->always_capture_default();
 
   // Every number as the user typed it, checked after parsing (see whole() and real()).
