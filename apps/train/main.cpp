@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Trains a small CNN on Fashion-MNIST with dtlaunch's DDP runtime, one process per rank.\n"
       "Exit status: 0 done, 75 stopped by SIGUSR1/SIGTERM (after a checkpoint, or during "
-      "start-up) (requeue me), 2 bad input, 1 other failure."};
+      "start-up) (requeue me), 76 a peer was lost (this rank was healthy), 2 bad input, 1 other "
+      "failure."};
   app.option_defaults()->always_capture_default();
 
   // Every number as the user typed it, checked after parsing (see whole() and real()).
@@ -203,10 +204,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtlaunch-train: %s\n", e.what());
     return e.exit_status();
   } catch (const dtlaunch::ddp::Error& e) {
-    // The runtime's message holds its report: for a hang, which rank is where (docs/ddp.md). A
-    // program that checkpoints could end with 75 on kPeerLost, to be restarted.
+    // The runtime's message holds its report: for a hang, which rank is where (docs/ddp.md).
+    // A lost peer is not this rank's fault: the status says so (kExitPeerLost, 76), so that
+    // srun --kill-on-bad-exit ends the step and a job driver tells the victims from the culprit.
     std::fprintf(stderr, "dtlaunch-train: %s error: %s\n", dtlaunch::ddp::to_string(e.kind()),
                  first_line(e.what()).c_str());
+    if (e.kind() == dtlaunch::ddp::ErrorKind::kPeerLost) return dtlaunch::ddp::kExitPeerLost;
     return e.kind() == dtlaunch::ddp::ErrorKind::kConfig
                ? static_cast<int>(dtlaunch::train::ExitCode::kBadInput)
                : static_cast<int>(dtlaunch::train::ExitCode::kFailure);

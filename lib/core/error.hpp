@@ -16,6 +16,7 @@ enum class ExitCode : int {
   kFailure = 1,          // the OS refused something (fork, pipe, socket): not the user's input
   kBadInput = 2,         // command line, environment or hostlist is wrong; nothing was started
   kProblem = 3,          // `dtlaunch doctor` / --preflight found the job could not start cleanly
+  kPeerLost = 76,        // a peer (another task or node) was lost; this task was healthy
   kNotExecutable = 126,  // the program exists but cannot be executed
   kNotFound = 127,       // the program is not on PATH / does not exist
 };

@@ -36,6 +36,7 @@ std::string duration_text(std::chrono::milliseconds ms) {
 
 std::string describe_outcome(int exit_code, int signal) {
   if (stopped_to_resume(exit_code, signal)) return "stopped to be resumed (exit 75)";
+  if (signal == 0 && exit_code == kExitPeerLost) return "lost a peer (exit 76)";
   return "failed (" + describe_end(exit_code, signal, false) + ")";
 }
 
@@ -53,6 +54,8 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
   if (!host.empty()) text.append(" on ").append(host);
   if (stopped_to_resume(failure.exit_code, failure.signal))
     text += " stopped to be resumed: exit 75 (EX_TEMPFAIL)";
+  else if (failure.signal == 0 && failure.exit_code == kExitPeerLost)
+    text += " lost a peer: exit 76 (another rank was lost; this one was healthy)";
   else
     text += " failed: " + describe_end(failure.exit_code, failure.signal, failure.core_dumped);
   if (failure.ignored_signal != 0) {

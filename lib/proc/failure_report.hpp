@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/error.hpp"
 #include "proc/supervisor.hpp"
 
 namespace dtlaunch {
@@ -20,6 +21,10 @@ int exit_status_of(const WorkerFailure& failure);
 // (dtlaunch-train after its checkpoint; the preemptible template requeues on it). Not a crash,
 // though it still ends the group.
 inline constexpr int kExitStoppedToResume = 75;
+
+// The heartbeat's "a peer was lost; I am healthy" (ExitCode::kPeerLost, docs/ddp.md): the worker
+// is a victim of another rank's loss, and the report says so instead of "failed".
+inline constexpr int kExitPeerLost = static_cast<int>(ExitCode::kPeerLost);
 
 // Whether the failure is such a stop: it ends the group and is never restarted.
 bool is_stopped_to_resume(const WorkerFailure& failure);

@@ -460,9 +460,24 @@ int diagnostics(const std::string& scenario, ddp::ProcessGroup& pg) {
     std::cout << "FAIL: all_reduce #4 without rank 1 returned" << std::endl;
     return 1;
   }
-  if (scenario == "kill") {
+  if (scenario == "kill" || scenario == "freeze") {
     const int victim = std::atoi(std::getenv("DDP_TEST_VICTIM"));
+    // DDP_TEST_FAULT_DELAY_MS: the victim waits before its fault, so that its heartbeats have
+    // carried its position (the last collective it entered) to the others.
+    const char* delay = std::getenv("DDP_TEST_FAULT_DELAY_MS");
     for (int i = 1;; ++i) {
+      if (pg.rank() == victim && i == 6 && delay != nullptr)
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+      if (pg.rank() == victim && i == 6 && scenario == "freeze") {
+        // Frozen, as a hung driver leaves a process; a child of its own ends it 8 s later.
+        const pid_t self = ::getpid();
+        if (::fork() == 0) {
+          ::sleep(8);
+          ::kill(self, SIGKILL);
+          ::_exit(0);
+        }
+        ::raise(SIGSTOP);
+      }
       if (pg.rank() == victim && i == 6) ::raise(SIGKILL);
       all_reduces(pg, 1);
       if (i > 100000) return 1;
@@ -699,6 +714,29 @@ int main(int argc, char** argv) {
       return 1;
     } else if (scenario == "straggle" || scenario == "dump") {
       // Run by diagnostics(), which returned -1 for the closing barrier.
+    } else if (scenario == "quiet") {
+      // No false alarm: rank 1 computes without any collective, rank 0 writes a slow checkpoint
+      // (fsync after every MiB), while the others wait in a collective for both.
+      all_reduces(*pg, 2);
+      const auto until = std::chrono::steady_clock::now() +
+                         std::chrono::seconds(std::atoi(std::getenv("DDP_TEST_QUIET_SECONDS")));
+      if (pg->rank() == 1) {
+        auto a = torch::rand({256, 256});
+        while (std::chrono::steady_clock::now() < until) a = torch::tanh(a.mm(a));
+      } else if (pg->rank() == 0) {
+        const std::string path = std::getenv("DDP_TEST_CHECKPOINT");
+        std::vector<char> mib(1 << 20, 'x');
+        FILE* f = std::fopen(path.c_str(), "w");
+        while (f != nullptr && std::chrono::steady_clock::now() < until) {
+          std::fwrite(mib.data(), 1, mib.size(), f);
+          std::fflush(f);
+          ::fsync(::fileno(f));
+          std::fseek(f, 0, SEEK_SET);
+        }
+        if (f != nullptr) std::fclose(f);
+      }
+      all_reduces(*pg, 2);
+      std::cout << "quiet ok rank " << pg->rank() << std::endl;
     } else if (scenario == "late") {
       std::cout << "late ok rank " << pg->rank() << std::endl;
     } else if (scenario == "rendezvous") {

@@ -486,9 +486,22 @@ namespace {
 
 constexpr double kTimeoutSeconds = 2.0, kGraceSeconds = 1.0, kSlackSeconds = 3.0;
 
+// The collective timeout's own report, without the heartbeat (which would name a killed rank
+// first: the heartbeat's tests below).
 std::map<std::string, std::string> hang_env(std::map<std::string, std::string> extra = {}) {
   extra["DDP_TEST_TIMEOUT_MS"] = "2000";
   extra["DTLAUNCH_DDP_REPORT_GRACE_MS"] = "1000";
+  extra.emplace("DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", "0");
+  return extra;
+}
+
+// The heartbeat: a 3 s timeout, a collective timeout far beyond it.
+constexpr double kHeartbeatSeconds = 3.0;
+std::map<std::string, std::string> heartbeat_env(std::map<std::string, std::string> extra = {}) {
+  extra["DDP_TEST_TIMEOUT_MS"] = "120000";
+  extra["DTLAUNCH_DDP_HEARTBEAT_TIMEOUT"] = "3";
+  extra["DTLAUNCH_DDP_SHM"] = "0";
+  extra["DDP_TEST_FAULT_DELAY_MS"] = "1500";  // 2.5 heartbeat intervals
   return extra;
 }
 
@@ -615,6 +628,64 @@ TEST_CASE("rank 0 killed mid-job: the others say the store's host is gone", "[dd
               "is unreachable (connect: Connection refused), so rank 0 (127.0.0.1, the "
               "store's host) is gone"));
     CHECK(error_after_seconds(r.output) < kTimeoutSeconds + kGraceSeconds + kSlackSeconds);
+  }
+}
+
+TEST_CASE("heartbeat: a rank killed, frozen or rank 0 killed is named within the timeout",
+          "[ddp][proc][heartbeat]") {
+  struct Case {
+    const char* scenario;
+    int victim;
+    const char* how;
+    double within;  // seconds after the fault (the rank's own clock: error-after-seconds)
+  };
+  // Within: from the worker's call into the runtime (start-up under load included).
+  const Case c = GENERATE(Case{"kill", 1, "exited (its connection closed)", 3.0},
+                          Case{"kill", 0, "exited (its connection closed)", 3.0},
+                          Case{"freeze", 2, "frozen (silent for 3", kHeartbeatSeconds + 3.0});
+  INFO(c.scenario << " rank " << c.victim);
+  auto run = run_ranks(DDP_WORKER, {c.scenario}, 3, all_ranks(3),
+                       heartbeat_env({{"DDP_TEST_VICTIM", std::to_string(c.victim)}}));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 3);
+  for (const auto& r : run.ranks) {
+    if (r.rank == c.victim) continue;
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "error-kind: peer-lost"));
+    CHECK(has(r.output, "peer lost (heartbeat, timeout 3s): rank " + std::to_string(c.victim) +
+                            " ("));
+    CHECK(has(r.output, c.how));
+    CHECK(has(r.output, ", last in all_reduce #5"));
+    if (c.victim == 0) CHECK(has(r.output, "which hosted the store"));
+    CHECK(error_after_seconds(r.output) < c.within + 1.5 + 2.0);  // + the victim's delay
+  }
+}
+
+TEST_CASE("heartbeat: no false alarm — 60 s without collectives, a slow checkpoint, load 10",
+          "[ddp][proc][heartbeat]") {
+  dtlaunch_test::TempDir dir("ddp-heartbeat");
+  // Load: 10 busy processes on this machine (2 cores in CI) for the whole run.
+  std::vector<pid_t> hogs;
+  for (int i = 0; i < 10; ++i) {
+    const pid_t p = ::fork();
+    if (p == 0) {
+      std::atomic<uint64_t> n{0};
+      for (;;) n.fetch_add(1, std::memory_order_relaxed);
+    }
+    hogs.push_back(p);
+  }
+  auto run = run_ranks(DDP_WORKER, {"quiet"}, 3, all_ranks(3),
+                       heartbeat_env({{"DDP_TEST_QUIET_SECONDS", "60"},
+                                      {"DDP_TEST_CHECKPOINT", dir.path() + "/checkpoint"}}),
+                       std::chrono::seconds(150));
+  for (const pid_t p : hogs) ::kill(p, SIGKILL);
+  for (const pid_t p : hogs) ::waitpid(p, nullptr, 0);
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 3);
+  for (const auto& r : run.ranks) {
+    CHECK(r.status == 0);
+    CHECK(has(r.output, "quiet ok rank " + std::to_string(r.rank)));
+    CHECK_FALSE(has(r.output, "peer lost"));
   }
 }
 
@@ -822,9 +893,11 @@ TEST_CASE(
     "shm all_reduce: a SIGKILLed peer is kPeerLost naming its rank and pid, long before "
     "the timeout",
     "[ddp][proc][shm][hang]") {
+  // The segment's own detection, without the heartbeat (which names the rank first otherwise).
   auto run = run_ranks(DDP_WORKER, {"kill"}, 3, all_ranks(3),
                        {{"DDP_TEST_TIMEOUT_MS", "30000"},
                         {"DTLAUNCH_DDP_REPORT_GRACE_MS", "1000"},
+                        {"DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", "0"},
                         {"DDP_TEST_VICTIM", "2"}});
   INFO(describe(run));
   REQUIRE(run.ranks.size() == 3);

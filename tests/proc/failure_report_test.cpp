@@ -55,6 +55,10 @@ TEST_CASE("format_failure_report names rank, host, how, and the last lines", "[u
        "h",
        "dtlaunch: rank 1 (local 1) on h stopped to be resumed: exit 75 (EX_TEMPFAIL); its last "
        "line:\n  [rank 1] stop: Terminated received; checkpoint c.pt saved\n"},
+      {{4, 0, 76, 0, false, {}},
+       "h",
+       "dtlaunch: rank 4 (local 0) on h lost a peer: exit 76 (another rank was lost; this one was "
+       "healthy); it wrote nothing\n"},
       {{2, 2, -1, SIGKILL, false, {}, SIGTERM, std::chrono::milliseconds(30000)},
        "h",
        "dtlaunch: rank 2 (local 2) on h failed: killed by SIGKILL (from dtlaunch: still running "
@@ -68,5 +72,7 @@ TEST_CASE("describe_outcome tells a stop to be resumed from a failure", "[unit]"
   CHECK(dtlaunch::describe_outcome(3, 0) == "failed (exit 3)");
   CHECK(dtlaunch::describe_outcome(-1, SIGSEGV) == "failed (killed by SIGSEGV)");
   CHECK(dtlaunch::describe_outcome(75, 0) == "stopped to be resumed (exit 75)");
-  CHECK(dtlaunch::describe_outcome(76, 0) == "failed (exit 76)");
+  // 76: the heartbeat's "a peer was lost; I am healthy" (docs/ddp.md): a victim, not a culprit.
+  CHECK(dtlaunch::describe_outcome(76, 0) == "lost a peer (exit 76)");
+  CHECK(dtlaunch::describe_outcome(77, 0) == "failed (exit 77)");
 }

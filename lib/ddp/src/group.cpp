@@ -6,15 +6,31 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "peer_watch.hpp"
 
 namespace dtlaunch::ddp {
 namespace {
 
 using detail::Monitor;
 using detail::Op;
+using detail::PeerWatch;
+
+// A backend failure while the heartbeat declares a peer lost (Gloo often sees the closed
+// connection a moment before the verdict arrives): the heartbeat's error, which names the rank,
+// its host and how it was lost, instead of the backend's. Waits at most this long for it.
+constexpr std::chrono::milliseconds kVerdictWait{1500};
+
+std::optional<Error> peer_lost(const PeerWatch* watch, const Error& cause) {
+  if (watch == nullptr) return std::nullopt;
+  if (cause.kind() != ErrorKind::kPeerLost && cause.kind() != ErrorKind::kBackend && !watch->lost())
+    return std::nullopt;
+  if (!watch->wait_lost(kVerdictWait)) return std::nullopt;
+  return watch->error();
+}
 
 void check_defined(const at::Tensor& t, const char* op) {
   if (!t.defined())
@@ -70,8 +86,12 @@ std::string differences(const std::vector<int64_t>& a, const std::vector<int64_t
 // The backend's work, with its end recorded and its failure turned into the runtime's error.
 class MonitoredWork final : public Work {
  public:
-  MonitoredWork(std::shared_ptr<Work> inner, std::shared_ptr<Monitor> monitor, uint64_t seq)
-      : inner_(std::move(inner)), monitor_(std::move(monitor)), seq_(seq) {}
+  MonitoredWork(std::shared_ptr<Work> inner, std::shared_ptr<Monitor> monitor, uint64_t seq,
+                std::shared_ptr<PeerWatch> watch)
+      : inner_(std::move(inner)),
+        monitor_(std::move(monitor)),
+        seq_(seq),
+        watch_(std::move(watch)) {}
 
   void wait() override {
     if (done_) return;
@@ -89,6 +109,10 @@ class MonitoredWork final : public Work {
 
  private:
   [[noreturn]] void fail(const Error& e) {
+    if (auto lost = peer_lost(watch_.get(), e)) {
+      monitor_->recorder().end(seq_, false);
+      throw *lost;
+    }
     Error out = monitor_->failure(seq_, e);
     monitor_->recorder().end(seq_, false);
     throw out;
@@ -97,6 +121,7 @@ class MonitoredWork final : public Work {
   std::shared_ptr<Work> inner_;
   std::shared_ptr<Monitor> monitor_;
   uint64_t seq_;
+  std::shared_ptr<PeerWatch> watch_;
   bool done_ = false;
 };
 
@@ -127,12 +152,18 @@ namespace {
 // Starts one collective: numbers it, records it, checks the ranks agree when asked, and turns a
 // failure into the runtime's error (recorded in the flight recorder file).
 template <class Start>
-auto run_collective(ProcessGroup& group, Monitor& monitor, Op op, const at::Tensor* tensor,
-                    int reduce_op, int root, Start&& start,
+auto run_collective(ProcessGroup& group, Monitor& monitor, const PeerWatch* watch, Op op,
+                    const at::Tensor* tensor, int reduce_op, int root, Start&& start,
                     const std::function<std::vector<at::Tensor>(const at::Tensor&)>& gather)
     -> std::pair<uint64_t, decltype(start())> {
+  // After a loss the group's connections are shut: fail at once, with the verdict.
+  if (watch != nullptr && watch->lost()) throw monitor.record(watch->error());
   const uint64_t seq = monitor.recorder().begin(op, tensor, root);
   auto fail = [&](const Error& e) -> Error {
+    if (auto lost = peer_lost(watch, e)) {
+      monitor.recorder().end(seq, false);
+      return *lost;
+    }
     Error out = monitor.failure(seq, e);
     monitor.recorder().end(seq, false);
     return out;
@@ -184,10 +215,10 @@ std::shared_ptr<Work> ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceO
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: all_reduce avg needs a floating tensor, got " +
                                         std::string(c10::toString(tensor.scalar_type())));
   auto [seq, work] = run_collective(
-      *this, *monitor_, Op::kAllReduce, &tensor, static_cast<int>(op), -1,
+      *this, *monitor_, peer_watch_.get(), Op::kAllReduce, &tensor, static_cast<int>(op), -1,
       [&] { return start_all_reduce(tensor, op); },
       [&](const at::Tensor& t) { return run_all_gather(t); });
-  return std::make_shared<MonitoredWork>(std::move(work), monitor_, seq);
+  return std::make_shared<MonitoredWork>(std::move(work), monitor_, seq, peer_watch_);
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
@@ -196,16 +227,17 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: broadcast root " + std::to_string(root) +
                                         " is not a rank of a group of " + std::to_string(size()));
   auto [seq, work] = run_collective(
-      *this, *monitor_, Op::kBroadcast, &tensor, -1, root,
+      *this, *monitor_, peer_watch_.get(), Op::kBroadcast, &tensor, -1, root,
       [&] { return start_broadcast(tensor, root); },
       [&](const at::Tensor& t) { return run_all_gather(t); });
-  MonitoredWork(std::move(work), monitor_, seq).wait();
+  MonitoredWork(std::move(work), monitor_, seq, peer_watch_).wait();
 }
 
 std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   check_defined(tensor, "all_gather");
   auto [seq, parts] = run_collective(
-      *this, *monitor_, Op::kAllGather, &tensor, -1, -1, [&] { return run_all_gather(tensor); },
+      *this, *monitor_, peer_watch_.get(), Op::kAllGather, &tensor, -1, -1,
+      [&] { return run_all_gather(tensor); },
       [&](const at::Tensor& t) { return run_all_gather(t); });
   monitor_->recorder().end(seq, true);
   return parts;
@@ -213,9 +245,9 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
 
 void ProcessGroup::barrier() {
   auto [seq, work] = run_collective(
-      *this, *monitor_, Op::kBarrier, nullptr, -1, -1, [&] { return start_barrier(); },
-      [&](const at::Tensor& t) { return run_all_gather(t); });
-  MonitoredWork(std::move(work), monitor_, seq).wait();
+      *this, *monitor_, peer_watch_.get(), Op::kBarrier, nullptr, -1, -1,
+      [&] { return start_barrier(); }, [&](const at::Tensor& t) { return run_all_gather(t); });
+  MonitoredWork(std::move(work), monitor_, seq, peer_watch_).wait();
 }
 
 }  // namespace dtlaunch::ddp

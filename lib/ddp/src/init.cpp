@@ -4,6 +4,7 @@
 
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "peer_watch.hpp"
 #include "shm_reduce.hpp"
 
 namespace dtlaunch::ddp {
@@ -50,23 +51,31 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   // nowhere (DTLAUNCH_DDP_SHM is agreed by ShmAllReduce::create instead: off when any rank has it
   // off).
   const std::string agreed = std::string("DTLAUNCH_DDP_CHECK=") + (settings.check ? "1" : "0");
+  auto peer_watch = detail::PeerWatch::prepare(env, settings.heartbeat_timeout);
   auto store = detail::rendezvous(
       env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
       options.progress_every, phases, agreed);
   // The rendezvous bounded the store's waits by its own timeout; Gloo and NCCL use the store
   // afterwards under the collectives' timeout.
   store->setTimeout(options.timeout);
+  if (peer_watch) peer_watch->publish(*store);
   auto monitor = std::make_shared<detail::Monitor>(env, store, options.timeout, settings);
   std::shared_ptr<ProcessGroup> group;
   try {
 #ifdef DTLAUNCH_DDP_HAVE_NCCL
-    if (backend == Backend::kNccl) group = detail::make_nccl_group(env, resolved, store, monitor);
+    if (backend == Backend::kNccl)
+      group = detail::make_nccl_group(env, resolved, store, monitor,
+                                      peer_watch ? peer_watch->abort_flag() : nullptr);
 #endif
     if (!group) group = detail::make_gloo_group(env, resolved, store, monitor);
   } catch (const Error& e) {
     throw monitor->record(e);
   }
   monitor->start_watcher();
+  if (peer_watch) {
+    peer_watch->start(*store, monitor);
+    detail::attach_peer_watch(*group, peer_watch);
+  }
   phases.backend_ready = std::chrono::steady_clock::now();
   const std::string line = monitor->startup_line(phases);
   if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());

@@ -1,6 +1,7 @@
 // Declarations shared by the implementation files of dtlaunch::ddp; not installed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -54,9 +55,12 @@ int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_
 // Number of usable CUDA devices; 0 when the driver or the devices are missing.
 int cuda_device_count() noexcept;
 
+// `abort`: set by the heartbeat on a lost peer (peer_watch.hpp); a pending collective then
+// calls ncclCommAbort and fails with kPeerLost. May be null.
 std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
                                               c10::intrusive_ptr<c10d::Store> store,
-                                              std::shared_ptr<Monitor> monitor);
+                                              std::shared_ptr<Monitor> monitor,
+                                              std::shared_ptr<const std::atomic<bool>> abort);
 #endif
 
 }  // namespace dtlaunch::ddp::detail

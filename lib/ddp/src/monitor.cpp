@@ -380,6 +380,8 @@ MonitorSettings MonitorSettings::from_environment(int world_size) {
   s.timeline = env_flag("DTLAUNCH_DDP_TIMELINE");
   s.grace = default_grace(world_size);
   if (auto g = env_number("DTLAUNCH_DDP_REPORT_GRACE_MS", 3'600'000)) s.grace = milliseconds(*g);
+  if (auto t = env_number("DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", 86'400))
+    s.heartbeat_timeout = std::chrono::seconds(*t);
   return s;
 }
 

@@ -100,6 +100,8 @@ struct Comm {
   cudaStream_t stream = nullptr;
   int device = 0;
   bool aborted = false;
+  // The heartbeat's verdict (null without one): a wait that sees it aborts the communicator.
+  std::shared_ptr<const std::atomic<bool>> peer_lost;
 
   ~Comm() {
     cudaSetDevice(device);
@@ -138,6 +140,11 @@ class NcclWork final : public Work {
       if (q != cudaErrorNotReady) cuda_check(q, (what_ + ": cudaEventQuery").c_str());
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_->comm, &async);
+      if (comm_->peer_lost && comm_->peer_lost->load(std::memory_order_acquire)) {
+        abort_comm();
+        fail(what_ + " aborted (ncclCommAbort): the heartbeat declared a peer lost",
+             ErrorKind::kPeerLost);
+      }
       if (async != ncclSuccess && async != ncclInProgress) {
         abort_comm();
         fail(what_ + " failed: " + ncclGetErrorString(async), nccl_kind(async));
@@ -179,7 +186,7 @@ class NcclWork final : public Work {
 class NcclGroup final : public ProcessGroup {
  public:
   NcclGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store,
-            std::shared_ptr<Monitor> monitor)
+            std::shared_ptr<Monitor> monitor, std::shared_ptr<const std::atomic<bool>> peer_lost)
       : ProcessGroup(env, Backend::kNccl,
                      at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.device_index)),
                      options.timeout, std::move(monitor)),
@@ -192,6 +199,7 @@ class NcclGroup final : public ProcessGroup {
                std::to_string(count) + " are visible",
            ErrorKind::kConfig);
     comm_->device = env.device_index;
+    comm_->peer_lost = std::move(peer_lost);
     cuda_check(cudaSetDevice(comm_->device), "cudaSetDevice");
 
     ncclUniqueId id;
@@ -414,8 +422,10 @@ int cuda_device_count() noexcept {
 
 std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
                                               c10::intrusive_ptr<c10d::Store> store,
-                                              std::shared_ptr<Monitor> monitor) {
-  return std::make_shared<NcclGroup>(env, options, std::move(store), std::move(monitor));
+                                              std::shared_ptr<Monitor> monitor,
+                                              std::shared_ptr<const std::atomic<bool>> abort) {
+  return std::make_shared<NcclGroup>(env, options, std::move(store), std::move(monitor),
+                                     std::move(abort));
 }
 
 }  // namespace dtlaunch::ddp::detail

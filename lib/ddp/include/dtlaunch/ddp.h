@@ -35,6 +35,11 @@ enum class ErrorKind {
 
 const char* to_string(ErrorKind kind) noexcept;
 
+// The exit status that says "a peer was lost; I am healthy" (the heartbeat's kPeerLost), the
+// same as dtlaunch's own: a job driver restarts without this task's node, and tells it apart
+// from the culprit's status (1, or 128+N). dtlaunch-train exits with it on kPeerLost.
+constexpr int kExitPeerLost = 76;
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
@@ -103,6 +108,7 @@ struct WorkerEnv {
 // A collective in flight. wait() returns once the result is in the tensor (NCCL: the calling
 // thread waits for the GPU work, polling, up to the group's timeout) and rethrows the
 // collective's error, if any.
+class ProcessGroup;
 class Work {
  public:
   virtual ~Work() = default;
@@ -112,6 +118,8 @@ class Work {
 
 namespace detail {
 class Monitor;
+class PeerWatch;
+void attach_peer_watch(ProcessGroup& group, std::shared_ptr<PeerWatch> watch);
 }
 
 // Every collective is numbered (per group, from 1) and recorded in the group's flight recorder;
@@ -164,11 +172,15 @@ class ProcessGroup {
 
  private:
   friend class detail::Monitor;
+  friend void detail::attach_peer_watch(ProcessGroup&, std::shared_ptr<detail::PeerWatch>);
   WorkerEnv env_;
   Backend backend_;
   at::Device device_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<detail::Monitor> monitor_;
+  // The heartbeat (DTLAUNCH_DDP_HEARTBEAT_TIMEOUT); null when off. Declared last: it stops
+  // first, while the monitor it reads positions from is still there.
+  std::shared_ptr<detail::PeerWatch> peer_watch_;
 };
 
 // Rendezvous through a TCP store at MASTER_ADDR:MASTER_PORT (hosted by rank 0) and connect the

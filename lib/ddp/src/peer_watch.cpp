@@ -1,0 +1,198 @@
+#include "peer_watch.hpp"
+
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <thread>
+
+#include "heartbeat/node.hpp"
+#include "internal.hpp"
+#include "monitor.hpp"
+
+namespace dtlaunch::ddp::detail {
+namespace {
+
+// How many ranks ahead on the ring each rank knows the endpoint of: it can skip up to this many
+// lost ranks in a row and still watch the next one.
+constexpr int kWindow = 8;
+
+// How long after the first verdict the error waits for others (the rest of a node's ranks).
+constexpr std::chrono::milliseconds kGatherVerdicts{300};
+
+std::string endpoint_key(int rank) {
+  return "dtlaunch/heartbeat/" + std::to_string(rank);
+}
+
+// This process's sockets, as (descriptor, inode): a descriptor number reused for another file
+// is told apart by its inode.
+std::set<std::pair<int, unsigned long>> process_sockets() {
+  std::set<std::pair<int, unsigned long>> out;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return out;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    struct stat st {};
+    if (::fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode))
+      out.insert({static_cast<int>(fd), static_cast<unsigned long>(st.st_ino)});
+  }
+  ::closedir(dir);
+  return out;
+}
+
+std::string short_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
+  std::string h = buf;
+  return h.substr(0, h.find('.'));
+}
+
+uint64_t job_tag(const WorkerEnv& env) {
+  return std::hash<std::string>{}(env.run_id + "/" + env.master_addr + ":" +
+                                  std::to_string(env.master_port) + "/" +
+                                  std::to_string(env.world_size));
+}
+
+}  // namespace
+
+void attach_peer_watch(ProcessGroup& group, std::shared_ptr<PeerWatch> watch) {
+  group.peer_watch_ = std::move(watch);
+}
+
+std::shared_ptr<PeerWatch> PeerWatch::prepare(const WorkerEnv& env,
+                                              std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0 || env.world_size < 2) return nullptr;
+  return std::shared_ptr<PeerWatch>(new PeerWatch(env, timeout));
+}
+
+PeerWatch::PeerWatch(const WorkerEnv& env, std::chrono::milliseconds timeout)
+    : env_(env), timeout_(timeout), host_(short_hostname()) {
+  sockets_before_ = process_sockets();
+  try {
+    listener_ = std::make_unique<heartbeat::Listener>();
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kBackend,
+                "dtlaunch ddp: rank " + std::to_string(env.rank) +
+                    " cannot open its heartbeat endpoint: " + e.what() +
+                    " (DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=0 turns the heartbeat off)");
+  }
+  hosts_.assign(static_cast<size_t>(env.world_size), "");
+  hosts_[static_cast<size_t>(env.rank)] = host_;
+}
+
+PeerWatch::~PeerWatch() = default;
+
+void PeerWatch::publish(c10d::Store& store) {
+  std::string address = heartbeat::local_address_towards(env_.master_addr);
+  if (address.empty()) address = host_;
+  const std::string record = heartbeat::format_endpoint({address, listener_->port(), host_});
+  store.set(endpoint_key(env_.rank), std::vector<uint8_t>(record.begin(), record.end()));
+}
+
+void PeerWatch::start(c10d::Store& store, std::shared_ptr<Monitor> monitor) {
+  monitor_ = std::move(monitor);
+  heartbeat::NodeOptions o;
+  o.self = env_.rank;
+  o.world = env_.world_size;
+  o.settings.timeout = timeout_;
+  o.settings.interval = std::min(std::chrono::milliseconds(1000), timeout_ / 5);
+  o.tag = job_tag(env_);
+  const int ahead = std::min(kWindow, env_.world_size - 1);
+  for (int i = 1; i <= ahead; ++i) {
+    const int r = (env_.rank + i) % env_.world_size;
+    const auto bytes = store.get(endpoint_key(r));
+    try {
+      o.endpoints[r] = heartbeat::parse_endpoint(std::string(bytes.begin(), bytes.end()));
+      hosts_[static_cast<size_t>(r)] = o.endpoints[r].host;
+    } catch (const std::invalid_argument& e) {
+      throw Error(ErrorKind::kBackend, std::string("dtlaunch ddp: rank ") + std::to_string(r) +
+                                           "'s heartbeat endpoint: " + e.what());
+    }
+  }
+  // The connections the runtime opened since prepare(): the store's and the backend's. The
+  // heartbeat's own are opened by its thread, after this.
+  for (const auto& s : process_sockets())
+    if (!sockets_before_.count(s) && s.first != listener_->fd()) runtime_sockets_.insert(s);
+  Monitor* m = monitor_.get();
+  o.position = [m] {
+    const CollectiveRecord r = m->recorder().last();
+    return heartbeat::Position{r.seq, static_cast<uint8_t>(static_cast<uint8_t>(r.op) + 1)};
+  };
+  o.on_verdict = [this](const heartbeat::Verdict& v) { on_verdict(v); };
+  node_ = std::make_unique<heartbeat::Node>(std::move(o), std::move(*listener_));
+}
+
+void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
+  std::string who = "rank " + std::to_string(v.rank);
+  const std::string& host = hosts_[static_cast<size_t>(v.rank)];
+  if (v.rank == env_.rank) {
+    // The others declared this rank lost: it is cut off from them, or was stopped.
+    who = "this rank " + std::to_string(v.rank) + " (" + host_ + ") was declared lost by rank " +
+          std::to_string(v.seen_by) + ": " + heartbeat::describe_how(v);
+  } else {
+    who += " (" + (host.empty() ? std::string("host unknown here") : host) + ")";
+    if (v.rank == 0) who += ", which hosted the store,";
+    who += " " + heartbeat::describe_how(v) + ", seen by rank " + std::to_string(v.seen_by);
+    if (v.last.seq == 0 || v.last.op == 0)
+      who += ", before any collective";
+    else
+      who += ", last in " + std::string(op_name(static_cast<Op>(v.last.op - 1))) + " #" +
+             std::to_string(v.last.seq);
+  }
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    first = lines_.empty();
+    lines_.push_back(who);
+  }
+  if (!first) return;
+  first_verdict_at_.store(std::chrono::steady_clock::now());
+  abort_flag_->store(true, std::memory_order_release);
+  abort_connections();
+  lost_.store(true, std::memory_order_release);
+  std::fprintf(stderr, "dtlaunch ddp: rank %d: peer lost: %s\n", env_.rank, who.c_str());
+  if (monitor_) monitor_->write_file("peer lost: " + who);
+}
+
+void PeerWatch::abort_connections() {
+  // As ncclCommAbort does for NCCL: every connection of the group fails now, so that a
+  // collective blocked on the lost rank returns, and the backend's threads can be joined.
+  // Listening sockets stay: the store's server thread ends the process on an error of its own.
+  const auto now = process_sockets();
+  for (const auto& s : runtime_sockets_) {
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (!now.count(s) ||
+        (::getsockopt(s.first, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening))
+      continue;
+    ::shutdown(s.first, SHUT_RDWR);
+  }
+}
+
+Error PeerWatch::error() const {
+  // A node lost takes all its ranks at once, and their verdicts come within milliseconds of
+  // each other: wait that long after the first, so that the error names them all.
+  std::this_thread::sleep_until(first_verdict_at_.load() + kGatherVerdicts);
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string msg = "dtlaunch ddp: rank " + std::to_string(env_.rank) + " (" + host_ +
+                    "): peer lost (heartbeat, timeout " + seconds_text(timeout_) + "): ";
+  for (size_t i = 0; i < lines_.size(); ++i) msg += (i ? "; " : "") + lines_[i];
+  return Error(ErrorKind::kPeerLost, msg);
+}
+
+bool PeerWatch::wait_lost(std::chrono::milliseconds within) const {
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (!lost()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace dtlaunch::ddp::detail

@@ -1,0 +1,99 @@
+// The heartbeat's I/O shell: one thread that listens on a small TCP endpoint of its own, keeps a
+// connection to the watched rank (its ring successor) and accepts its predecessor's, sends a
+// 32-byte heartbeat on each every interval, probes a silent rank with a fresh connect(), and
+// floods verdicts; the decisions are the pure core's (ring.hpp). The thread never waits for
+// anything but poll(), so a busy or blocked caller never delays a heartbeat.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "heartbeat/ring.hpp"
+
+namespace dtlaunch::heartbeat {
+
+// Where a rank's heartbeat listens, and the host name its messages use.
+struct Endpoint {
+  std::string address;  // numeric IPv4/IPv6 or a name to resolve
+  uint16_t port = 0;
+  std::string host;  // for messages: the node's short name
+};
+// "ADDRESS PORT HOST", one line, as published through a store or an exchange.
+std::string format_endpoint(const Endpoint& e);
+// Throws std::invalid_argument on a malformed record.
+Endpoint parse_endpoint(const std::string& text);
+
+// A listening socket on every interface, on a port the kernel picks (close-on-exec).
+class Listener {
+ public:
+  // Throws std::system_error.
+  Listener();
+  ~Listener();
+  Listener(Listener&& other) noexcept;
+  Listener& operator=(Listener&&) = delete;
+  Listener(const Listener&) = delete;
+  int fd() const noexcept { return fd_; }
+  uint16_t port() const noexcept { return port_; }
+  int release() noexcept;
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+// The local address this host uses to reach `peer` (a name or address): what to publish so that
+// the other ranks reach this one on the same network. "" when the route is unknown.
+std::string local_address_towards(const std::string& peer);
+
+struct NodeOptions {
+  int self = 0;
+  int world = 1;
+  Settings settings;
+  uint64_t tag = 0;  // the job's identity; connections carrying another are refused
+  // Endpoints known to this rank, by rank: at least its successor's, better the next few.
+  // A rank whose endpoint is unknown is not watched (its own predecessor further back is).
+  std::map<int, Endpoint> endpoints;
+  // This rank's position, sent with each heartbeat; called on the heartbeat thread.
+  std::function<Position()> position;
+  // Each verdict, once, on the heartbeat thread, as soon as it is known here.
+  std::function<void(const Verdict&)> on_verdict;
+};
+
+class Node {
+ public:
+  // Starts the thread; the listener must stay the one whose endpoint was published.
+  Node(NodeOptions options, Listener listener);
+  // Says goodbye to the neighbours (an orderly end: no verdict) and joins the thread.
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Stops without goodbye (the neighbours then see this rank exit). Idempotent.
+  void stop(bool say_goodbye = true);
+  std::vector<Verdict> verdicts() const;
+  bool any_lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  // Frames sent and received so far (for the benchmarks).
+  uint64_t frames_sent() const noexcept { return sent_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+
+  NodeOptions options_;
+  int listen_fd_;
+  int wake_read_ = -1, wake_write_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> goodbye_{true};
+  std::atomic<bool> lost_{false};
+  std::atomic<uint64_t> sent_{0};
+  mutable std::mutex mutex_;
+  std::vector<Verdict> verdicts_;
+  std::thread thread_;
+};
+
+}  // namespace dtlaunch::heartbeat

@@ -1,0 +1,117 @@
+// The heartbeat's shell on real sockets: a few nodes on the loopback, one of them stopping
+// without a word, saying goodbye, or (in a child process) being frozen with SIGSTOP.
+#include "heartbeat/node.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
+
+#include "dtlaunch_catch.hpp"
+
+using namespace dtlaunch::heartbeat;
+using std::chrono::milliseconds;
+
+namespace {
+
+struct Cluster {
+  std::vector<Listener> listeners;
+  std::map<int, Endpoint> endpoints;
+  explicit Cluster(int world) {
+    for (int r = 0; r < world; ++r) {
+      listeners.emplace_back();
+      endpoints[r] = Endpoint{"127.0.0.1", listeners.back().port(), "host" + std::to_string(r)};
+    }
+  }
+  NodeOptions options(int rank, int timeout_ms) {
+    NodeOptions o;
+    o.self = rank;
+    o.world = static_cast<int>(listeners.size());
+    o.settings.timeout = milliseconds(timeout_ms);
+    o.settings.interval = milliseconds(timeout_ms / 5);
+    o.tag = 0x5eed;
+    o.endpoints = endpoints;
+    o.position = [rank] { return Position{static_cast<uint64_t>(100 + rank), 1}; };
+    return o;
+  }
+};
+
+// Waits up to `limit` for every node to have a verdict; returns the time it took.
+milliseconds wait_for_verdicts(const std::vector<Node*>& nodes, milliseconds limit) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < limit) {
+    bool all = true;
+    for (const Node* n : nodes) all = all && n->any_lost();
+    if (all) break;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+}
+
+}  // namespace
+
+TEST_CASE("a node that stops without goodbye is seen exited by the others at once", "[proc]") {
+  Cluster c(4);
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int r = 0; r < 4; ++r)
+    nodes.push_back(std::make_unique<Node>(c.options(r, 3000), std::move(c.listeners[r])));
+  std::this_thread::sleep_for(milliseconds(300));
+  for (const auto& n : nodes) CHECK_FALSE(n->any_lost());
+  nodes[2]->stop(false);
+  const auto took =
+      wait_for_verdicts({nodes[0].get(), nodes[1].get(), nodes[3].get()}, milliseconds(5000));
+  CHECK(took < milliseconds(1000));
+  for (int r : {0, 1, 3}) {
+    const auto vs = nodes[static_cast<size_t>(r)]->verdicts();
+    REQUIRE(vs.size() == 1);
+    CHECK(vs[0].rank == 2);
+    CHECK(vs[0].how == How::kExited);
+    CHECK(vs[0].last.seq == 102);
+  }
+}
+
+TEST_CASE("a node that says goodbye is no loss", "[proc]") {
+  Cluster c(3);
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int r = 0; r < 3; ++r)
+    nodes.push_back(std::make_unique<Node>(c.options(r, 1000), std::move(c.listeners[r])));
+  std::this_thread::sleep_for(milliseconds(200));
+  nodes[1].reset();  // goodbye
+  std::this_thread::sleep_for(milliseconds(1800));
+  CHECK_FALSE(nodes[0]->any_lost());
+  CHECK_FALSE(nodes[2]->any_lost());
+}
+
+TEST_CASE("a frozen process is seen frozen after the timeout, not before", "[proc]") {
+  Cluster c(3);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    {
+      Node n(c.options(2, 1000), std::move(c.listeners[2]));
+      ::pause();
+    }
+    ::_exit(0);
+  }
+  ::close(c.listeners[2].release());  // the child's listener stays the child's alone
+  Node n0(c.options(0, 1000), std::move(c.listeners[0]));
+  Node n1(c.options(1, 1000), std::move(c.listeners[1]));
+  std::this_thread::sleep_for(milliseconds(1500));
+  CHECK_FALSE(n0.any_lost());
+  CHECK_FALSE(n1.any_lost());
+  ::kill(child, SIGSTOP);
+  const auto took = wait_for_verdicts({&n0, &n1}, milliseconds(4000));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK(took >= milliseconds(700));
+  CHECK(took < milliseconds(1600));
+  for (const Node* n : {&n0, &n1}) {
+    const auto vs = n->verdicts();
+    REQUIRE(!vs.empty());
+    CHECK(vs[0].rank == 2);
+    CHECK(vs[0].how == How::kFrozen);
+    CHECK(vs[0].seen_by == 1);
+  }
+}

@@ -1,0 +1,223 @@
+// The heartbeat's core on simulated time: who watches whom, the three kinds of loss, the ring's
+// corner cases (two neighbours lost at once, a ring of two, rank 0), and that a slow rank that
+// keeps beating is never declared lost.
+#include "heartbeat/ring.hpp"
+
+#include <algorithm>
+
+#include "dtlaunch_catch.hpp"
+#include "heartbeat/simulation.hpp"
+#include "heartbeat/wire.hpp"
+
+using namespace dtlaunch::heartbeat;
+using std::chrono::milliseconds;
+
+namespace {
+
+Settings settings(int timeout_ms = 3000, int interval_ms = 500) {
+  Settings s;
+  s.timeout = milliseconds(timeout_ms);
+  s.interval = milliseconds(interval_ms);
+  return s;
+}
+
+TimePoint at(int ms) {
+  return TimePoint{} + milliseconds(ms);
+}
+
+std::vector<int> lost_ranks(const std::vector<Verdict>& vs) {
+  std::vector<int> out;
+  for (const auto& v : vs) out.push_back(v.rank);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("each rank watches its successor and skips lost ranks") {
+  Ring ring(2, 5, settings(), at(0));
+  CHECK(ring.watched() == 3);
+  CHECK(ring.predecessor() == 1);
+  CHECK(ring.neighbours() == std::vector<int>{1, 3});
+  ring.closed(3, at(10));
+  CHECK(ring.watched() == 4);
+  Verdict v;
+  v.rank = 4;
+  v.seen_by = 0;
+  CHECK(ring.receive(v, at(20)));
+  CHECK_FALSE(ring.receive(v, at(21)));  // news once
+  CHECK(ring.watched() == 0);            // wraps around
+  CHECK(lost_ranks(ring.take_news()) == std::vector<int>{3, 4});
+  CHECK(ring.take_news().empty());
+}
+
+TEST_CASE("a ring of two: each watches the other, one neighbour") {
+  Ring ring(1, 2, settings(), at(0));
+  CHECK(ring.watched() == 0);
+  CHECK(ring.neighbours() == std::vector<int>{0});
+  ring.closed(0, at(5));
+  CHECK(ring.watched() == -1);
+  CHECK(ring.neighbours().empty());
+  CHECK(ring.next_deadline() == TimePoint::max());
+  ring.tick(at(100000));  // alone: nothing more to declare
+  CHECK(ring.verdicts().size() == 1);
+}
+
+TEST_CASE("silence: probed before the timeout, frozen or unreachable at it, never before") {
+  for (const Probe probe : {Probe::kAccepted, Probe::kTimedOut}) {
+    Ring ring(0, 3, settings(3000), at(0));
+    ring.heard(1, at(1000), Position{41, 2});
+    CHECK_FALSE(ring.probe_due(at(3000)).has_value());  // 2 s silent: not yet
+    CHECK(ring.probe_due(at(3250)) == 1);               // timeout - probe lead (750 ms)
+    CHECK_FALSE(ring.probe_due(at(3300)).has_value());  // once
+    ring.probed(1, probe, at(3260));
+    ring.tick(at(3999));
+    CHECK(ring.verdicts().empty());
+    CHECK(ring.next_deadline() == at(4000));
+    ring.tick(at(4000));
+    REQUIRE(ring.verdicts().size() == 1);
+    const Verdict& v = ring.verdicts()[0];
+    CHECK(v.rank == 1);
+    CHECK(v.how == (probe == Probe::kAccepted ? How::kFrozen : How::kUnreachable));
+    CHECK(v.silent_for == milliseconds(3000));
+    CHECK(v.last.seq == 41);
+    CHECK(v.seen_by == 0);
+    CHECK(ring.watched() == 2);
+  }
+}
+
+TEST_CASE("a beat after the probe clears the silence") {
+  Ring ring(0, 3, settings(3000), at(0));
+  CHECK(ring.probe_due(at(2250)) == 1);
+  ring.probed(1, Probe::kAccepted, at(2260));
+  ring.heard(1, at(2900));
+  ring.tick(at(3000));
+  ring.tick(at(5000));
+  CHECK(ring.verdicts().empty());
+  CHECK(ring.probe_due(at(5150)) == 1);  // a new silence gets a new probe
+}
+
+TEST_CASE("a refused connection or probe means the rank exited") {
+  Ring ring(0, 4, settings(), at(0));
+  ring.connect_failed(1, Probe::kRefused, at(1));
+  ring.connect_failed(3, Probe::kRefused, at(1));  // not watched: no verdict from here
+  CHECK(lost_ranks(ring.verdicts()) == std::vector<int>{1});
+  CHECK(ring.verdicts()[0].how == How::kExited);
+  CHECK(ring.probe_due(at(2251)) == 2);  // watched since t = 1 ms
+  ring.probed(2, Probe::kRefused, at(2252));
+  CHECK(lost_ranks(ring.verdicts()) == std::vector<int>{1, 2});
+}
+
+TEST_CASE("a goodbye is no loss") {
+  Ring ring(0, 3, settings(), at(0));
+  ring.departed(1, at(10));
+  CHECK(ring.verdicts().empty());
+  CHECK(ring.watched() == 2);
+  ring.closed(1, at(11));  // its EOF after the goodbye
+  CHECK(ring.verdicts().empty());
+}
+
+TEST_CASE("frames round-trip") {
+  Message m;
+  m.type = FrameType::kVerdict;
+  m.rank = 4095;
+  m.position = {123456789012ull, 3};
+  m.verdict.rank = 4095;
+  m.verdict.how = How::kUnreachable;
+  m.verdict.seen_by = 4094;
+  m.verdict.silent_for = milliseconds(3012);
+  const auto back = decode(encode(m));
+  REQUIRE(back.has_value());
+  CHECK(back->verdict.rank == 4095);
+  CHECK(back->verdict.how == How::kUnreachable);
+  CHECK(back->verdict.seen_by == 4094);
+  CHECK(back->verdict.silent_for == milliseconds(3012));
+  CHECK(back->verdict.last.seq == 123456789012ull);
+  Frame junk{};
+  CHECK_FALSE(decode(junk).has_value());
+}
+
+// The whole ring on simulated time.
+TEST_CASE("simulated: every survivor learns of each loss, by how it was seen, within the timeout") {
+  struct Case {
+    const char* name;
+    int world;
+    std::vector<SimulationSetup::Injection> faults;
+    std::vector<int> lost;
+    How how;
+  };
+  const milliseconds t(5000);
+  const std::vector<Case> cases = {
+      {"exit", 8, {{5, Fault::kExit, t}}, {5}, How::kExited},
+      {"freeze", 8, {{5, Fault::kFreeze, t}}, {5}, How::kFrozen},
+      {"partition", 8, {{5, Fault::kPartition, t}}, {5}, How::kUnreachable},
+      {"rank 0 exits", 8, {{0, Fault::kExit, t}}, {0}, How::kExited},
+      {"rank 0 frozen", 8, {{0, Fault::kFreeze, t}}, {0}, How::kFrozen},
+      {"two neighbours exit at once",
+       8,
+       {{3, Fault::kExit, t}, {4, Fault::kExit, t}},
+       {3, 4},
+       How::kExited},
+      {"two neighbours freeze at once",
+       8,
+       {{3, Fault::kFreeze, t}, {4, Fault::kFreeze, t}},
+       {3, 4},
+       How::kFrozen},
+      {"a rank's both neighbours freeze",
+       8,
+       {{3, Fault::kFreeze, t}, {5, Fault::kFreeze, t}},
+       {3, 5},
+       How::kFrozen},
+      {"ring of two, one exits", 2, {{1, Fault::kExit, t}}, {1}, How::kExited},
+      {"ring of two, one freezes", 2, {{0, Fault::kFreeze, t}}, {0}, How::kFrozen},
+      {"ring of three, two freeze",
+       3,
+       {{1, Fault::kFreeze, t}, {2, Fault::kFreeze, t}},
+       {1, 2},
+       How::kFrozen},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    SimulationSetup setup;
+    setup.world = c.world;
+    setup.settings = settings(3000, 500);
+    setup.faults = c.faults;
+    setup.duration = milliseconds(15000);
+    const SimulationResult r = simulate(setup);
+    for (int rank = 0; rank < c.world; ++rank) {
+      if (std::find(c.lost.begin(), c.lost.end(), rank) != c.lost.end()) continue;
+      INFO("rank " << rank);
+      const auto& vs = r.verdicts[static_cast<size_t>(rank)];
+      CHECK(lost_ranks(vs) == c.lost);
+      for (const auto& v : vs) CHECK(v.how == c.how);
+      // Declared within the timeout (+ the network's few milliseconds).
+      CHECK(r.first_verdict_ms[static_cast<size_t>(rank)] >= 0);
+      CHECK(r.first_verdict_ms[static_cast<size_t>(rank)] <= 3000 + 100);
+      // Every loss, even of two neighbours frozen at once: 1.5 timeouts.
+      CHECK(r.all_verdicts_ms[static_cast<size_t>(rank)] <= 4500 + 100);
+    }
+  }
+}
+
+TEST_CASE("simulated: no loss, no verdict, two beats per rank per interval") {
+  SimulationSetup setup;
+  setup.world = 64;
+  setup.settings = settings(3000, 500);
+  setup.duration = milliseconds(10000);
+  const SimulationResult r = simulate(setup);
+  for (const auto& vs : r.verdicts) CHECK(vs.empty());
+  // 64 ranks x 2 neighbours x 21 beats sent (t = 0, 0.5, ..., 10 s); the last ones arrive
+  // after the end.
+  CHECK(r.messages == 64u * 2u * 21u);
+  CHECK(r.max_received_by_one == 2u * 20u);
+}
+
+TEST_CASE("simulated: a slow network up to the timeout minus an interval is no loss") {
+  SimulationSetup setup;
+  setup.world = 16;
+  setup.settings = settings(3000, 500);
+  setup.latency = milliseconds(2400);
+  setup.duration = milliseconds(20000);
+  const SimulationResult r = simulate(setup);
+  for (const auto& vs : r.verdicts) CHECK(vs.empty());
+}
