@@ -103,7 +103,8 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes) {
   Fd f{::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
   if (f.fd < 0) {
     const int err = errno;
-    if (err == ELOOP) refuse_unless_regular_or_absent("--checkpoint", path);
+    // ELOOP (a symbolic link), ENXIO (a socket, a FIFO without a writer...): say what it is.
+    refuse_unless_regular_or_absent("--checkpoint", path);
     throw Error::system("cannot open checkpoint " + path, err);
   }
   struct stat st {};
