@@ -1,10 +1,12 @@
-// The doctor's TCP exchange. Rank 0 serves every task from one poll() loop (a thread per client
-// does not scale to thousands of tasks); the tasks retry with jittered back-off, because a
-// listen backlog that overflows at scale is a known failure of rendezvous servers.
+// The doctor's TCP exchange. Rank 0 serves every task from one epoll loop (a thread per client
+// does not scale to thousands of tasks, nor does a poll() set rebuilt on every wake-up); the
+// tasks retry with jittered back-off, because a listen backlog that overflows at scale is a
+// known failure of rendezvous servers.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -125,7 +128,7 @@ Fd listen_on(std::uint16_t port, int& error) {
 // What rank 0 accepts, so that nothing a peer sends makes it grow without bound: one connection
 // comes from one node (a task, or a local launcher with its workers), so it carries at most
 // the ranks of the largest node; all together at most twice the job (duplicates are a finding
-// of their own) and 64 MiB.
+// of their own) and 64 MiB + 8 KiB per rank.
 struct ServeLimits {
   std::uint32_t frames_per_connection = 0;
   std::uint64_t bytes_per_connection = 0;
@@ -144,7 +147,9 @@ ServeLimits serve_limits(const Expectation& expected) {
   limits.bytes_per_connection =
       static_cast<std::uint64_t>(limits.frames_per_connection) * (kMaxFrame + 4);
   limits.frames = 2ull * expected.world_size + 16;
-  limits.bytes = 64ull << 20;
+  // 64 MiB, and 8 KiB more per rank: a report is about 1 KiB (a node's lowest local rank adds its
+  // library list), so a flat 64 MiB refused real jobs above ~60,000 ranks.
+  limits.bytes = (64ull << 20) + 8192ull * expected.world_size;
   // Every node keeps its connection open for the verdict, plus room for strays; never more
   // than the descriptor table holds.
   limits.connections = expected.world_size + 64;
@@ -344,15 +349,23 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   }
 
   const ServeLimits limits = serve_limits(expected);
+  // One epoll set for the listener and every client (poll() rebuilt and scanned every client on
+  // every wake-up: quadratic at 100k tasks). A client keeps its slot until it is dropped, so
+  // epoll's data is the slot; freed slots are reused.
   struct Client {
     Fd fd;
     std::string peer;
     std::string in;
     std::uint32_t frames = 0;
     std::uint64_t bytes = 0;
-    std::size_t network_report = std::string::npos;  // its report that offers a network test
+    std::uint64_t generation = 0;
+    std::size_t network_report = std::string::npos;  // its report with a network test port
   };
   std::vector<Client> clients;
+  std::vector<std::size_t> free_slots;
+  std::size_t open_clients = 0;
+  std::deque<std::pair<std::size_t, std::uint64_t>> accept_order;  // (slot, generation)
+  std::uint64_t generations = 0;
   std::vector<TaskReport> reports = std::move(own);
   std::vector<bool> seen(expected.world_size, false);
   std::uint32_t distinct = 0;
@@ -366,23 +379,40 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   };
   for (const TaskReport& r : reports) count(r);
   // One descriptor kept in reserve: when the table is full, it makes room to accept and close
-  // a connection, which would otherwise stay queued and keep poll() returning at once.
+  // a connection, which would otherwise stay queued and keep epoll_wait() returning at once.
   Fd reserve(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  const Fd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  if (epoll.get() < 0) throw Error::system("doctor: epoll_create1", errno);
+  constexpr std::uint64_t kListener = ~std::uint64_t{0};
+  epoll_event listen_event{EPOLLIN, {.u64 = kListener}};
+  if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, listener.get(), &listen_event) != 0)
+    throw Error::system("doctor: epoll_ctl", errno);
+  auto drop = [&](std::size_t slot) {
+    clients[slot].fd.reset();  // closing removes it from the epoll set
+    clients[slot].in = std::string();
+    clients[slot].network_report = std::string::npos;
+    free_slots.push_back(slot);
+    --open_clients;
+  };
 
-  std::vector<pollfd> polled;
+  std::vector<epoll_event> events(1024);
   while (distinct < expected.world_size && Clock::now() < deadline) {
-    polled.assign(1, pollfd{listener.get(), POLLIN, 0});
-    for (const Client& c : clients) polled.push_back({c.fd.get(), POLLIN, 0});
-    if (::poll(polled.data(), polled.size(), millis_until(deadline, 200)) < 0 && errno != EINTR)
-      throw Error::system("doctor: poll", errno);
-    std::vector<bool> drop(clients.size(), false);
-    for (std::size_t i = 1; i < polled.size(); ++i) {
-      if (!(polled[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Client& c = clients[i - 1];
+    const int ready = ::epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()),
+                                   millis_until(deadline, 200));
+    if (ready < 0 && errno != EINTR) throw Error::system("doctor: epoll_wait", errno);
+    bool accept_now = false;
+    for (int k = 0; k < ready; ++k) {
+      if (events[k].data.u64 == kListener) {
+        accept_now = true;
+        continue;
+      }
+      const std::size_t slot = static_cast<std::size_t>(events[k].data.u64);
+      Client& c = clients[slot];
+      if (c.fd.get() < 0) continue;  // dropped earlier in this round
       char buffer[16384];
       const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
       if (n <= 0) {
-        if (n == 0 || (errno != EAGAIN && errno != EINTR)) drop[i - 1] = true;  // gone: released
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) drop(slot);  // gone: released
         continue;
       }
       c.bytes += static_cast<std::uint64_t>(n);
@@ -408,53 +438,70 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
         if (c.bytes > limits.bytes_per_connection)
           throw std::runtime_error("more than " + std::to_string(limits.bytes_per_connection) +
                                    " bytes on one connection");
+        if (c.in.empty()) c.in = std::string();  // a complete node's reports: no buffer kept
       } catch (const std::exception& e) {
         // Not one of ours, or not within bounds (a port scanner, a stale or hostile client):
         // cut off, said once in the verdict.
         trouble.note(c.peer, e.what());
-        drop[i - 1] = true;
+        drop(slot);
       }
     }
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < clients.size(); ++i) {
-      if (drop[i]) continue;
-      if (kept != i) clients[kept] = std::move(clients[i]);
-      ++kept;
-    }
-    clients.resize(kept);
-    if (polled[0].revents & POLLIN) {
-      for (;;) {  // accept everything queued: the backlog is the scarce resource at scale
-        sockaddr_storage from{};
-        socklen_t length = sizeof from;
-        const int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &length,
-                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-          if ((errno == EMFILE || errno == ENFILE) && reserve) {
-            reserve.reset();
-            Fd shed(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-            if (shed) trouble.note("", "refused: rank 0 has no descriptor left for it");
-            reserve = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-            if (shed) continue;
-          }
-          break;
+    if (!accept_now) continue;
+    for (;;) {  // accept everything queued: the backlog is the scarce resource at scale
+      sockaddr_storage from{};
+      socklen_t length = sizeof from;
+      const int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &length,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if ((errno == EMFILE || errno == ENFILE) && reserve) {
+          reserve.reset();
+          Fd shed(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+          if (shed) trouble.note("", "refused: rank 0 has no descriptor left for it");
+          reserve = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+          if (shed) continue;
         }
-        std::string peer = numeric_host(reinterpret_cast<sockaddr*>(&from), length);
-        if (clients.size() >= limits.connections) {
-          // Full: the oldest connection that has sent no report yet makes room; if every one
-          // has, the newcomer is turned away.
-          const auto idle = std::find_if(clients.begin(), clients.end(),
-                                         [](const Client& c) { return c.frames == 0; });
-          if (idle == clients.end()) {
-            trouble.note(peer, "refused: " + std::to_string(limits.connections) +
-                                   " connections are open already");
-            ::close(fd);
-            continue;
-          }
-          trouble.note(idle->peer, "closed to make room: it had sent nothing");
-          clients.erase(idle);
-        }
-        clients.push_back({Fd(fd), std::move(peer), {}, 0, 0, std::string::npos});
+        break;
       }
+      std::string peer = numeric_host(reinterpret_cast<sockaddr*>(&from), length);
+      if (open_clients >= limits.connections) {
+        // Full: the oldest connection that has sent no report yet makes room; if every one
+        // has, the newcomer is turned away.
+        std::optional<std::size_t> idle;
+        while (!accept_order.empty() && !idle) {
+          const auto [slot, generation] = accept_order.front();
+          accept_order.pop_front();
+          const Client& c = clients[slot];
+          if (c.generation == generation && c.fd.get() >= 0 && c.frames == 0) idle = slot;
+        }
+        if (!idle) {
+          trouble.note(peer, "refused: " + std::to_string(limits.connections) +
+                                 " connections are open already");
+          ::close(fd);
+          continue;
+        }
+        trouble.note(clients[*idle].peer, "closed to make room: it had sent nothing");
+        drop(*idle);
+      }
+      std::size_t slot = clients.size();
+      if (!free_slots.empty()) {
+        slot = free_slots.back();
+        free_slots.pop_back();
+      } else {
+        clients.emplace_back();
+      }
+      clients[slot] = Client{Fd(fd), std::move(peer), {}, 0, 0, ++generations, std::string::npos};
+      ++open_clients;
+      accept_order.emplace_back(slot, generations);
+      epoll_event e{EPOLLIN, {.u64 = slot}};
+      if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &e) != 0) drop(slot);
+    }
+    // Entries of clients that have reported or gone can never make room: trim them, so that
+    // the queue stays as long as the connections that are still silent.
+    while (!accept_order.empty()) {
+      const auto [slot, generation] = accept_order.front();
+      const Client& c = clients[slot];
+      if (c.generation == generation && c.fd.get() >= 0 && c.frames == 0) break;
+      accept_order.pop_front();
     }
   }
 
@@ -463,7 +510,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   if (network.enabled) {
     std::vector<std::pair<std::size_t, std::size_t>> agents;  // (its descriptor, its report)
     for (const Client& c : clients)
-      if (c.network_report != std::string::npos)
+      if (c.fd.get() >= 0 && c.network_report != std::string::npos)
         agents.emplace_back(static_cast<std::size_t>(c.fd.get()), c.network_report);
     std::vector<Problem> slow = test_network(links, reports, agents, network, own_agent);
     found.insert(found.end(), slow.begin(), slow.end());
@@ -476,8 +523,10 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   const std::string answer =
       frame(kVerdictMagic, "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n");
   const auto send_deadline = Clock::now() + std::chrono::seconds(2);
-  for (Client& c : clients) send_all(c.fd.get(), answer, send_deadline);
+  for (Client& c : clients)
+    if (c.fd.get() >= 0) send_all(c.fd.get(), answer, send_deadline);
   for (Client& c : clients) {
+    if (c.fd.get() < 0) continue;
     pollfd p{c.fd.get(), POLLIN, 0};
     char sink[256];
     while (::poll(&p, 1, millis_until(send_deadline, 200)) > 0 &&
