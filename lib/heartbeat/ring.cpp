@@ -68,6 +68,10 @@ void Ring::watch_next(TimePoint now) {
   watched_ = next;
   watch_start_ = after_loss ? now - settings_.timeout / 2 : now;
   last_heard_ = watch_start_;
+  // At start-up the successor's heartbeat thread may start a little later than this one (its
+  // rank still finishing init): until it first speaks, it has three timeouts.
+  startup_ = !after_loss;
+  answered_ = false;
   probe_started_ = false;
   probe_result_.reset();
   watch_changed_ = true;
@@ -96,6 +100,7 @@ void Ring::declare(int rank, How how, TimePoint now) {
 void Ring::heard(int rank, TimePoint now, std::optional<Position> position) {
   if (rank < 0 || rank >= world_ || lost_[static_cast<size_t>(rank)]) return;
   if (position) positions_[static_cast<size_t>(rank)] = *position;
+  if (rank == watched_ && position) answered_ = true;
   if (rank == watched_) {
     last_heard_ = std::max(last_heard_, now);
     probe_started_ = false;
@@ -137,7 +142,7 @@ bool Ring::receive(const Verdict& v, TimePoint now) {
 
 std::optional<int> Ring::probe_due(TimePoint now) {
   if (watched_ < 0 || probe_started_) return std::nullopt;
-  if (now - std::max(watch_start_, last_heard_) < settings_.timeout - settings_.probe_lead())
+  if (now - std::max(watch_start_, last_heard_) < limit() - settings_.probe_lead())
     return std::nullopt;
   probe_started_ = true;
   return watched_;
@@ -145,7 +150,7 @@ std::optional<int> Ring::probe_due(TimePoint now) {
 
 void Ring::tick(TimePoint now) {
   if (watched_ < 0) return;
-  if (now - std::max(watch_start_, last_heard_) < settings_.timeout) return;
+  if (now - std::max(watch_start_, last_heard_) < limit()) return;
   // No probe answer by the deadline counts as unreachable: a frozen host answers in time.
   declare(watched_, probe_result_ == Probe::kAccepted ? How::kFrozen : How::kUnreachable, now);
 }
@@ -153,8 +158,11 @@ void Ring::tick(TimePoint now) {
 TimePoint Ring::next_deadline() const {
   if (watched_ < 0) return TimePoint::max();
   const TimePoint base = std::max(watch_start_, last_heard_);
-  return probe_started_ ? base + settings_.timeout
-                        : base + settings_.timeout - settings_.probe_lead();
+  return probe_started_ ? base + limit() : base + limit() - settings_.probe_lead();
+}
+
+milliseconds Ring::limit() const {
+  return startup_ && !answered_ ? 3 * settings_.timeout : settings_.timeout;
 }
 
 std::vector<Verdict> Ring::take_news() {

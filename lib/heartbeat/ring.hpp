@@ -74,7 +74,9 @@ class Ring {
   int watched() const { return successor(); }
 
   // --- events, each with the time it happened ---
-  // Any message from `rank` (a heartbeat carries its position).
+  // Any message from `rank` (a heartbeat or hello carries its position; a TCP handshake, which a
+  // frozen process's kernel completes too, does not). The first successor has three timeouts
+  // until it first sends its position: its heartbeat thread may start a little later.
   void heard(int rank, TimePoint now, std::optional<Position> position = std::nullopt);
   // The connection to or from `rank` closed (EOF, RST): it exited.
   void closed(int rank, TimePoint now);
@@ -108,6 +110,7 @@ class Ring {
   void declare(int rank, How how, TimePoint now);
   void watch_next(TimePoint now);
   bool record(const Verdict& v);
+  milliseconds limit() const;  // the silence allowed to the watched rank now
 
   int self_;
   int world_;
@@ -124,6 +127,8 @@ class Ring {
   bool probe_started_ = false;
   std::optional<Probe> probe_result_;
   bool watch_changed_ = true;
+  bool startup_ = true;    // watching the first successor since start-up
+  bool answered_ = false;  // the watched rank's heartbeat thread has spoken (a position)
 };
 
 // "frozen (silent for 3.1s; its host still accepts connections)", "exited (its connection

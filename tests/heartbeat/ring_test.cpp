@@ -86,8 +86,24 @@ TEST_CASE("silence: probed before the timeout, frozen or unreachable at it, neve
   }
 }
 
+TEST_CASE("at start-up the successor has three timeouts until it first speaks") {
+  Ring ring(0, 3, settings(3000), at(0));
+  ring.heard(1, at(100));  // the TCP handshake: its kernel, not yet its heartbeat thread
+  ring.tick(at(8000));
+  CHECK(ring.verdicts().empty());
+  CHECK(ring.probe_due(at(8350)) == 1);
+  ring.tick(at(9100));
+  REQUIRE(ring.verdicts().size() == 1);
+  // Once it spoke, one timeout.
+  Ring spoke(0, 3, settings(3000), at(0));
+  spoke.heard(1, at(100), Position{1, 1});
+  spoke.tick(at(3100));
+  CHECK(spoke.verdicts().size() == 1);
+}
+
 TEST_CASE("a beat after the probe clears the silence") {
   Ring ring(0, 3, settings(3000), at(0));
+  ring.heard(1, at(0), Position{});
   CHECK(ring.probe_due(at(2250)) == 1);
   ring.probed(1, Probe::kAccepted, at(2260));
   ring.heard(1, at(2900));
