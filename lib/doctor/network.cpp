@@ -543,7 +543,9 @@ void NetworkAgent::serve() {
       return;  // shut down
     }
     const std::lock_guard lock(mutex_);
-    if (stopping_ || open_.size() >= kMaxAnswering) {
+    // At most kMaxAnswering at once, and 16x that in all: each answer's thread is joined only
+    // when the agent ends, and a stranger connecting in a loop must not pile them up.
+    if (stopping_ || open_.size() >= kMaxAnswering || answering_.size() >= 16 * kMaxAnswering) {
       ::close(fd);
       continue;
     }
