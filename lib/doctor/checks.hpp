@@ -32,6 +32,7 @@ struct Verdict {
   std::vector<TaskReport> reports;  // by rank; duplicates kept after the first
   std::vector<Problem> problems;
   std::vector<NetworkLink> network;  // with --network: every test made
+  std::string network_summary;       // its one line for the table
   std::string exclude;  // the hosts to pass to srun/sbatch --exclude (compare.hpp); "" when none
   bool ok() const;      // no problem of severity kError
 };

@@ -237,7 +237,7 @@ std::string describe_connect_error(int error) {
 
 // The network test, after the check-in: every node's agent gets its plan, all test at once, and
 // rank 0 gathers the results within the budget (and 2 s for them to arrive).
-std::vector<Problem> test_network(std::vector<NetworkLink>& links,
+std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& summary,
                                   const std::vector<TaskReport>& reports,
                                   const std::vector<std::pair<std::size_t, std::size_t>>& agents,
                                   const NetworkOptions& network, const NetworkAgent* own_agent) {
@@ -326,6 +326,7 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links,
   for (const LinkResult& r : results)
     links.push_back(
         {hosts[r.from], hosts[r.to], r.rtt_us, r.up_bytes_per_s, r.down_bytes_per_s, r.error});
+  summary = summarize_network(results, n);
   return judge_network(results, hosts, ranks);
 }
 
@@ -507,16 +508,18 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
 
   std::vector<Problem> found = trouble.problems(port);
   std::vector<NetworkLink> links;
+  std::string summary;
   if (network.enabled) {
     std::vector<std::pair<std::size_t, std::size_t>> agents;  // (its descriptor, its report)
     for (const Client& c : clients)
       if (c.fd.get() >= 0 && c.network_report != std::string::npos)
         agents.emplace_back(static_cast<std::size_t>(c.fd.get()), c.network_report);
-    std::vector<Problem> slow = test_network(links, reports, agents, network, own_agent);
+    std::vector<Problem> slow = test_network(links, summary, reports, agents, network, own_agent);
     found.insert(found.end(), slow.begin(), slow.end());
   }
   Verdict verdict = diagnose(expected, std::move(reports), std::move(found));
   verdict.network = std::move(links);
+  verdict.network_summary = std::move(summary);
   // The verdict goes back to every task, so that every task exits with the same status; then
   // the clients close first, which leaves no TIME_WAIT on rank 0's port for the program.
   listener.reset();

@@ -129,36 +129,51 @@ int connect_to(const std::string& address, std::uint16_t port, Clock::time_point
   return connected;
 }
 
-// One direction's throughput: transfers of doubling size until the next would pass `phase_end`;
-// the best rate of any transfer (noise only ever lowers a rate). -1 when nothing was measured;
-// `broken` when a transfer did not finish (the connection is then out of step).
+// One direction's throughput: transfers of doubling size until the next would pass `phase_end`.
+// Each is timed by its receiver, from its first byte (the command, for an upload) to its last,
+// so that neither the command nor the acknowledgement crosses the other direction, which may be
+// the slow one (a full queue on the peer's side delays its 'A' by up to tbf's latency). The best
+// rate of the transfers that took 2 ms or more is kept (noise only ever lowers a rate; a shorter
+// one measures little but the socket buffers). -1 when nothing was measured; `broken` when a
+// transfer did not finish (the connection is then out of step).
 double measure(int fd, char direction, Clock::time_point phase_end, bool& broken) {
-  double best = -1;
+  double best = -1, last = -1;
   std::uint64_t n = 64 * 1024;
   while (Clock::now() < phase_end) {
     set_timeouts(fd, phase_end - Clock::now() + Ms(200));
     const auto t0 = Clock::now();
     std::uint64_t done = 0;
+    double seconds = 0;
     bool ok = send_all_bytes(fd, command(direction, n));
     if (ok && direction == 'U') {
-      char ack = 0;
-      ok = send_bytes(fd, nullptr, n, done) && recv_exact(fd, &ack, 1) && ack == 'A';
+      unsigned char ack[9] = {};
+      ok = send_bytes(fd, nullptr, n, done) &&
+           recv_exact(fd, reinterpret_cast<char*>(ack), sizeof ack) && ack[0] == 'A';
+      std::uint64_t ns = 0;
+      for (int i = 1; i < 9; ++i) ns = ns << 8 | ack[i];
+      seconds = static_cast<double>(ns) / 1e9;
     } else if (ok) {
-      ok = recv_bytes(fd, nullptr, n, done);
+      char first = 0;  // the clock starts when the first byte is in
+      ok = n > 0 && recv_exact(fd, &first, 1);
+      const auto t1 = Clock::now();
+      done = 1;
+      ok = ok && recv_bytes(fd, nullptr, n, done);
+      seconds = seconds_since(t1);
     }
-    const double dt = std::max(seconds_since(t0), 1e-6);
+    const double elapsed = std::max(seconds_since(t0), 1e-6);
     if (!ok) {
       broken = true;  // what went through before the deadline is a lower bound of the rate
-      return std::max(best, static_cast<double>(done) / dt);
+      return std::max(best, static_cast<double>(done) / elapsed);
     }
-    best = std::max(best, static_cast<double>(n) / dt);
-    if (Clock::now() +
-            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(2.2 * dt)) >
+    last = static_cast<double>(n) / std::max(seconds, 1e-6);
+    if (seconds >= 0.002) best = std::max(best, last);
+    if (Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(2.2 * elapsed)) >
         phase_end)
       break;
     n = std::min(n * 2, kMaxTransfer);
   }
-  return best;
+  return best >= 0 ? best : last;
 }
 
 LinkResult test_peer(std::uint32_t from, const NetworkPeer& peer, Clock::time_point start,
@@ -377,9 +392,14 @@ std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
   for (const LinkResult& r : timed) rtts.push_back(log_of(r.rtt_us));
   const Spread rate = robust_spread(rates);
   const Spread rtt = robust_spread(rtts);
+  // The MAD widens the margin on a noisy run, but only so far: with few links (a small job)
+  // two slow ones inflate it, and a link 50x slower than the median is never noise.
   const double low =
-      rate.median - std::max(limits.k * rate.sigma, std::log10(limits.min_rate_ratio));
-  const double high = rtt.median + std::max(limits.k * rtt.sigma, std::log10(limits.min_rtt_ratio));
+      rate.median - std::clamp(limits.k * rate.sigma, std::log10(limits.min_rate_ratio),
+                               std::log10(limits.max_rate_ratio));
+  const double high =
+      rtt.median + std::clamp(limits.k * rtt.sigma, std::log10(limits.min_rtt_ratio),
+                              std::log10(limits.max_rtt_ratio));
   const double median_rate = std::pow(10.0, rate.median);
   const double median_rtt = std::pow(10.0, rtt.median);
 
@@ -445,6 +465,28 @@ std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
   return problems;
 }
 
+std::string summarize_network(const std::vector<LinkResult>& results, std::size_t nodes) {
+  std::vector<double> rates, rtts;
+  std::size_t failed = 0;
+  for (const LinkResult& r : results) {
+    if (!r.error.empty()) ++failed;
+    for (double rate : {r.up_bytes_per_s, r.down_bytes_per_s})
+      if (r.error.empty() && rate >= 0) rates.push_back(rate);
+    if (r.rtt_us > 0) rtts.push_back(r.rtt_us);
+  }
+  if (results.empty()) return {};
+  std::string out =
+      std::to_string(results.size()) + " tests between " + std::to_string(nodes) + " nodes";
+  if (!rates.empty()) {
+    const auto [low, high] = std::minmax_element(rates.begin(), rates.end());
+    out += ", throughput median " + rate_text(robust_spread(rates).median) + " (" +
+           rate_text(*low) + " to " + rate_text(*high) + ")";
+  }
+  if (!rtts.empty()) out += ", round trip median " + rtt_text(robust_spread(rtts).median);
+  if (failed) out += ", " + std::to_string(failed) + " could not connect";
+  return out;
+}
+
 std::unique_ptr<NetworkAgent> NetworkAgent::start() {
   for (int family : {AF_INET6, AF_INET}) {
     const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -501,7 +543,9 @@ void NetworkAgent::serve() {
       return;  // shut down
     }
     const std::lock_guard lock(mutex_);
-    if (stopping_ || open_.size() >= kMaxAnswering) {
+    // At most kMaxAnswering at once, and 16x that in all: each answer's thread is joined only
+    // when the agent ends, and a stranger connecting in a loop must not pile them up.
+    if (stopping_ || open_.size() >= kMaxAnswering || answering_.size() >= 16 * kMaxAnswering) {
       ::close(fd);
       continue;
     }
@@ -533,9 +577,16 @@ void NetworkAgent::answer(int fd) {
       total += n;
       if (n > kMaxTransfer || total > 16 * kMaxTransfer) break;
       std::uint64_t done = 0;
-      if (what == 'U' ? !recv_bytes(fd, nullptr, n, done) || !send_all_bytes(fd, "A")
-                      : !send_bytes(fd, nullptr, n, done))
-        break;
+      if (what == 'D') {
+        if (!send_bytes(fd, nullptr, n, done)) break;
+        continue;
+      }
+      // An upload is timed here, from its command to its last byte: 'A' and the nanoseconds.
+      const auto t0 = Clock::now();
+      if (!recv_bytes(fd, nullptr, n, done)) break;
+      const auto ns = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+      if (!send_all_bytes(fd, command('A', ns))) break;
     }
   }
   const std::lock_guard lock(mutex_);

@@ -57,12 +57,16 @@ std::vector<LinkResult> decode_results(std::string_view text);  // throws Error 
 // a link is an outlier when it is further from the median than `k` times the scaled MAD
 // (1.4826 MAD) and at least `min_rate_ratio` times slower (`min_rtt_ratio` times and
 // `latency_floor_us` longer for a round trip): the floors keep the links of a quiet, uniform
-// run, whose MAD is tiny, from being flagged for being 20% off. A node is slow when more than
-// half of its links in one direction (sent, received, or round trips) are outliers.
+// run, whose MAD is tiny, from being flagged for being 20% off; `max_rate_ratio` (and
+// `max_rtt_ratio`) times is an outlier whatever the MAD, which a few slow links inflate. A node is
+// slow when more than half of its links in one direction (sent, received, or round trips) are
+// outliers.
 struct NetworkLimits {
   double k = 3.0;
   double min_rate_ratio = 5.0;
   double min_rtt_ratio = 3.0;
+  double max_rate_ratio = 50.0;  // this much slower is an outlier whatever the MAD
+  double max_rtt_ratio = 30.0;
   double latency_floor_us = 500;
   std::size_t min_nodes = 3;  // with two nodes a slow link cannot be blamed on either
 };
@@ -73,6 +77,10 @@ std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
                                    const std::vector<std::string>& hosts,
                                    const std::vector<std::uint32_t>& ranks,
                                    const NetworkLimits& limits = {});
+
+// One line for the table: how many tests, the median and range of the rates, the median round
+// trip; "" when no test was made.
+std::string summarize_network(const std::vector<LinkResult>& results, std::size_t nodes);
 
 // The median and the scaled median absolute deviation (1.4826 MAD) of `values`.
 struct Spread {

@@ -124,6 +124,7 @@ std::string render_table(const Verdict& verdict) {
   out += "\n\n" + line(header);
   for (const auto& row : rows) out += line(row);
   out += "\n";
+  if (!verdict.network_summary.empty()) out += "network: " + verdict.network_summary + "\n\n";
   if (verdict.problems.empty()) return out + "OK: no problem found\n";
   for (const Problem& p : verdict.problems)
     out += std::string(p.severity == Severity::kError ? "ERROR " : "WARN  ") + p.kind + ": " +

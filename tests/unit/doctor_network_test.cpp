@@ -113,6 +113,19 @@ TEST_CASE("doctor network: a node whose sending is throttled is named, and only 
   }
 }
 
+TEST_CASE("doctor network: a throttled node among noisy links of a small job") {
+  // Three nodes, the healthy directions spread 9x (a loaded machine), node2's ~500x below:
+  // the two slow directions inflate the MAD of six, but not past the 50x cap.
+  const std::vector<LinkResult> results = {
+      {0, 1, 14, 3.5e9, 0.95e6, ""}, {1, 2, 14, 0.94e6, 0.4e9, ""}, {2, 0, 14, 0.6e9, 2.8e9, ""}};
+  const auto problems = judge_network(results, hosts_of(3), ranks_of(3));
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].hosts == std::vector<std::string>{"node2"});
+  NetworkLimits uncapped;  // the MAD alone lets it through: what the cap is for
+  uncapped.max_rate_ratio = 1e9;
+  CHECK(judge_network(results, hosts_of(3), ranks_of(3), uncapped).empty());
+}
+
 TEST_CASE("doctor network: a node that answers late, or not at all") {
   auto results = measured(16, 1.5);
   for (LinkResult& r : results)
@@ -166,4 +179,15 @@ TEST_CASE("doctor network: real agents on loopback measure each other within the
   REQUIRE(gone.size() == 1);
   CHECK(gone[0].error.find("cannot connect") == 0);
   CHECK(gone[0].up_bytes_per_s == 0);
+}
+
+TEST_CASE("doctor network: the table's one line") {
+  const std::vector<LinkResult> results = {
+      {0, 1, 20, 2e9, 1e9, ""},
+      {1, 2, 40, 3e9, -1, ""},
+      {2, 0, 0, 0, 0, "cannot connect to node1:4000: refused"}};
+  CHECK(summarize_network(results, 3) ==
+        "3 tests between 3 nodes, throughput median 2.00 GB/s (1.00 GB/s to 3.00 GB/s), round "
+        "trip median 30 us, 1 could not connect");
+  CHECK(summarize_network({}, 3).empty());
 }
