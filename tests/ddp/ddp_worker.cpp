@@ -469,10 +469,14 @@ int diagnostics(const std::string& scenario, ddp::ProcessGroup& pg) {
       if (pg.rank() == victim && i == 6 && delay != nullptr)
         std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
       if (pg.rank() == victim && i == 6 && scenario == "freeze") {
-        // Frozen, as a hung driver leaves a process; a child of its own ends it 8 s later.
+        // Frozen, as a hung driver leaves a process; a child of its own ends it 8 s
+        // (DDP_TEST_FREEZE_SECONDS) later.
+        const char* freeze = std::getenv("DDP_TEST_FREEZE_SECONDS");
+        const unsigned frozen_for =
+            freeze != nullptr ? static_cast<unsigned>(std::atoi(freeze)) : 8;
         const pid_t self = ::getpid();
         if (::fork() == 0) {
-          ::sleep(8);
+          ::sleep(frozen_for);
           ::kill(self, SIGKILL);
           ::_exit(0);
         }

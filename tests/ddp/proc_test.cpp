@@ -652,13 +652,34 @@ TEST_CASE("heartbeat: a rank killed, frozen or rank 0 killed is named within the
     if (r.rank == c.victim) continue;
     CHECK(r.status == 3);
     CHECK(has(r.output, "error-kind: peer-lost"));
-    CHECK(has(r.output, "peer lost (heartbeat, timeout 3s): rank " + std::to_string(c.victim) +
-                            " ("));
+    CHECK(has(r.output,
+              "peer lost (heartbeat, timeout 3s): rank " + std::to_string(c.victim) + " ("));
     CHECK(has(r.output, c.how));
     CHECK(has(r.output, ", last in all_reduce #5"));
     if (c.victim == 0) CHECK(has(r.output, "which hosted the store"));
     CHECK(error_after_seconds(r.output) < c.within + 1.5 + 2.0);  // + the victim's delay
   }
+}
+
+TEST_CASE("heartbeat: a rank frozen in a shared-memory all_reduce is named within the timeout",
+          "[ddp][proc][heartbeat]") {
+  // 2 ranks on this node: all_reduce goes through shm, whose waits see no socket close. The
+  // victim stays frozen for 20 s, far past the heartbeat timeout: the survivor must not wait
+  // for it to die (nor for the 120 s collective timeout).
+  auto env = heartbeat_env({{"DDP_TEST_VICTIM", "1"}, {"DDP_TEST_FREEZE_SECONDS", "20"}});
+  env["DTLAUNCH_DDP_SHM"] = "1";
+  auto run = run_ranks(DDP_WORKER, {"freeze"}, 2, all_ranks(2), env);
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 2);
+  const auto& r = run.ranks[0].rank == 0 ? run.ranks[0] : run.ranks[1];
+  REQUIRE(has(r.output, "shm-segment: /dev/shm/"));  // the all_reduces went through shm
+  CHECK(r.status == 3);
+  CHECK(has(r.output, "error-kind: peer-lost"));
+  CHECK(has(r.output, "peer lost (heartbeat, timeout 3s): rank 1 ("));
+  CHECK(has(r.output, "frozen (silent for 3"));
+  CHECK(has(r.output, ", last in all_reduce #5"));
+  // + the victim's delay before its fault (1.5 s) + 2 s of slack for a loaded machine.
+  CHECK(error_after_seconds(r.output) < kHeartbeatSeconds + 3.0 + 1.5 + 2.0);
 }
 
 TEST_CASE("heartbeat: no false alarm — 60 s without collectives, a slow checkpoint, load 10",

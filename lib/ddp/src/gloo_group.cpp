@@ -105,7 +105,7 @@ class GlooWork final : public Work {
 class GlooGroup final : public ProcessGroup {
  public:
   GlooGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store,
-            std::shared_ptr<Monitor> monitor)
+            std::shared_ptr<Monitor> monitor, std::shared_ptr<const std::atomic<bool>> abort)
       : ProcessGroup(env, Backend::kGloo, at::Device(at::kCPU), options.timeout,
                      std::move(monitor)),
         store_(std::move(store)) {
@@ -139,7 +139,8 @@ class GlooGroup final : public ProcessGroup {
                       " could not connect Gloo to its peers: " + line);
     }
     // Every rank takes part, whether it wants shm or not, so that all decide alike.
-    shm_ = ShmAllReduce::create(env, options.shm_all_reduce, *store_, options.timeout);
+    shm_ = ShmAllReduce::create(env, options.shm_all_reduce, *store_, options.timeout,
+                                std::move(abort));
   }
 
   std::shared_ptr<Work> start_all_reduce(at::Tensor& tensor, ReduceOp op) override {
@@ -233,8 +234,10 @@ class GlooGroup final : public ProcessGroup {
 
 std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
                                               c10::intrusive_ptr<c10d::Store> store,
-                                              std::shared_ptr<Monitor> monitor) {
-  return std::make_shared<GlooGroup>(env, options, std::move(store), std::move(monitor));
+                                              std::shared_ptr<Monitor> monitor,
+                                              std::shared_ptr<const std::atomic<bool>> abort) {
+  return std::make_shared<GlooGroup>(env, options, std::move(store), std::move(monitor),
+                                     std::move(abort));
 }
 
 }  // namespace dtlaunch::ddp::detail

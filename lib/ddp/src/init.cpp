@@ -67,7 +67,9 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
       group = detail::make_nccl_group(env, resolved, store, monitor,
                                       peer_watch ? peer_watch->abort_flag() : nullptr);
 #endif
-    if (!group) group = detail::make_gloo_group(env, resolved, store, monitor);
+    if (!group)
+      group = detail::make_gloo_group(env, resolved, store, monitor,
+                                      peer_watch ? peer_watch->abort_flag() : nullptr);
   } catch (const Error& e) {
     throw monitor->record(e);
   }

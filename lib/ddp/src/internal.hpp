@@ -43,9 +43,11 @@ std::string store_host_gone(const WorkerEnv& env, std::chrono::milliseconds with
 // "0-3,7,9-10", cut after `limit` ranges with ", ... (N in all)" (core's compact_ranges).
 std::string format_ranks(const std::vector<int>& ranks, size_t limit = 16);
 
+// `abort`: the heartbeat's verdict (null without one), seen by the shared-memory all_reduce.
 std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
                                               c10::intrusive_ptr<c10d::Store> store,
-                                              std::shared_ptr<Monitor> monitor);
+                                              std::shared_ptr<Monitor> monitor,
+                                              std::shared_ptr<const std::atomic<bool>> abort);
 
 // InitOptions::gloo_threads = 0: 2 Gloo threads when this rank has at least 4 CPUs of its own,
 // else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.

@@ -58,7 +58,8 @@ constexpr size_t kPageBytes = 4096;
 // spinning waiter takes the core from the rank it waits for; a short spin still catches a peer
 // that is a few microseconds behind.
 constexpr auto kSpin = std::chrono::microseconds(20);
-// How often a sleeping waiter checks that the rank it waits for still exists.
+// How often a sleeping waiter checks that the rank it waits for still exists, and the
+// heartbeat's verdict.
 constexpr auto kLivenessEvery = milliseconds(100);
 
 const std::string kKeyPrefix = "dtlaunch/shm/";
@@ -323,7 +324,8 @@ bool process_alive(int pid, uint64_t start_ticks) {
 struct ShmAllReduce::Impl {
   int rank = 0, world = 1;
   milliseconds timeout{0};
-  std::vector<Identity> peers;  // by rank
+  std::shared_ptr<const std::atomic<bool>> abort;  // the heartbeat's verdict; may be null
+  std::vector<Identity> peers;                     // by rank
   Mapping mapping;
   RankLine* lines = nullptr;
   std::vector<char*> slots;
@@ -384,6 +386,10 @@ struct ShmAllReduce::Impl {
                                              " waiting for rank " + std::to_string(q) + " (pid " +
                                              std::to_string(peers[q].pid) + ")");
       if (now >= next_check) {
+        // A frozen or cut-off peer stays alive to /proc: the heartbeat names it.
+        if (abort && abort->load(std::memory_order_acquire))
+          throw error(ErrorKind::kPeerLost, "aborted while waiting for rank " + std::to_string(q) +
+                                                ": the heartbeat declared a peer lost");
         if (!process_alive(peers[q].pid, peers[q].start_ticks))
           throw error(ErrorKind::kPeerLost, "rank " + std::to_string(q) + " (pid " +
                                                 std::to_string(peers[q].pid) + ") is gone");
@@ -577,7 +583,8 @@ std::string get_from_peer(c10d::Store& store, const std::string& key, int owner,
 }  // namespace
 
 std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool enabled,
-                                                   c10d::Store& store, milliseconds timeout) {
+                                                   c10d::Store& store, milliseconds timeout,
+                                                   std::shared_ptr<const std::atomic<bool>> abort) {
   if (env.world_size < 2) return nullptr;
   const int rank = env.rank, world = env.world_size;
   auto key = [](const std::string& what, int r) {
@@ -608,6 +615,7 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool en
   impl->rank = rank;
   impl->world = world;
   impl->timeout = timeout;
+  impl->abort = std::move(abort);
   impl->peers = ids;
   const Layout layout(world);
   std::string name, problem;

@@ -4,6 +4,7 @@
 // installed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -33,9 +34,11 @@ class ShmAllReduce {
   // rank, when any rank turned shm off, when the ranks are not all on this node, or, after one
   // line on rank 0's stderr, when the segment could not be created or mapped everywhere.
   // Throws (kTimeout, kBackend) when the store fails, as the rest of group creation does.
+  // `abort`: set by the heartbeat on a lost peer (peer_watch.hpp; null without one): a waiting
+  // all_reduce then fails with kPeerLost within kLivenessEvery instead of the collective timeout.
   static std::unique_ptr<ShmAllReduce> create(const WorkerEnv& env, bool enabled,
-                                              c10d::Store& store,
-                                              std::chrono::milliseconds timeout);
+                                              c10d::Store& store, std::chrono::milliseconds timeout,
+                                              std::shared_ptr<const std::atomic<bool>> abort);
   ~ShmAllReduce();
   ShmAllReduce(const ShmAllReduce&) = delete;
   ShmAllReduce& operator=(const ShmAllReduce&) = delete;
