@@ -54,6 +54,7 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    if (options.before_return) options.before_return();
     return started.exec_errno == ENOENT ? 127 : 126;
   }
   using Clock = std::chrono::steady_clock;
@@ -70,8 +71,10 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
         if (sig != SIGCHLD) ::kill(-pid, sig);  // the group: the program and what it started
       }
     }
-    if (const auto status = reap(pid))
+    if (const auto status = reap(pid)) {
+      if (options.before_return) options.before_return();
       return kill_at ? static_cast<int>(ExitCode::kPeerLost) : *status;
+    }
     if (n == 2 && ready > 0 && (fds[1].revents & (POLLIN | POLLHUP))) {
       err << (options.loss_line ? options.loss_line() : std::string("dtlaunch: a peer was lost"))
           << "\n";

@@ -20,6 +20,9 @@ struct WatchOptions {
   int lost_fd = -1;
   // The one line printed on a loss, asked for once lost_fd is readable.
   std::function<std::string()> loss_line;
+  // Called once the program is reaped, while our handlers still catch every forwarded signal:
+  // a SIGTERM that srun --kill-on-bad-exit sends meanwhile cannot turn our status into 143.
+  std::function<void()> before_return;
 };
 
 // Starts `program` and waits for it, forwarding every catchable signal dtlaunch receives to the
