@@ -168,8 +168,8 @@ void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
             "local mode: restart the group up to K times")
       ->type_name("K");
   add_seconds(app, "--grace", options.grace,
-              "local mode: seconds between SIGTERM and SIGKILL when stopping workers (default "
-              "30)");
+              "local mode and --watch: seconds between SIGTERM and SIGKILL when stopping "
+              "workers (default 30)");
   add_text(app, "--log-dir", options.log_dir,
            "local mode: also write each rank's output to DIR/rank-N.log", "DIR");
 }
