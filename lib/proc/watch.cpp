@@ -38,6 +38,12 @@ std::optional<int> reap(pid_t pid) {
   }
 }
 
+// The program's group: the program and what it started; the program alone when it has left
+// its group (setsid), which empties the group.
+void signal_program(pid_t pid, int sig) {
+  if (::kill(-pid, sig) != 0) ::kill(pid, sig);
+}
+
 int millis_left(std::chrono::steady_clock::time_point until) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       until - std::chrono::steady_clock::now());
@@ -68,7 +74,7 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
     if (ready < 0 && errno != EINTR) throw Error::system("poll", errno);
     if (ready > 0 && (fds[0].revents & POLLIN)) {
       for (const int sig : signals.drain()) {
-        if (sig != SIGCHLD) ::kill(-pid, sig);  // the group: the program and what it started
+        if (sig != SIGCHLD) signal_program(pid, sig);
       }
     }
     if (const auto status = reap(pid)) {
@@ -79,12 +85,12 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
       err << (options.loss_line ? options.loss_line() : std::string("dtlaunch: a peer was lost"))
           << "\n";
       err.flush();
-      ::kill(-pid, SIGTERM);
-      ::kill(-pid, SIGCONT);  // a stopped program only sees SIGTERM once it runs again
+      signal_program(pid, SIGTERM);
+      signal_program(pid, SIGCONT);  // a stopped program only sees SIGTERM once it runs again
       kill_at = Clock::now() + options.grace;
     }
     if (kill_at && !killed && Clock::now() >= *kill_at) {
-      ::kill(-pid, SIGKILL);
+      signal_program(pid, SIGKILL);
       killed = true;
     }
   }
