@@ -19,31 +19,12 @@ TIMEOUT = 3
 BOUND = TIMEOUT + 5
 NODES = 3
 layout = ["-N3", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "-l"]
-ns_prefix = os.environ.get("SLURM_NETNS_NS_PREFIX", "")
 script = os.path.join(ctx.repo, "tests", "slurm", "torch_train_loop.py")
 
 
-def netns(k):
-    return ns_prefix + ctx.node(k)
-
-
 def job_pids(k):
-    """The job's processes in node k's namespace: dtlaunch and the program (not slurmd's)."""
-    p = subprocess.run(["ip", "netns", "pids", netns(k)], capture_output=True, text=True)
-    pids = []
-    for pid in p.stdout.split():
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() in ("dtlaunch", "python3"):
-                    pids.append(int(pid))
-        except OSError:
-            pass
-    return pids
-
-
-def ip_link(k, state):
-    return subprocess.run(["ip", "netns", "exec", netns(k), "ip", "link", "set", "eth0", state],
-                          capture_output=True, text=True)
+    """The job's processes on node k: dtlaunch and the program."""
+    return ctx.pids_in_node(k, ("dtlaunch", "python3"))
 
 
 def srun(name, steps):
@@ -114,7 +95,7 @@ for i, (name, victim, fault, how) in enumerate(CASES):
         for p in pids:
             os.kill(p, signal.SIGSTOP)
     else:
-        r = ip_link(victim, "down")
+        r = ctx.set_link(victim, "down")
         ctx.eq(r.returncode, 0, f"{name}: eth0 down ({r.stderr.strip()})")
     survivors = [k - 1 for k in range(1, NODES + 1) if k != victim]  # one task per node: rank
     ended = None
@@ -127,10 +108,10 @@ for i, (name, victim, fault, how) in enumerate(CASES):
                                  for r in survivors):
             ended = time.monotonic() - t0
             if fault == "link":
-                ip_link(victim, "up")  # the cut-off task cannot tell srun; the others have
+                ctx.set_link(victim, "up")  # the cut-off task cannot tell srun; the others have
         time.sleep(0.05)
     if fault == "link":
-        ip_link(victim, "up")
+        ctx.set_link(victim, "up")
     try:
         job.wait(timeout=60)
     except subprocess.TimeoutExpired:
