@@ -105,6 +105,11 @@ void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
         "--preflight with the network test between the nodes (dtlaunch doctor --network)");
     add_seconds(app, "--preflight-network-budget", flags.network_budget,
                 "seconds the preflight's network test takes (default 2)");
+    app.add_flag("--watch", flags.watch,
+                 "under srun: stay the program's parent and join a heartbeat with the other "
+                 "tasks; a lost node stops the program and dtlaunch exits 76");
+    add_seconds(app, "--watch-timeout", flags.watch_timeout,
+                "--watch: seconds of silence after which a peer is lost (default 10, at least 3)");
   }
   app.add_flag("-v,--verbose", flags.verbose,
                "log every decision to stderr, prefixed with the rank");
@@ -163,8 +168,8 @@ void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
             "local mode: restart the group up to K times")
       ->type_name("K");
   add_seconds(app, "--grace", options.grace,
-              "local mode: seconds between SIGTERM and SIGKILL when stopping workers (default "
-              "30)");
+              "local mode and --watch: seconds between SIGTERM and SIGKILL when stopping "
+              "workers (default 30)");
   add_text(app, "--log-dir", options.log_dir,
            "local mode: also write each rank's output to DIR/rank-N.log", "DIR");
 }

@@ -39,7 +39,7 @@ constexpr const char* kFooter = R"(Examples:
   dtlaunch hostlist gpu001 gpu002 gpu003       # compress host names
 
 Exit status: 0 success; 2 bad command line, environment or hostlist (nothing started); 3 --preflight
-found a problem (nothing started); 126 program not executable; 127 program not found; 1 system error; in local mode the first
+found a problem (nothing started); 76 --watch: a peer was lost, the program was stopped; 126 program not executable; 127 program not found; 1 system error; in local mode the first
 failed worker's status (128+N when killed by signal N). docs/cli.md has the details.)";
 
 constexpr const char* kDoctorDescription =

@@ -1,15 +1,19 @@
 #include "cli/commands.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string_view>
 
 #include "affinity/apply.hpp"
 #include "cli/log.hpp"
+#include "cli/watch.hpp"
 #include "contract/contract.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "doctor/network.hpp"
 #include "doctor/probe.hpp"
 #include "doctor/software.hpp"
@@ -90,8 +94,9 @@ void mark_cpus_far_from_gpu(const LaunchSpec& spec, const LaunchInputs& in,
 
 // Runs the checks for this launcher's workers; returns 0 or 3. The task (or node) that hosts
 // rank 0 judges and prints; the others report and get the same status back.
+// `watch`: --watch's heartbeat endpoint goes with the report, and the ring comes back.
 int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, const EnvMap& env,
-               const RunFlags& flags, std::ostream& out) {
+               const RunFlags& flags, std::ostream& out, WatchJoin* watch) {
   const LaunchSpec& spec = launch.spec;
   const std::vector<PlannedWorker>& planned = launch.workers;
   const auto deadline = doctor::Clock::now() + flags.check_timeout;
@@ -119,12 +124,14 @@ int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, co
     agent = doctor::NetworkAgent::start();
     if (agent) mine.front().network_port = agent->port();
   }
+  if (watch) mine.front().heartbeat = watch->endpoint();
   const bool hosts_rank0 = planned.front().rank == 0;
   if (!hosts_rank0) {
     try {
       return doctor::report_to_rank0(
           spec.master.addr, spec.master.port, std::move(mine), deadline, agent.get(),
-          network.enabled ? network.budget : std::chrono::milliseconds(0));
+          network.enabled ? network.budget : std::chrono::milliseconds(0),
+          watch ? &watch->ring() : nullptr);
     } catch (const Error& e) {
       std::cerr << "dtlaunch doctor: " << e.what() << "\n";
       return static_cast<int>(ExitCode::kProblem);
@@ -132,6 +139,10 @@ int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, co
   }
   const doctor::Verdict verdict =
       doctor::serve(expected, std::move(mine), spec.master.port, deadline, network, agent.get());
+  if (watch)
+    for (const doctor::TaskReport& r : verdict.reports)
+      if (!r.heartbeat.empty() && r.rank != 0 && r.rank <= doctor::kHeartbeatWindow)
+        watch->ring()[r.rank] = r.heartbeat;
   const std::string report =
       flags.check_json ? doctor::render_json(verdict) : doctor::render_table(verdict);
   if (flags.check == Check::kDoctor) {
@@ -151,13 +162,30 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
       flags.dry_run ? plan(options, env, DryRunSystem()) : plan(options, env, LiveSystem());
   const LaunchSpec& spec = launch.spec;
   log_notes(spec.notes, launch.who, launch.speaks_for_job, flags.verbose);
-  if (flags.check != Check::kNone && !flags.dry_run) {
+  // --watch under Slurm: the heartbeat endpoints go through the preflight's check-in, so
+  // --watch implies --preflight.
+  std::unique_ptr<WatchJoin> watch;
+  RunFlags checked = flags;
+  if (flags.watch && launch.mode != Mode::kSlurm)
+    throw Error(ExitCode::kBadInput,
+                "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
+                "dtlaunch supervises its workers anyway");
+  if (flags.watch && launch.mode == Mode::kSlurm && !flags.dry_run) {
+    if (flags.watch_timeout < std::chrono::seconds(3))
+      throw Error(ExitCode::kBadInput,
+                  "--watch-timeout " + seconds_text(flags.watch_timeout) +
+                      ": below 3s a loaded node's heartbeat may be late (docs/cli.md)");
+    watch =
+        std::make_unique<WatchJoin>(spec.master.addr, launch.workers.front().rank, spec.world_size);
+    if (checked.check == Check::kNone) checked.check = Check::kPreflight;
+  }
+  if (checked.check != Check::kNone && !flags.dry_run) {
     const doctor::Expectation expected =
         launch.mode == Mode::kSlurm ? doctor::slurm_expectation(launch.inputs.step->hosts,
                                                                 launch.inputs.step->tasks_per_node,
                                                                 launch.inputs.step->distribution)
                                     : doctor::local_expectation(spec.nnodes, spec.local_world_size);
-    const int status = run_checks(launch, expected, env, flags, out);
+    const int status = run_checks(launch, expected, env, checked, out, watch.get());
     if (flags.check == Check::kDoctor || status != 0) return status;
   }
   if (flags.dry_run) {
@@ -177,6 +205,17 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
                                 self.binding->cpus.to_list() +
                                 " (sched_setaffinity, set_mempolicy)",
                             e);
+    if (watch) {
+      const WorkerProcess program{
+          self.rank, self.local_rank, spec.program_path, spec.argv, apply_env(env, self.changes),
+          nullptr};
+      // The job's identity on the heartbeat's connections: MASTER_PORT is the job's own.
+      const std::uint64_t tag =
+          std::hash<std::string>{}(spec.master.addr + ":" + std::to_string(spec.master.port) + "/" +
+                                   std::to_string(spec.world_size));
+      return watch->run(program, flags.watch_timeout,
+                        options.grace.value_or(std::chrono::seconds(30)), tag);
+    }
     exec_program(spec.program_path, spec.argv, apply_env(env, self.changes));
   }
 

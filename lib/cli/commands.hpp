@@ -29,6 +29,10 @@ struct RunFlags {
   // doctor --network / --preflight-network: the bounded network test between the nodes.
   bool check_network = false;
   std::chrono::milliseconds network_budget{std::chrono::seconds(2)};
+  // --watch (Slurm path): stay the program's parent, in a heartbeat with the other tasks'
+  // dtlaunch; a lost peer stops the program and dtlaunch exits 76 (docs/cli.md).
+  bool watch = false;
+  std::chrono::milliseconds watch_timeout{std::chrono::seconds(10)};
 };
 
 // The launch: under Slurm it execs and so does not return on success; in local mode it returns

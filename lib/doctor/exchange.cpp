@@ -361,6 +361,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
     std::uint64_t bytes = 0;
     std::uint64_t generation = 0;
     std::size_t network_report = std::string::npos;  // its report with a network test port
+    std::vector<std::uint32_t> ranks;                // of its reports (--watch's ring)
   };
   std::vector<Client> clients;
   std::vector<std::size_t> free_slots;
@@ -392,6 +393,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
     clients[slot].fd.reset();  // closing removes it from the epoll set
     clients[slot].in = std::string();
     clients[slot].network_report = std::string::npos;
+    clients[slot].ranks.clear();
     free_slots.push_back(slot);
     --open_clients;
   };
@@ -434,6 +436,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
           r.received_unix_ms = unix_ms();
           count(r);
           if (r.network_port != 0) c.network_report = reports.size();
+          if (!r.heartbeat.empty()) c.ranks.push_back(r.rank);
           reports.push_back(std::move(r));
         }
         if (c.bytes > limits.bytes_per_connection)
@@ -490,7 +493,8 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
       } else {
         clients.emplace_back();
       }
-      clients[slot] = Client{Fd(fd), std::move(peer), {}, 0, 0, ++generations, std::string::npos};
+      clients[slot] =
+          Client{Fd(fd), std::move(peer), {}, 0, 0, ++generations, std::string::npos, {}};
       ++open_clients;
       accept_order.emplace_back(slot, generations);
       epoll_event e{EPOLLIN, {.u64 = slot}};
@@ -523,11 +527,26 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   // The verdict goes back to every task, so that every task exits with the same status; then
   // the clients close first, which leaves no TIME_WAIT on rank 0's port for the program.
   listener.reset();
-  const std::string answer =
-      frame(kVerdictMagic, "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n");
+  const std::string status = "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n";
+  // --watch: each task gets the heartbeat endpoints of the next kHeartbeatWindow ranks after
+  // each of its own, and nothing else (O(1) per task).
+  std::vector<const std::string*> endpoint_of(expected.world_size, nullptr);
+  for (const TaskReport& r : verdict.reports)
+    if (!r.heartbeat.empty() && r.rank < endpoint_of.size()) endpoint_of[r.rank] = &r.heartbeat;
+  auto ring_lines = [&](const std::vector<std::uint32_t>& ranks) {
+    std::string lines;
+    const std::uint32_t world = expected.world_size;
+    for (const std::uint32_t mine : ranks)
+      for (std::uint32_t i = 1; i <= std::min(kHeartbeatWindow, world - 1); ++i) {
+        const std::uint32_t r = (mine + i) % world;
+        if (endpoint_of[r]) lines += "ring." + std::to_string(r) + "=" + *endpoint_of[r] + "\n";
+      }
+    return lines;
+  };
   const auto send_deadline = Clock::now() + std::chrono::seconds(2);
   for (Client& c : clients)
-    if (c.fd.get() >= 0) send_all(c.fd.get(), answer, send_deadline);
+    if (c.fd.get() >= 0)
+      send_all(c.fd.get(), frame(kVerdictMagic, status + ring_lines(c.ranks)), send_deadline);
   for (Client& c : clients) {
     if (c.fd.get() < 0) continue;
     pollfd p{c.fd.get(), POLLIN, 0};
@@ -541,7 +560,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
 
 int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
                     Clock::time_point deadline, const NetworkAgent* agent,
-                    Clock::duration network_budget) {
+                    Clock::duration network_budget, std::map<std::uint32_t, std::string>* ring) {
   const std::string where = addr + ":" + std::to_string(port);
   std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().rank));
   auto pause = std::chrono::milliseconds(20);
@@ -625,7 +644,21 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
             }
             continue;
           }
-          if (auto body = take_frame(in, kVerdictMagic)) return body->find("status=0") == 0 ? 0 : 3;
+          if (auto body = take_frame(in, kVerdictMagic)) {
+            if (ring) {
+              // "ring.RANK=ADDRESS PORT HOST" lines after the status.
+              std::size_t at = 0;
+              while ((at = body->find("\nring.", at)) != std::string::npos) {
+                const std::size_t eq = body->find('=', at);
+                const std::size_t end = body->find('\n', at + 1);
+                if (eq == std::string::npos || end == std::string::npos || eq > end) break;
+                (*ring)[static_cast<std::uint32_t>(std::stoul(body->substr(at + 6, eq - at - 6)))] =
+                    body->substr(eq + 1, end - eq - 1);
+                at = end;
+              }
+            }
+            return body->find("status=0") == 0 ? 0 : 3;
+          }
         } catch (const std::exception&) {
           throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + ": " +
                                               where +

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,9 +72,16 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
 // reached, throws Error(kProblem) whose one line says why, with the address it tried.
 // `agent`: this node's network test agent, which runs the plan rank 0 may send; the verdict is
 // then awaited `network_budget` longer.
+// `ring`, when given, receives the heartbeat endpoints rank 0 sent back with the verdict
+// (--watch): rank -> "ADDRESS PORT HOST", the successors of this task's ranks.
 int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
                     Clock::time_point deadline, const NetworkAgent* agent = nullptr,
-                    Clock::duration network_budget = {});
+                    Clock::duration network_budget = {},
+                    std::map<std::uint32_t, std::string>* ring = nullptr);
+
+// How many ranks ahead on the ring rank 0 sends each --watch task the heartbeat endpoints of:
+// the ring skips up to this many lost ranks in a row. O(1) per task.
+inline constexpr std::uint32_t kHeartbeatWindow = 8;
 
 // The wire form, for load generators (bench/doctor): the bytes a task sends rank 0, and the
 // verdict taken off the front of what rank 0 answered (nullopt: incomplete; throws on a frame

@@ -112,6 +112,7 @@ std::string encode(const TaskReport& r) {
     put("kernel", r.kernel);
   }
   if (r.network_port != 0) num("network_port", r.network_port);
+  if (!r.heartbeat.empty()) put("heartbeat", r.heartbeat);
   return out;
 }
 
@@ -201,6 +202,7 @@ TaskReport decode(std::string_view text) {
   r.kernel = text_of("kernel");
   if (!text_of("network_port").empty())
     r.network_port = static_cast<std::uint16_t>(number("network_port", 65535));
+  r.heartbeat = text_of("heartbeat");  // absent from an older dtlaunch, and without --watch
   return r;
 }
 

@@ -81,6 +81,9 @@ struct TaskReport {
   std::string kernel;  // uname -r
   // The network test (network.hpp): the port this node's test listens on, 0 when it does not.
   std::uint16_t network_port = 0;
+  // `dtlaunch --watch`: this task's heartbeat endpoint (heartbeat::format_endpoint), "" without.
+  // Rank 0 hands each task back the endpoints of its ring successors with the verdict.
+  std::string heartbeat;
 
   bool operator==(const TaskReport&) const = default;
 };

@@ -86,20 +86,17 @@ char* child_stack_top() {
   return stack + sizeof stack;
 }
 
-}  // namespace
-
-StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below,
-                           const rlimit* fd_limit) {
+// out/err: the pipes' write ends, or 1 and 2 to keep ours.
+StartedWorker start_child(const WorkerProcess& worker, int devnull, int out_fd, int err_fd,
+                          int copy_below, const rlimit* fd_limit) {
   const ExecArguments arguments(worker.argv, worker.env);
-
-  Pipe out = make_pipe(), err = make_pipe();
   ChildArgs args;
   args.path = worker.program_path.c_str();
   args.argv = arguments.argv();
   args.envp = arguments.envp();
   args.devnull = devnull;
-  args.out = out.write.get();
-  args.err = err.write.get();
+  args.out = out_fd;
+  args.err = err_fd;
   args.parent = ::getpid();
   args.binding = worker.binding.get();
   args.fd_limit = fd_limit;
@@ -125,9 +122,23 @@ StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_be
   StartedWorker started;
   started.pid = pid;
   started.exec_errno = args.exec_errno;
+  return started;
+}
+
+}  // namespace
+
+StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below,
+                           const rlimit* fd_limit) {
+  Pipe out = make_pipe(), err = make_pipe();
+  StartedWorker started =
+      start_child(worker, devnull, out.write.get(), err.write.get(), copy_below, fd_limit);
   started.out = std::move(out.read);
   started.err = std::move(err.read);
   return started;
+}
+
+StartedWorker start_inheriting(const WorkerProcess& worker) {
+  return start_child(worker, 0, 1, 2, 0, nullptr);
 }
 
 }  // namespace dtlaunch

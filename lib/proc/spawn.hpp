@@ -34,4 +34,8 @@ struct StartedWorker {
 StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_below = 0,
                            const rlimit* fd_limit = nullptr);
 
+// The same start for `dtlaunch --watch`: the program keeps our stdin, stdout and stderr (no
+// pipes; out and err stay empty).
+StartedWorker start_inheriting(const WorkerProcess& worker);
+
 }  // namespace dtlaunch

@@ -66,6 +66,29 @@ class Ctx:
     def node_addr(self, k):
         return f"{self.subnet}.{10 + k}"
 
+    # ---- fault injection in node k's network namespace ----------------------------------
+    def netns(self, k):
+        return os.environ.get("SLURM_NETNS_NS_PREFIX", "") + self.node(k)
+
+    def pids_in_node(self, k, names):
+        """The processes in node k's namespace whose /proc/PID/comm is one of `names` (so not
+        slurmd's nor slurmstepd's)."""
+        p = subprocess.run(["ip", "netns", "pids", self.netns(k)], capture_output=True, text=True)
+        pids = []
+        for pid in p.stdout.split():
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() in names:
+                        pids.append(int(pid))
+            except OSError:
+                pass
+        return pids
+
+    def set_link(self, k, state):
+        """`ip link set eth0 up|down` inside node k's namespace."""
+        return subprocess.run(["ip", "netns", "exec", self.netns(k), "ip", "link", "set", "eth0",
+                               state], capture_output=True, text=True)
+
     # ---- running -------------------------------------------------------------------------
     def run(self, argv, timeout=60, env=None, cwd=None):
         """Runs argv under `timeout`, so a hang becomes a failure, never a stuck suite."""
