@@ -152,7 +152,9 @@ Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int s
     return o;
   }
   o.exit_status = srun_status;
-  if (!failed_with([](const TaskFailure& f) { return f.status == kPreemptedStatus; }).empty()) {
+  // Preempted when the first task to end exited 75: after a crash, srun's own SIGTERM to the
+  // others may make them checkpoint and exit 75 too, and that is no preemption.
+  if (!e.failures.empty() && e.failures.front().status == kPreemptedStatus) {
     o.verdict = Verdict::kPreempted;
     o.exit_status = kPreemptedStatus;
     o.cause = "stopped to be resumed (exit 75): passed on, not retried";
@@ -181,7 +183,9 @@ Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int s
   }
   // The program's own failures: an exit status other than "peer lost".
   const auto own = [](const TaskFailure& f) {
-    return f.status >= 0 && f.status < 128 && f.status != kPeerLostStatus;
+    // 75 after another task's end is a victim checkpointing on srun's SIGTERM.
+    return f.status >= 0 && f.status < 128 && f.status != kPeerLostStatus &&
+           f.status != kPreemptedStatus;
   };
   std::set<int> own_statuses;
   for (const auto& f : e.failures)
@@ -209,7 +213,7 @@ Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int s
   }
   // Killed: the first node srun saw end that way, the others being srun's own kill.
   for (const auto& f : e.failures) {
-    if (f.status == kPeerLostStatus) continue;
+    if (f.status == kPeerLostStatus || f.status == kPreemptedStatus) continue;
     o.culprits = {f.node};
     o.exit_status = f.status < 0 ? srun_status : f.status;
     o.cause = "tasks " + f.tasks + " on " + f.node + ": " + f.how + " (first to end)";
