@@ -60,8 +60,29 @@ bool read_srun_failure(std::string_view line, TaskFailure& out) {
   return true;
 }
 
+// The hosts of every "rank N (HOST" in `text`, in order ("host unknown here" left out).
+std::vector<std::string> rank_hosts(std::string_view text) {
+  std::vector<std::string> hosts;
+  for (std::size_t pos = 0; (pos = text.find("rank ", pos)) != std::string_view::npos;) {
+    pos += 5;
+    std::size_t digits = pos;
+    while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+    // "seen by rank 3" has no host: only ranks followed by "(" count.
+    if (digits == pos || text.substr(digits, 2) != " (") continue;
+    const std::size_t host_start = digits + 2;
+    const auto host_end = text.find_first_of("),", host_start);
+    if (host_end == std::string_view::npos) continue;
+    const std::string_view host = text.substr(host_start, host_end - host_start);
+    if (host.empty() || host.find(' ') != std::string_view::npos) continue;
+    hosts.emplace_back(host);
+  }
+  return hosts;
+}
+
 // Every "rank N (HOST" after "peer lost": the hosts of the lost ranks, or this rank's own host
-// when the others declared it lost ("this rank 2 (cn2) was declared lost").
+// when the others declared it lost ("this rank 2 (cn2) was declared lost"). The reporter is the
+// "rank N (HOST)" before it. A reporter already named lost is ignored: a frozen node that
+// Slurm's SIGCONT wakes, or a cut-off node, sees everyone else as lost, and later.
 void read_lost_hosts(std::string_view line, Evidence& evidence) {
   const auto at = line.find("peer lost");
   if (at == std::string_view::npos) return;
@@ -70,23 +91,12 @@ void read_lost_hosts(std::string_view line, Evidence& evidence) {
   const auto colon = rest.find("): ");
   if (colon == std::string_view::npos) return;
   rest.remove_prefix(colon + 3);
-  bool any = false;
-  for (std::size_t pos = 0; (pos = rest.find("rank ", pos)) != std::string_view::npos;) {
-    pos += 5;
-    std::size_t digits = pos;
-    while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
-    if (digits == pos || rest.substr(digits, 2) != " (") continue;
-    const std::size_t host_start = digits + 2;
-    const auto host_end = rest.find_first_of("),", host_start);
-    if (host_end == std::string_view::npos) continue;
-    const std::string_view host = rest.substr(host_start, host_end - host_start);
-    if (host.empty() || host.find(' ') != std::string_view::npos) continue;  // "host unknown here"
-    // "seen by rank 3" has no host: only ranks followed by "(" count.
-    evidence.lost_nodes.insert(std::string(host));
-    any = true;
-  }
-  if (any && evidence.first_lost_message.empty())
-    evidence.first_lost_message = std::string(line.substr(line.find("peer lost")));
+  const auto reporters = rank_hosts(line.substr(0, at));
+  if (!reporters.empty() && evidence.lost_nodes.count(reporters.back())) return;
+  const auto named = rank_hosts(rest);
+  for (const auto& host : named) evidence.lost_nodes.insert(host);
+  if (!named.empty() && evidence.first_lost_message.empty())
+    evidence.first_lost_message = std::string(line.substr(at));
 }
 
 void read_exclude(std::string_view line, Evidence& evidence) {

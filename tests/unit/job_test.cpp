@@ -167,6 +167,17 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
        Verdict::kRestart,
        {"cn3"},
        1},
+      {"a frozen node woken by Slurm's SIGCONT sees the others lost, later",
+       {"dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) frozen "
+        "(silent for 3 s; its host still accepts connections), seen by rank 0",
+        "dtlaunch ddp: rank 2 (cn2): peer lost (heartbeat, timeout 3 s): rank 0 (cn1) exited "
+        "(its connection closed), seen by rank 2",
+        "srun: error: cn1: task 0: Exited with exit code 76",
+        "srun: error: cn2: task 2: Exited with exit code 76"},
+       1,
+       Verdict::kRestart,
+       {"cn2"},
+       1},
       {"killed, no heartbeat: the first node srun saw end",
        {"srun: error: cn3: tasks 4-5: Killed", "srun: error: cn1: tasks 0-1: Killed",
         "srun: error: cn2: tasks 2-3: Killed"},
