@@ -84,13 +84,21 @@ std::vector<std::string> rank_hosts(std::string_view text) {
 // "rank N (HOST)" before it. A reporter already named lost is ignored: a frozen node that
 // Slurm's SIGCONT wakes, or a cut-off node, sees everyone else as lost, and later.
 void read_lost_hosts(std::string_view line, Evidence& evidence) {
-  const auto at = line.find("peer lost");
-  if (at == std::string_view::npos) return;
-  std::string_view rest = line.substr(at);
-  // The runtime's prefix names the reporting rank: "rank 3 (cn1): peer lost (...): rank 4 ...".
-  const auto colon = rest.find("): ");
-  if (colon == std::string_view::npos) return;
-  rest.remove_prefix(colon + 3);
+  // dtlaunch --watch: "dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 1 (cn2) frozen ...".
+  constexpr std::string_view kWatch = "a peer was lost: ";
+  auto at = line.find(kWatch);
+  std::string_view rest;
+  if (at != std::string_view::npos) {
+    rest = line.substr(at + kWatch.size());
+  } else {
+    at = line.find("peer lost");
+    if (at == std::string_view::npos) return;
+    rest = line.substr(at);
+    // The runtime's prefix names the reporting rank: "rank 3 (cn1): peer lost (...): rank 4 ...".
+    const auto colon = rest.find("): ");
+    if (colon == std::string_view::npos) return;
+    rest.remove_prefix(colon + 3);
+  }
   const auto reporters = rank_hosts(line.substr(0, at));
   if (!reporters.empty() && evidence.lost_nodes.count(reporters.back())) return;
   const auto named = rank_hosts(rest);
