@@ -231,7 +231,9 @@ ctx.check("attempt 2" not in err, "bad input: no second attempt")
 print("case budget")
 script = os.path.join(ctx.outdir("budget"), "first_fails.sh")
 with open(script, "w") as f:
-    f.write("#!/bin/sh\n[ \"$SLURM_NODEID\" = 0 ] && exit 1\nsleep 20\n")
+    f.write("#!/bin/sh\necho \"$(hostname) restart $DTLAUNCH_RESTART_COUNT "
+            "torchelastic $TORCHELASTIC_RESTART_COUNT\"\n"
+            "[ \"$SLURM_NODEID\" = 0 ] && exit 1\nsleep 20\n")
 os.chmod(script, 0o755)
 env = base_env(TRAIN=script, TRAIN_ARGS="", MAX_RESTARTS="1", JOB_ARGS="--format json")
 job, info, text, err = slurmtest.submit(ctx, "resilient.sbatch", layout, env, 120)
@@ -243,6 +245,9 @@ if summary:
     s = json.loads(summary[-1])
     ok = [a["culprits"] for a in s["attempts"]] == [[ctx.node(1)], [ctx.node(2)]]
 ctx.check(ok, f"budget: the JSON summary names node 1 then node 2: {summary}")
+for restart, node in ((0, 1), (1, 2)):
+    want = f"{ctx.node(node)} restart {restart} torchelastic {restart}"
+    ctx.check(want in text, f"budget: the program saw {want!r}")
 if ctx.failures:
     print(text, err)
 ctx.finish()
