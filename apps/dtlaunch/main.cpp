@@ -10,6 +10,7 @@
 #include "command_line.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
+#include "job_command.hpp"
 
 extern char** environ;
 
@@ -24,7 +25,9 @@ constexpr const char* kDescription =
     "  dtlaunch hostlist NAME...     compress host names into a hostlist\n"
     "  dtlaunch env-table            the table of exported and removed variables\n"
     "  dtlaunch doctor [OPTIONS] [PROGRAM...]   check that the job can start (see --help)\n"
-    "  dtlaunch trace DIR [OPTIONS]  merge the DDP runtime's flight records (see --help)\n\n"
+    "  dtlaunch trace DIR [OPTIONS]  merge the DDP runtime's flight records (see --help)\n"
+    "  dtlaunch job [OPTIONS] PROGRAM...  in a batch script: run the step, restart on spare "
+    "nodes after a failure (see --help)\n\n"
     "Under srun every task execs PROGRAM with RANK, WORLD_SIZE, MASTER_ADDR, ... set from "
     "Slurm's environment; with --nproc-per-node dtlaunch spawns and supervises the workers "
     "itself.";
@@ -143,6 +146,8 @@ int run(int argc, char** argv) {
       app, "env-table", "print the Markdown table of the variables dtlaunch exports and removes");
   TraceCommand trace;
   CLI::App* trace_app = add_trace_options(app, trace);
+  JobCommand job;
+  CLI::App* job_app = add_job_options(app, job);
   // A subcommand is one only as the first argument: in `dtlaunch -- hostlist` or
   // `dtlaunch -v hostlist` it is the program's name.
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
@@ -165,6 +170,7 @@ int run(int argc, char** argv) {
     return run_env_table(std::cout);
   }
   if (trace_app->parsed()) return run_trace_command(trace, std::cout, std::cerr);
+  if (job_app->parsed()) return run_job_command(app, *job_app, job, environ);
   LaunchCommand& command = doctor_app->parsed() ? doctor : launch;
   // CLI11 hands a "--" that comes before the subcommand's first positional, and all after it,
   // back to the parent: `dtlaunch doctor --timeout 5 -- PROGRAM` leaves PROGRAM in app's.

@@ -22,6 +22,9 @@ struct TrainConfig {
   std::uint64_t log_every = 50;  // steps between rank 0's progress lines; 0: none
   std::string checkpoint;        // empty: no checkpoints (a stop signal then just stops)
   bool resume = false;           // load `checkpoint` when it exists
+  // Steps between checkpoints inside an epoch (0: epoch ends and stop signals only): a restart
+  // after a lost node loses at most this many steps.
+  std::uint64_t checkpoint_every = 0;
   // Steps between the collective that asks every rank whether a stop signal arrived. 0 turns
   // the check off (benchmarks only: the program then ignores SIGUSR1/SIGTERM once start-up is
   // over, until the end).

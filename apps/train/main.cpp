@@ -125,6 +125,10 @@ int main(int argc, char** argv) {
          });
   number("--log-every", "50", "steps between progress lines of rank 0 (0: none)",
          count(&cfg.log_every, 0, UINT64_MAX));
+  number("--checkpoint-every", "0",
+         "also write --checkpoint every N optimizer steps, so that a restart loses at most N "
+         "steps and resumes at that exact step (0: only at epoch ends and on a stop signal)",
+         count(&cfg.checkpoint_every, 0, UINT64_MAX));
   number("--stop-check-every", "1",
          "steps between the ranks' agreement on a stop signal (0: ignore signals)",
          count(&cfg.stop_check_every, 0, UINT64_MAX));
@@ -189,6 +193,8 @@ int main(int argc, char** argv) {
     for (auto& [option, n] : numbers) n.check(option, n.text);
     if (!cfg.checkpoint.empty() || app.count("--checkpoint") > 0)
       dtlaunch::train::check_checkpoint_path(cfg.checkpoint);
+    if (cfg.checkpoint_every != 0 && cfg.checkpoint.empty())
+      throw dtlaunch::train::Error::usage("--checkpoint-every needs --checkpoint FILE");
   } catch (const CLI::ParseError& e) {
     // CLI11 has a status per kind of error (105, 106, ...); ours is 2 for every bad input.
     return app.exit(e) == 0 ? 0 : static_cast<int>(dtlaunch::train::ExitCode::kBadInput);

@@ -458,6 +458,13 @@ int run_training(const TrainConfig& cfg) {
       const double loss = train_step(model, shard.batch(order, now.step_in_epoch));
       ++now.global_step;
       progress.record(now, loss);
+      // Inside the epoch only: its last step is saved below, as the start of the next epoch.
+      if (cfg.checkpoint_every != 0 && now.global_step % cfg.checkpoint_every == 0 &&
+          now.step_in_epoch + 1 < shard.steps_per_epoch()) {
+        Progress after = now;
+        ++after.step_in_epoch;  // the step just taken
+        save_on_rank0(cfg.checkpoint, model, after, *pg);
+      }
     }
 
     const bool epoch_done = now.step_in_epoch == shard.steps_per_epoch();

@@ -59,8 +59,9 @@ constexpr std::array kExported = {
                 "local mode standalone: a free port found by binding",
                 Write::kSet, [](const WorkerContract& c) { return text(c.master_port); }},
     ExportedVar{v::kRestartCount, "how many times the worker group was restarted",
-                "0 under Slurm; local mode: 0..--max-restarts", Write::kSet,
-                [](const WorkerContract& c) { return text(c.restart_count); }},
+                "under Slurm DTLAUNCH_RESTART_COUNT (set by dtlaunch job), else 0; local mode: "
+                "0..--max-restarts",
+                Write::kSet, [](const WorkerContract& c) { return text(c.restart_count); }},
     ExportedVar{v::kMaxRestarts, "restarts allowed", "--max-restarts (default 0)", Write::kSet,
                 [](const WorkerContract& c) { return text(c.max_restarts); }},
     ExportedVar{v::kTorchelasticRunId,

@@ -1,5 +1,6 @@
 #include "launch/plan.hpp"
 
+#include "core/parse.hpp"
 #include "launch/build_spec.hpp"
 #include "launch/worker_env.hpp"
 
@@ -11,6 +12,14 @@ PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const En
   std::optional<Binding> binding;
   if (const Binding* b = spec.affinity.of(worker.local_rank)) binding = *b;
   return {worker.rank, worker.local_rank, build_worker_env(spec, worker, env), binding};
+}
+
+// Under Slurm the restarts are counted by `dtlaunch job` (docs/resilience.md), which runs each
+// attempt as a new step and says which one it is.
+std::uint32_t slurm_restart_count(const EnvMap& env) {
+  const auto value = env.get("DTLAUNCH_RESTART_COUNT");
+  if (!value) return 0;
+  return static_cast<std::uint32_t>(parse_count("DTLAUNCH_RESTART_COUNT", *value, 0, UINT32_MAX));
 }
 
 }  // namespace
@@ -33,7 +42,7 @@ LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& s
     p.who = "node " + std::to_string(p.spec.node_rank);
     p.speaks_for_job = p.spec.node_rank == 0;
   }
-  p.workers = plan_workers(p, env, 0);
+  p.workers = plan_workers(p, env, p.mode == Mode::kSlurm ? slurm_restart_count(env) : 0);
   return p;
 }
 

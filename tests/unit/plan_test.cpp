@@ -109,3 +109,15 @@ TEST_CASE("plan: local mode inside an srun step reads the step once and starts i
   CHECK(value_of(p.workers[0], "MASTER_ADDR") == "node1");  // task 0's node
   CHECK(value_of(p.workers[0], "WORLD_SIZE") == "12");
 }
+
+TEST_CASE("plan: under Slurm the restart count is the one dtlaunch job exports") {
+  LaunchOptions o;
+  o.argv = {"sh"};
+  EnvMap env = slurm_step_env();
+  CHECK(value_of(plan(o, env, FakeSystem()).workers.at(0), "TORCHELASTIC_RESTART_COUNT") == "0");
+  env.set("DTLAUNCH_RESTART_COUNT", "2");
+  CHECK(value_of(plan(o, env, FakeSystem()).workers.at(0), "TORCHELASTIC_RESTART_COUNT") == "2");
+  env.set("DTLAUNCH_RESTART_COUNT", "two");
+  CHECK_THROWS_WITH(plan(o, env, FakeSystem()),
+                    dtlaunch_test::contains_text("DTLAUNCH_RESTART_COUNT"));
+}

@@ -1,0 +1,106 @@
+#include "job_command.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <iostream>
+
+#include "command_line.hpp"
+#include "core/env_map.hpp"
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "job/driver.hpp"
+
+namespace dtlaunch {
+
+namespace {
+
+CLI::Option* add_count(CLI::App& app, const std::string& flag, std::optional<std::uint32_t>& target,
+                       std::uint64_t min, std::uint64_t max, const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&target, flag, min, max](const std::string& text) {
+            target = static_cast<std::uint32_t>(parse_count(flag, text, min, max));
+          },
+          help)
+      ->type_name("N");
+}
+
+// The tasks run the same dtlaunch as the driver: the batch script's, on a shared file system.
+std::string own_path() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw Error::system("cannot read /proc/self/exe (the path of dtlaunch)", errno);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+CLI::App* add_job_options(CLI::App& app, JobCommand& command) {
+  CLI::App* sub = app.add_subcommand(
+      "job",
+      "Run PROGRAM on N nodes of the batch job's allocation and keep K as spares: after a "
+      "failure, exclude the node that caused it and start again on the others plus a spare, "
+      "within one restart budget (docs/resilience.md). Runs once in the batch script, not under "
+      "srun.\n\n  dtlaunch job [OPTIONS] [--] PROGRAM [ARGS...]");
+  sub->prefix_command();
+  sub->footer(
+      "Exit status: 0 done; 75 preempted (never retried, for --requeue); 2 bad input (not "
+      "retried); otherwise the status of the last failure (3 preflight, 76 peer lost, the "
+      "program's own) when the budget or the spares ran out.");
+  job::JobOptions& o = command.options;
+  add_count(*sub, "--nodes", o.nodes, 1, 1 << 20, "nodes to run on (default: all but the spares)");
+  add_count(*sub, "--spare-nodes", o.spare_nodes, 0, 1 << 20,
+            "nodes kept aside to replace failed ones (default: the rest of the allocation with "
+            "--nodes, else 0)");
+  add_count(*sub, "--min-nodes", o.min_nodes, 1, 1 << 20,
+            "go on with fewer nodes, down to N, when the spares are used up (only for programs "
+            "that can change their world size; default: --nodes)");
+  sub->add_option_function<std::string>(
+         "--max-restarts",
+         [&o](const std::string& text) {
+           o.max_restarts =
+               static_cast<std::uint32_t>(parse_count("--max-restarts", text, 0, 1000));
+         },
+         "restarts for the whole job, all nodes together (default 3)")
+      ->type_name("R");
+  add_count(*sub, "--ntasks-per-node", o.tasks_per_node, 1, 4096,
+            "tasks on each node (default: the allocation's)");
+  sub->add_option_function<std::string>(
+         "--stop-grace",
+         [&o](const std::string& text) {
+           o.stop_grace = parse_seconds("--stop-grace", text, 86400);
+         },
+         "seconds after the first failure before a step that does not end is aborted, then "
+         "cancelled with scancel (default 30)")
+      ->type_name("SECONDS");
+  sub->add_flag("--watch", o.watch,
+                "run each task as dtlaunch --watch PROGRAM (programs without dtlaunch's runtime, "
+                "Python included)");
+  sub->add_option("--srun-arg", o.srun_args, "an argument for srun, verbatim (repeatable)")
+      ->type_name("ARG")
+      ->allow_extra_args(false);
+  sub->add_option("--task-arg", o.launch_args,
+                  "an option for each task's dtlaunch, verbatim (repeatable): --task-arg "
+                  "--gpu-bind=isolate")
+      ->type_name("ARG")
+      ->allow_extra_args(false);
+  sub->add_option_function<std::string>(
+         "--format", [&command](const std::string& word) { command.json = word == "json"; },
+         "summary: table (default, on stderr) or json (one line on stdout at the end)")
+      ->check(CLI::IsMember({"table", "json"}));
+  return sub;
+}
+
+int run_job_command(const CLI::App& app, const CLI::App& job_app, JobCommand& command,
+                    char** environ_vars) {
+  // CLI11 hands a "--" before the subcommand's first positional, and all after it, back to the
+  // parent (as for doctor).
+  command.options.program = program_argv(job_app.remaining().empty() ? app : job_app);
+  return job::run_job(command.options, own_path(), command.json, EnvMap::from_environ(environ_vars),
+                      std::cout, std::cerr);
+}
+
+}  // namespace dtlaunch

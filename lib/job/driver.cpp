@@ -1,0 +1,319 @@
+#include "driver.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <ostream>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "hostlist/hostlist.hpp"
+#include "outcome.hpp"
+
+extern char** environ;
+
+namespace dtlaunch::job {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// srun, so that a signal to the batch script (scancel, preemption) reaches the step.
+volatile sig_atomic_t g_srun_pid = 0;
+volatile sig_atomic_t g_stop_signal = 0;
+
+void forward_signal(int sig) {
+  g_stop_signal = sig;
+  if (g_srun_pid > 0) ::kill(static_cast<pid_t>(g_srun_pid), sig);
+}
+
+void install_forwarding() {
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
+pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  if (err_fd >= 0) posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) throw Error::system("cannot start " + argv[0], rc);
+  return pid;
+}
+
+int shell_status(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return 1;
+}
+
+// Runs a helper (squeue, scancel) to completion and returns its stdout.
+std::string capture(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
+  pid_t pid = -1;
+  try {
+    pid = spawn(argv, fds[1], -1);
+  } catch (const Error&) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return {};
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int ws = 0;
+  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return text;
+}
+
+// The job's running steps other than the batch and extern ones: the driver runs one at a time,
+// so they are this attempt's.
+std::vector<std::string> running_steps(const std::string& job_id) {
+  std::vector<std::string> steps;
+  const std::string text = capture({"squeue", "-h", "-s", "-j", job_id, "-o", "%i"});
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    auto end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string id = text.substr(pos, end - pos);
+    pos = end + 1;
+    const auto dot = id.find('.');
+    if (dot == std::string::npos) continue;
+    const std::string step = id.substr(dot + 1);
+    if (!step.empty() && step.find_first_not_of("0123456789") == std::string::npos)
+      steps.push_back(id);
+  }
+  return steps;
+}
+
+// One stream of srun (its stdout or stderr): passed on unchanged, read line by line.
+struct Stream {
+  int fd = -1;
+  int to = -1;
+  std::string partial;
+};
+
+void write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // our own output is gone: keep driving the job
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+bool pump(Stream& s, Evidence& evidence) {
+  char buf[8192];
+  const ssize_t n = ::read(s.fd, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) {
+    if (!s.partial.empty()) observe_line(s.partial, evidence);
+    s.partial.clear();
+    ::close(s.fd);
+    s.fd = -1;
+    return false;
+  }
+  write_all(s.to, buf, static_cast<size_t>(n));
+  s.partial.append(buf, static_cast<size_t>(n));
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1)
+    observe_line(std::string_view(s.partial).substr(start, nl - start), evidence);
+  s.partial.erase(0, start);
+  if (s.partial.size() > 65536) s.partial.clear();  // no newline in 64 KiB: not a status line
+  return true;
+}
+
+struct AttemptRun {
+  Evidence evidence;
+  int status = 0;
+  milliseconds wall{0};
+  milliseconds stop{0};
+};
+
+AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& job_id,
+                       milliseconds grace, std::ostream& err) {
+  AttemptRun run;
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
+    throw Error::system("cannot create a pipe for srun", errno);
+  const auto start = Clock::now();
+  const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1]);
+  g_srun_pid = pid;
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  Stream streams[2] = {{out_pipe[0], STDOUT_FILENO, {}}, {err_pipe[0], STDERR_FILENO, {}}};
+  std::optional<Clock::time_point> first_failure;
+  int escalation = 0;  // 0 none, 1 SIGINT x2 sent, 2 scancel, 3 SIGKILL
+  Clock::time_point escalated_at{};
+  int wstatus = 0;
+  bool reaped = false;
+  while (!reaped || streams[0].fd >= 0 || streams[1].fd >= 0) {
+    pollfd fds[2];
+    nfds_t n = 0;
+    for (auto& s : streams)
+      if (s.fd >= 0) fds[n++] = {s.fd, POLLIN, 0};
+    if (n > 0) {
+      const int ready = ::poll(fds, n, 100);
+      if (ready > 0)
+        for (auto& s : streams)
+          for (nfds_t i = 0; i < n; ++i)
+            if (s.fd == fds[i].fd && fds[i].revents) pump(s, run.evidence);
+    } else {
+      ::usleep(100 * 1000);
+    }
+    if (!reaped) {
+      const pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
+      if (w == pid) {
+        reaped = true;
+        g_srun_pid = 0;
+        run.wall = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+        if (first_failure)
+          run.stop = std::chrono::duration_cast<milliseconds>(Clock::now() - *first_failure);
+      }
+    }
+    if (reaped) {
+      // srun is gone; a task's output may still be held by a stray process: not for long.
+      if (Clock::now() - start > run.wall + milliseconds(2000)) break;
+      continue;
+    }
+    const bool failing = !run.evidence.failures.empty() || !run.evidence.lost_nodes.empty();
+    if (failing && !first_failure) first_failure = Clock::now();
+    if (!first_failure) continue;
+    const auto now = Clock::now();
+    if (escalation == 0 && now - *first_failure > grace) {
+      err << "dtlaunch job: the step has not ended " << seconds_text(grace)
+          << " after the first failure: asking srun to abort it" << std::endl;
+      ::kill(pid, SIGINT);
+      ::usleep(200 * 1000);
+      ::kill(pid, SIGINT);  // twice within a second: srun cancels the step
+      escalation = 1;
+      escalated_at = now;
+    } else if (escalation == 1 && now - escalated_at > milliseconds(5000)) {
+      for (const auto& step : running_steps(job_id)) {
+        err << "dtlaunch job: scancel " << step << " (the step does not end)" << std::endl;
+        capture({"scancel", step});
+      }
+      run.evidence.cancelled = true;
+      escalation = 2;
+      escalated_at = now;
+    } else if (escalation == 2 && now - escalated_at > milliseconds(10000)) {
+      ::kill(pid, SIGKILL);
+      escalation = 3;
+    }
+  }
+  for (auto& s : streams)
+    if (s.fd >= 0) ::close(s.fd);
+  if (!reaped) {
+    while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    g_srun_pid = 0;
+    run.wall = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+  }
+  run.status = shell_status(wstatus);
+  return run;
+}
+
+}  // namespace
+
+int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, const EnvMap& env,
+            std::ostream& out, std::ostream& err) {
+  if (options.program.empty())
+    throw Error::usage("job: no PROGRAM given (dtlaunch job -- ./train)");
+  const Allocation allocation = read_allocation(env);
+  const Sizes sizes = decide_sizes(allocation, options);
+  err << "dtlaunch job: " << allocation.nodes.size() << " node(s) allocated ("
+      << hostlist::compress(allocation.nodes) << "): " << sizes.nodes << " used, " << sizes.spares
+      << " spare, " << sizes.tasks_per_node << " task(s) per node, up to " << options.max_restarts
+      << " restart(s)" << std::endl;
+  install_forwarding();
+
+  std::set<std::string> excluded;
+  std::vector<AttemptRecord> attempts;
+  int status = 0;
+  std::string result;
+  for (std::uint32_t restart = 0;; ++restart) {
+    auto nodes = choose_nodes(allocation.nodes, excluded, sizes.nodes);
+    if (nodes.size() < sizes.min_nodes) {
+      result = "stopped: " + std::to_string(nodes.size()) + " healthy node(s) left (" +
+               hostlist::compress(std::vector<std::string>(excluded.begin(), excluded.end())) +
+               " excluded), " + std::to_string(sizes.min_nodes) +
+               " needed; the spares are used up (--min-nodes lets a program that can change its "
+               "world size go on with fewer)";
+      break;
+    }
+    for (const auto& [name, value] : attempt_environment(restart))
+      ::setenv(name.c_str(), value.c_str(), 1);
+    const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options);
+    err << "dtlaunch job: attempt " << restart + 1 << " on " << hostlist::compress(nodes)
+        << (restart ? " (restart " + std::to_string(restart) + ")" : std::string()) << std::endl;
+    AttemptRun run = run_attempt(argv, allocation.job_id, options.stop_grace, err);
+    AttemptRecord record;
+    record.attempt = restart + 1;
+    record.nodes = nodes;
+    record.outcome = classify(run.evidence, nodes, run.status);
+    record.wall = run.wall;
+    record.stop = run.stop;
+    status = record.outcome.exit_status;
+    err << attempt_line(record) << std::endl;
+    const Verdict verdict = record.outcome.verdict;
+    attempts.push_back(record);
+    if (verdict == Verdict::kSucceeded) {
+      result = restart ? "completed after " + std::to_string(restart) + " restart(s)" : "completed";
+      break;
+    }
+    if (g_stop_signal) {
+      result = "stopped by signal " + std::to_string(g_stop_signal) + ": not restarted";
+      if (verdict == Verdict::kPreempted) status = 75;
+      break;
+    }
+    if (verdict == Verdict::kPreempted || verdict == Verdict::kPermanent) {
+      result = "not retried: " + record.outcome.cause;
+      break;
+    }
+    if (restart == options.max_restarts) {
+      result = "stopped: the restart budget (--max-restarts " +
+               std::to_string(options.max_restarts) + ") is spent";
+      break;
+    }
+    excluded.insert(record.outcome.culprits.begin(), record.outcome.culprits.end());
+  }
+  err << summary_table(attempts, result) << std::flush;
+  if (json) out << summary_json(attempts, result, status) << std::flush;
+  return status == 0 && result.rfind("completed", 0) != 0 ? 1 : status;
+}
+
+}  // namespace dtlaunch::job

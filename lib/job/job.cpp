@@ -1,0 +1,131 @@
+#include "job.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/parse.hpp"
+#include "hostlist/hostlist.hpp"
+#include "launch/tasks_per_node.hpp"
+
+namespace dtlaunch::job {
+
+namespace {
+
+std::string_view required(const EnvMap& env, std::string_view name) {
+  const auto value = env.get(name);
+  if (!value)
+    throw Error::missing_env(name,
+                             "dtlaunch job runs in a batch script (sbatch or salloc), "
+                             "once, and starts the step itself");
+  return *value;
+}
+
+}  // namespace
+
+Allocation read_allocation(const EnvMap& env) {
+  Allocation a;
+  a.job_id = std::string(required(env, "SLURM_JOB_ID"));
+  if (env.contains("SLURM_STEP_ID") && env.get("SLURM_STEP_ID") != "4294967294" &&
+      env.get("SLURM_STEP_ID") != "batch")
+    throw Error::usage(
+        "dtlaunch job runs once in the batch script, not inside an srun step "
+        "(SLURM_STEP_ID=" +
+        std::string(*env.get("SLURM_STEP_ID")) + "): it starts the step itself");
+  const auto list =
+      env.get("SLURM_JOB_NODELIST") ? env.get("SLURM_JOB_NODELIST") : env.get("SLURM_NODELIST");
+  if (!list) required(env, "SLURM_JOB_NODELIST");
+  try {
+    a.nodes = hostlist::expand(*list);
+  } catch (const Error& e) {
+    throw Error::bad_env("SLURM_JOB_NODELIST", *list, e.what());
+  }
+  if (a.nodes.empty()) throw Error::bad_env("SLURM_JOB_NODELIST", *list, "no node");
+  if (const auto per_node = env.get("SLURM_NTASKS_PER_NODE")) {
+    a.tasks_per_node =
+        static_cast<std::uint32_t>(parse_count("SLURM_NTASKS_PER_NODE", *per_node, 1, 65536));
+  } else if (const auto tasks = env.get("SLURM_TASKS_PER_NODE")) {
+    const auto counts = parse_tasks_per_node("SLURM_TASKS_PER_NODE", *tasks);
+    // A heterogeneous allocation would change the world size when a spare replaces a node: the
+    // smallest share fits on every node.
+    a.tasks_per_node = *std::min_element(counts.begin(), counts.end());
+  }
+  if (const auto gpus = env.get("SLURM_GPUS_PER_NODE")) a.gpus_per_node = std::string(*gpus);
+  if (const auto cpus = env.get("SLURM_CPUS_PER_TASK")) {
+    parse_count("SLURM_CPUS_PER_TASK", *cpus, 1, 1 << 20);
+    a.cpus_per_task = std::string(*cpus);
+  }
+  return a;
+}
+
+Sizes decide_sizes(const Allocation& allocation, const JobOptions& options) {
+  const auto total = static_cast<std::uint32_t>(allocation.nodes.size());
+  Sizes s;
+  if (options.nodes && options.spare_nodes && *options.nodes + *options.spare_nodes > total)
+    throw Error::usage("--nodes " + std::to_string(*options.nodes) + " + --spare-nodes " +
+                       std::to_string(*options.spare_nodes) + " exceed the allocation's " +
+                       std::to_string(total) + " node(s)");
+  if (options.nodes) {
+    s.nodes = *options.nodes;
+    s.spares = options.spare_nodes.value_or(total >= s.nodes ? total - s.nodes : 0);
+  } else {
+    s.spares = options.spare_nodes.value_or(0);
+    if (s.spares >= total)
+      throw Error::usage("--spare-nodes " + std::to_string(s.spares) + " leaves no node of the " +
+                         std::to_string(total) + " allocated to run on");
+    s.nodes = total - s.spares;
+  }
+  if (s.nodes == 0) throw Error::usage("--nodes must be at least 1");
+  if (s.nodes > total)
+    throw Error::usage("--nodes " + std::to_string(s.nodes) + ": the allocation has only " +
+                       std::to_string(total) + " node(s)");
+  s.min_nodes = options.min_nodes.value_or(s.nodes);
+  if (s.min_nodes == 0 || s.min_nodes > s.nodes)
+    throw Error::usage("--min-nodes " + std::to_string(s.min_nodes) + ": expected 1.." +
+                       std::to_string(s.nodes) + " (--nodes)");
+  s.tasks_per_node = options.tasks_per_node.value_or(allocation.tasks_per_node);
+  return s;
+}
+
+std::vector<std::string> choose_nodes(const std::vector<std::string>& allocation,
+                                      const std::set<std::string>& excluded, std::uint32_t want) {
+  std::vector<std::string> chosen;
+  for (const auto& node : allocation) {
+    if (chosen.size() == want) break;
+    if (!excluded.count(node)) chosen.push_back(node);
+  }
+  return chosen;
+}
+
+std::vector<std::string> srun_command(const std::string& dtlaunch,
+                                      const std::vector<std::string>& nodes, const Sizes& sizes,
+                                      const Allocation& allocation, const JobOptions& options) {
+  const auto n = static_cast<std::uint32_t>(nodes.size());
+  std::vector<std::string> argv = {
+      "srun",
+      "--nodes=" + std::to_string(n),
+      "--nodelist=" + hostlist::compress(nodes),
+      // Explicit, so that the batch job's SLURM_NTASKS (sized for the whole allocation) does not
+      // ask for more tasks than the chosen nodes hold.
+      "--ntasks=" + std::to_string(n * sizes.tasks_per_node),
+      "--ntasks-per-node=" + std::to_string(sizes.tasks_per_node),
+      // The first task to fail ends the step, frozen tasks included: the driver learns at once.
+      "--kill-on-bad-exit=1",
+  };
+  if (allocation.gpus_per_node) argv.push_back("--gpus-per-node=" + *allocation.gpus_per_node);
+  if (allocation.cpus_per_task) argv.push_back("--cpus-per-task=" + *allocation.cpus_per_task);
+  argv.insert(argv.end(), options.srun_args.begin(), options.srun_args.end());
+  argv.push_back(dtlaunch);
+  argv.push_back("--preflight");
+  if (options.watch) argv.push_back("--watch");
+  argv.insert(argv.end(), options.launch_args.begin(), options.launch_args.end());
+  argv.push_back("--");
+  argv.insert(argv.end(), options.program.begin(), options.program.end());
+  return argv;
+}
+
+std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart) {
+  const std::string count = std::to_string(restart);
+  return {{"DTLAUNCH_RESTART_COUNT", count}, {"TORCHELASTIC_RESTART_COUNT", count}};
+}
+
+}  // namespace dtlaunch::job

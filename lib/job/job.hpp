@@ -1,0 +1,68 @@
+// `dtlaunch job`: one driver in the batch script runs the training step with srun on N nodes of
+// the allocation, keeps K as spares, and after a failed attempt excludes the node that caused it
+// and starts again on the rest plus a spare, within one restart budget for the whole job
+// (docs/resilience.md). This header is the pure core: no I/O, table-driven tests in
+// tests/unit/job_test.cpp. driver.hpp runs it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/env_map.hpp"
+
+namespace dtlaunch::job {
+
+// What the batch script was given, read once from Slurm's job environment.
+struct Allocation {
+  std::string job_id;
+  std::vector<std::string> nodes;            // SLURM_JOB_NODELIST, in Slurm's order
+  std::uint32_t tasks_per_node = 1;          // --ntasks-per-node, else the first node's share
+  std::optional<std::string> gpus_per_node;  // SLURM_GPUS_PER_NODE, passed on to srun
+  // SLURM_CPUS_PER_TASK: since Slurm 22.05 srun no longer inherits --cpus-per-task.
+  std::optional<std::string> cpus_per_task;
+};
+
+// Throws Error (bad input, 2) naming the variable when the environment is not a batch job's.
+Allocation read_allocation(const EnvMap& env);
+
+struct JobOptions {
+  std::optional<std::uint32_t> nodes;           // --nodes: default all but the spares
+  std::optional<std::uint32_t> spare_nodes;     // --spare-nodes: default all but --nodes, else 0
+  std::optional<std::uint32_t> min_nodes;       // --min-nodes: continue on fewer (default: nodes)
+  std::uint32_t max_restarts = 3;               // --max-restarts: for the whole job
+  std::optional<std::uint32_t> tasks_per_node;  // --ntasks-per-node: default the allocation's
+  std::chrono::milliseconds stop_grace{std::chrono::seconds(30)};  // --stop-grace
+  bool watch = false;                                              // run dtlaunch --watch PROGRAM
+  std::vector<std::string> srun_args;    // --srun-arg, verbatim, before dtlaunch
+  std::vector<std::string> launch_args;  // options for each task's dtlaunch
+  std::vector<std::string> program;      // PROGRAM ARGS
+};
+
+// The sizes the job runs with; throws Error (2) when they do not fit the allocation.
+struct Sizes {
+  std::uint32_t nodes = 0;
+  std::uint32_t spares = 0;
+  std::uint32_t min_nodes = 0;
+  std::uint32_t tasks_per_node = 1;
+};
+Sizes decide_sizes(const Allocation& allocation, const JobOptions& options);
+
+// The nodes of the next attempt: the first `want` nodes of the allocation that are not
+// excluded, so the nodes of the last attempt that were not excluded (its victims) are kept and
+// spares fill the gaps in allocation order. Fewer when not enough are left; the caller decides.
+std::vector<std::string> choose_nodes(const std::vector<std::string>& allocation,
+                                      const std::set<std::string>& excluded, std::uint32_t want);
+
+// srun's command line for one attempt. `dtlaunch` is the path of the tasks' dtlaunch.
+std::vector<std::string> srun_command(const std::string& dtlaunch,
+                                      const std::vector<std::string>& nodes, const Sizes& sizes,
+                                      const Allocation& allocation, const JobOptions& options);
+
+// The variables an attempt adds to the driver's environment (restart count, status records).
+std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart);
+
+}  // namespace dtlaunch::job

@@ -1,0 +1,334 @@
+#include "outcome.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "core/text.hpp"
+#include "hostlist/hostlist.hpp"
+
+namespace dtlaunch::job {
+
+namespace {
+
+constexpr int kPeerLostStatus = 76;
+constexpr int kPreemptedStatus = 75;
+constexpr int kPreflightStatus = 3;
+
+bool is_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// srun's words for a task's end, as a shell status (128+N for signal N; -1 when unknown).
+int status_of(std::string_view how) {
+  constexpr std::string_view kExited = "Exited with exit code ";
+  if (how.rfind(kExited, 0) == 0) {
+    const std::string_view code = how.substr(kExited.size());
+    if (is_digits(code) && code.size() < 4) return std::stoi(std::string(code));
+    return -1;
+  }
+  static const std::map<std::string_view, int> kSignals = {
+      {"Killed", 128 + 9},    {"Terminated", 128 + 15},
+      {"Aborted", 128 + 6},   {"Segmentation fault", 128 + 11},
+      {"Bus error", 128 + 7}, {"Interrupt", 128 + 2},
+      {"Hangup", 128 + 1},    {"Floating point exception", 128 + 8}};
+  const auto it = kSignals.find(how.substr(0, how.find(" (core dumped)")));
+  return it == kSignals.end() ? -1 : it->second;
+}
+
+// "srun: error: NODE: tasks 0-1: HOW"
+bool read_srun_failure(std::string_view line, TaskFailure& out) {
+  constexpr std::string_view kPrefix = "srun: error: ";
+  const auto at = line.find(kPrefix);
+  if (at == std::string_view::npos) return false;
+  std::string_view rest = line.substr(at + kPrefix.size());
+  const auto colon = rest.find(": task");
+  if (colon == std::string_view::npos || colon == 0 ||
+      rest.substr(0, colon).find(' ') != std::string_view::npos)
+    return false;
+  std::string_view after = rest.substr(colon + 2);  // "task 2: Killed" / "tasks 0-1: ..."
+  after.remove_prefix(after.rfind("tasks ", 0) == 0 ? 6 : 5);
+  const auto end = after.find(": ");
+  if (end == std::string_view::npos) return false;
+  const std::string_view tasks = after.substr(0, end);
+  if (tasks.empty() || tasks.find_first_not_of("0123456789,-") != std::string_view::npos)
+    return false;
+  out.node = std::string(rest.substr(0, colon));
+  out.tasks = std::string(tasks);
+  out.how = std::string(after.substr(end + 2));
+  out.status = status_of(out.how);
+  return true;
+}
+
+// The hosts of every "rank N (HOST" in `text`, in order ("host unknown here" left out).
+std::vector<std::string> rank_hosts(std::string_view text) {
+  std::vector<std::string> hosts;
+  for (std::size_t pos = 0; (pos = text.find("rank ", pos)) != std::string_view::npos;) {
+    pos += 5;
+    std::size_t digits = pos;
+    while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+    // "seen by rank 3" has no host: only ranks followed by "(" count.
+    if (digits == pos || text.substr(digits, 2) != " (") continue;
+    const std::size_t host_start = digits + 2;
+    const auto host_end = text.find_first_of("),", host_start);
+    if (host_end == std::string_view::npos) continue;
+    const std::string_view host = text.substr(host_start, host_end - host_start);
+    if (host.empty() || host.find(' ') != std::string_view::npos) continue;
+    hosts.emplace_back(host);
+  }
+  return hosts;
+}
+
+// Every "rank N (HOST" after "peer lost": the hosts of the lost ranks, or this rank's own host
+// when the others declared it lost ("this rank 2 (cn2) was declared lost"). The reporter is the
+// "rank N (HOST)" before it. A reporter already named lost is ignored: a frozen node that
+// Slurm's SIGCONT wakes, or a cut-off node, sees everyone else as lost, and later.
+void read_lost_hosts(std::string_view line, Evidence& evidence) {
+  // dtlaunch --watch: "dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 1 (cn2) frozen ...".
+  constexpr std::string_view kWatch = "a peer was lost: ";
+  auto at = line.find(kWatch);
+  std::string_view rest;
+  if (at != std::string_view::npos) {
+    rest = line.substr(at + kWatch.size());
+  } else {
+    at = line.find("peer lost");
+    if (at == std::string_view::npos) return;
+    rest = line.substr(at);
+    // The runtime's prefix names the reporting rank: "rank 3 (cn1): peer lost (...): rank 4 ...".
+    const auto colon = rest.find("): ");
+    if (colon == std::string_view::npos) return;
+    rest.remove_prefix(colon + 3);
+  }
+  const auto reporters = rank_hosts(line.substr(0, at));
+  if (!reporters.empty() && evidence.lost_nodes.count(reporters.back())) return;
+  const auto named = rank_hosts(rest);
+  for (const auto& host : named) evidence.lost_nodes.insert(host);
+  if (!named.empty() && evidence.first_lost_message.empty())
+    evidence.first_lost_message = std::string(line.substr(at));
+}
+
+void read_exclude(std::string_view line, Evidence& evidence) {
+  constexpr std::string_view kExclude = "exclude: ";
+  const auto at = line.find(kExclude);
+  if (at == std::string_view::npos) return;
+  // Only the doctor's report line: "exclude: cn[3,7]   (srun/sbatch --exclude=...)", possibly
+  // behind srun -l's "0: ".
+  const std::string_view before = line.substr(0, at);
+  if (!before.empty() && !(before.size() >= 2 && before.substr(before.size() - 2) == ": " &&
+                           is_digits(before.substr(0, before.size() - 2))))
+    return;
+  std::string_view expr = line.substr(at + kExclude.size());
+  expr = expr.substr(0, expr.find(' '));
+  try {
+    for (auto& host : hostlist::expand(expr)) evidence.preflight_exclude.insert(std::move(host));
+  } catch (const std::exception&) {
+    // Not a hostlist: not the doctor's line.
+  }
+}
+
+std::set<std::string> among(const std::set<std::string>& names,
+                            const std::vector<std::string>& nodes) {
+  std::set<std::string> out;
+  for (const auto& n : names)
+    if (std::find(nodes.begin(), nodes.end(), n) != nodes.end()) out.insert(n);
+  return out.empty() ? names : out;
+}
+
+std::string status_text(int status) {
+  if (status < 0) return "an unknown status";
+  if (status > 128) return "signal " + std::to_string(status - 128);
+  return "exit " + std::to_string(status);
+}
+
+std::string list(const std::set<std::string>& names) {
+  return hostlist::compress(std::vector<std::string>(names.begin(), names.end()));
+}
+
+}  // namespace
+
+void observe_line(std::string_view line, Evidence& evidence) {
+  TaskFailure failure;
+  if (read_srun_failure(line, failure)) {
+    evidence.failures.push_back(std::move(failure));
+    return;
+  }
+  read_lost_hosts(line, evidence);
+  read_exclude(line, evidence);
+}
+
+Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int srun_status) {
+  Outcome o;
+  const auto failed_with = [&](auto&& pred) {
+    std::set<std::string> out;
+    for (const auto& f : e.failures)
+      if (pred(f)) out.insert(f.node);
+    return out;
+  };
+  if (srun_status == 0 && !e.cancelled) {
+    o.verdict = Verdict::kSucceeded;
+    o.cause = "completed";
+    return o;
+  }
+  o.exit_status = srun_status;
+  // Preempted when the first task to end exited 75: after a crash, srun's own SIGTERM to the
+  // others may make them checkpoint and exit 75 too, and that is no preemption.
+  if (!e.failures.empty() && e.failures.front().status == kPreemptedStatus) {
+    o.verdict = Verdict::kPreempted;
+    o.exit_status = kPreemptedStatus;
+    o.cause = "stopped to be resumed (exit 75): passed on, not retried";
+    return o;
+  }
+  if (!e.preflight_exclude.empty()) {
+    o.culprits = among(e.preflight_exclude, nodes);
+    o.cause = "failed the preflight (doctor's exclude list)";
+    o.exit_status = kPreflightStatus;
+    return o;
+  }
+  const auto preflight_failed =
+      failed_with([](const TaskFailure& f) { return f.status == kPreflightStatus; });
+  if (!preflight_failed.empty()) {
+    o.verdict = Verdict::kPermanent;
+    o.exit_status = kPreflightStatus;
+    o.cause =
+        "the preflight found a problem that excluding nodes cannot fix (its report is "
+        "above)";
+    return o;
+  }
+  if (!e.lost_nodes.empty()) {
+    o.culprits = among(e.lost_nodes, nodes);
+    o.cause = excerpt(e.first_lost_message, 160, '\0');
+    return o;
+  }
+  // The program's own failures: an exit status other than "peer lost".
+  const auto own = [](const TaskFailure& f) {
+    // 75 after another task's end is a victim checkpointing on srun's SIGTERM.
+    return f.status >= 0 && f.status < 128 && f.status != kPeerLostStatus &&
+           f.status != kPreemptedStatus;
+  };
+  std::set<int> own_statuses;
+  for (const auto& f : e.failures)
+    if (own(f)) own_statuses.insert(f.status);
+  const auto own_nodes = failed_with(own);
+  if (!own_nodes.empty()) {
+    const int status = *own_statuses.begin();
+    const bool bad_input = std::all_of(own_statuses.begin(), own_statuses.end(),
+                                       [](int s) { return s == 2 || s == 126 || s == 127; });
+    const bool everywhere =
+        own_statuses.size() == 1 && own_nodes.size() == nodes.size() && nodes.size() > 1;
+    if (bad_input || everywhere) {
+      o.verdict = Verdict::kPermanent;
+      o.exit_status = status;
+      o.cause = bad_input ? "bad input (" + status_text(status) + " on " + list(own_nodes) +
+                                "): a restart cannot fix it"
+                          : "every node failed the same way (" + status_text(status) +
+                                "): a restart cannot fix it";
+      return o;
+    }
+    o.culprits = own_nodes;
+    o.exit_status = status;
+    o.cause = "the program failed (" + status_text(status) + ") on " + list(own_nodes);
+    return o;
+  }
+  // Killed: the first node srun saw end that way, the others being srun's own kill.
+  for (const auto& f : e.failures) {
+    if (f.status == kPeerLostStatus || f.status == kPreemptedStatus) continue;
+    o.culprits = {f.node};
+    o.exit_status = f.status < 0 ? srun_status : f.status;
+    o.cause = "tasks " + f.tasks + " on " + f.node + ": " + f.how + " (first to end)";
+    return o;
+  }
+  // Only "peer lost" statuses: the nodes that said nothing are the lost ones.
+  const auto reported = failed_with([](const TaskFailure&) { return true; });
+  if (!reported.empty()) {
+    std::set<std::string> silent;
+    for (const auto& n : nodes)
+      if (!reported.count(n)) silent.insert(n);
+    if (!silent.empty() && silent.size() < nodes.size()) {
+      o.culprits = silent;
+      o.exit_status = kPeerLostStatus;
+      o.cause = "the others lost their peers (exit 76) and " + list(silent) + " reported nothing";
+      return o;
+    }
+  }
+  o.cause = (e.cancelled ? "the step did not end and was cancelled"
+                         : "srun ended with " + status_text(srun_status)) +
+            "; no node to blame";
+  return o;
+}
+
+namespace {
+
+std::string nodes_text(const std::vector<std::string>& nodes) {
+  return hostlist::compress(nodes);
+}
+
+std::string verdict_word(const Outcome& o) {
+  switch (o.verdict) {
+    case Verdict::kSucceeded:
+      return "completed";
+    case Verdict::kRestart:
+      return "failed";
+    case Verdict::kPreempted:
+      return "preempted";
+    case Verdict::kPermanent:
+      return "failed, not retried";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string attempt_line(const AttemptRecord& r) {
+  std::string line = "dtlaunch job: attempt " + std::to_string(r.attempt) + " on " +
+                     nodes_text(r.nodes) + ": " + verdict_word(r.outcome) + " after " +
+                     seconds_text(r.wall);
+  if (r.outcome.verdict == Verdict::kSucceeded) return line;
+  line +=
+      "; culprit " + (r.outcome.culprits.empty() ? std::string("none") : list(r.outcome.culprits));
+  line += "; cause: " + r.outcome.cause;
+  if (r.stop.count() > 0)
+    line += "; step stopped " + seconds_text(r.stop) + " after the first failure";
+  return line;
+}
+
+std::string summary_table(const std::vector<AttemptRecord>& attempts, std::string_view result) {
+  std::string out = "dtlaunch job: " + std::string(result) + "\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-7s  %-24s  %-20s  %-16s  %8s  %8s  %s\n", "attempt", "nodes",
+                "result", "culprit", "ran", "stop", "cause");
+  out += buf;
+  for (const auto& r : attempts) {
+    std::snprintf(buf, sizeof buf, "%-7u  %-24s  %-20s  %-16s  %8s  %8s  %s\n", r.attempt,
+                  nodes_text(r.nodes).c_str(), verdict_word(r.outcome).c_str(),
+                  r.outcome.culprits.empty() ? "-" : list(r.outcome.culprits).c_str(),
+                  seconds_text(r.wall).c_str(), r.stop.count() ? seconds_text(r.stop).c_str() : "-",
+                  excerpt(r.outcome.cause, 100, '\0').c_str());
+    out += buf;
+  }
+  return out;
+}
+
+std::string summary_json(const std::vector<AttemptRecord>& attempts, std::string_view result,
+                         int exit_status) {
+  std::string out = "{\"result\": " + json_quote(result) +
+                    ", \"exit_status\": " + std::to_string(exit_status) + ", \"attempts\": [";
+  for (std::size_t i = 0; i < attempts.size(); ++i) {
+    const auto& r = attempts[i];
+    out += i ? ", " : "";
+    out += "{\"attempt\": " + std::to_string(r.attempt) +
+           ", \"nodes\": " + json_quote(nodes_text(r.nodes)) +
+           ", \"result\": " + json_quote(verdict_word(r.outcome)) + ", \"culprits\": [";
+    bool first = true;
+    for (const auto& c : r.outcome.culprits) {
+      out += (first ? "" : ", ") + json_quote(c);
+      first = false;
+    }
+    out += "], \"cause\": " + json_quote(r.outcome.cause) +
+           ", \"exit_status\": " + std::to_string(r.outcome.exit_status) +
+           ", \"ran_s\": " + std::to_string(r.wall.count() / 1000.0) +
+           ", \"stop_s\": " + std::to_string(r.stop.count() / 1000.0) + "}";
+  }
+  return out + "]}\n";
+}
+
+}  // namespace dtlaunch::job

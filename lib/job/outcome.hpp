@@ -1,0 +1,70 @@
+// What an attempt's output says about who failed and why (the pure core of `dtlaunch job`).
+// The evidence is read line by line from the streamed output of srun and its tasks:
+//   - srun's per-node lines: "srun: error: NODE: tasks 0-1: Exited with exit code 76",
+//     "srun: error: NODE: task 2: Killed", in the order srun saw them;
+//   - the DDP runtime's "peer lost" messages, naming each lost rank's host: "rank 4 (cn3) exited",
+//     or "this rank 2 (cn2) was declared lost" on a cut-off node;
+//   - the preflight's "exclude: cn[3,7]" line.
+// classify() turns it into the culprit nodes, the cause and whether a restart can help.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtlaunch::job {
+
+struct TaskFailure {
+  std::string node;
+  std::string tasks;  // as srun wrote them: "0-1", "2"
+  int status = 0;     // exit code, or 128+N when killed by signal N
+  std::string how;    // srun's words: "Exited with exit code 3", "Killed"
+};
+
+struct Evidence {
+  std::vector<TaskFailure> failures;  // in the order srun printed them
+  std::set<std::string> lost_nodes;   // named by survivors' "peer lost" messages
+  std::set<std::string> preflight_exclude;
+  std::string first_lost_message;  // the first "peer lost" line, for the attempt's cause
+  bool cancelled = false;          // the driver had to scancel the step
+};
+
+// Reads one line of output into `evidence` (any other line is ignored).
+void observe_line(std::string_view line, Evidence& evidence);
+
+enum class Verdict {
+  kSucceeded,  // srun exited 0: the job is done
+  kRestart,    // a restart on other nodes (or the same, when no node is to blame) may help
+  kPreempted,  // exit 75: stopped to be resumed; passed through, never retried
+  kPermanent,  // bad input or the same failure on every node: no restart can help
+};
+
+struct Outcome {
+  Verdict verdict = Verdict::kRestart;
+  std::set<std::string> culprits;  // to exclude
+  std::string cause;               // one line
+  int exit_status = 0;             // what the job exits with if it stops here
+};
+
+// `nodes` are the attempt's nodes; `srun_status` srun's exit status (128+N for a signal).
+Outcome classify(const Evidence& evidence, const std::vector<std::string>& nodes, int srun_status);
+
+// One attempt, for the per-attempt line and the summary.
+struct AttemptRecord {
+  std::uint32_t attempt = 0;  // 1-based
+  std::vector<std::string> nodes;
+  Outcome outcome;
+  std::chrono::milliseconds wall{0};  // srun's run time: start to the step's end
+  // From the first failure srun reported to the step's end (0 when none): how long stopping took.
+  std::chrono::milliseconds stop{0};
+};
+
+std::string attempt_line(const AttemptRecord& record);
+std::string summary_table(const std::vector<AttemptRecord>& attempts, std::string_view result);
+std::string summary_json(const std::vector<AttemptRecord>& attempts, std::string_view result,
+                         int exit_status);
+
+}  // namespace dtlaunch::job

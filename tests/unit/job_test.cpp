@@ -1,0 +1,286 @@
+// The pure core of `dtlaunch job` (lib/job): the allocation, the nodes of each attempt, srun's
+// command line and what an attempt's output says about the culprit.
+#include "job/job.hpp"
+
+#include <string>
+#include <vector>
+
+#include "core/env_map.hpp"
+#include "core/error.hpp"
+#include "dtlaunch_catch.hpp"
+#include "job/outcome.hpp"
+
+using namespace dtlaunch;
+using namespace dtlaunch::job;
+
+namespace {
+
+EnvMap batch_env() {
+  return EnvMap{{"SLURM_JOB_ID", "77"},
+                {"SLURM_JOB_NODELIST", "cn[1-4]"},
+                {"SLURM_TASKS_PER_NODE", "2(x4)"},
+                {"SLURM_NTASKS", "8"}};
+}
+
+Evidence evidence_of(const std::vector<std::string>& lines) {
+  Evidence e;
+  for (const auto& l : lines) observe_line(l, e);
+  return e;
+}
+
+const std::vector<std::string> kNodes = {"cn1", "cn2", "cn3"};
+
+// The exit status of the Error `f` throws; -1 when it throws none.
+template <class F>
+int status_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.exit_status();
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("job: the allocation comes from the batch job's environment") {
+  const Allocation a = read_allocation(batch_env());
+  CHECK(a.job_id == "77");
+  CHECK(a.nodes == std::vector<std::string>{"cn1", "cn2", "cn3", "cn4"});
+  CHECK(a.tasks_per_node == 2);
+
+  EnvMap in_step = batch_env();
+  in_step.set("SLURM_STEP_ID", "0");
+  CHECK(status_of([&] { read_allocation(in_step); }) == 2);
+  CHECK(status_of([&] { read_allocation(EnvMap{{"PATH", "/bin"}}); }) == 2);
+  EnvMap bad = batch_env();
+  bad.set("SLURM_JOB_NODELIST", "cn[1-");
+  CHECK(status_of([&] { read_allocation(bad); }) == 2);
+}
+
+TEST_CASE("job: sizes from --nodes, --spare-nodes and --min-nodes") {
+  const Allocation a = read_allocation(batch_env());
+  struct Case {
+    std::optional<std::uint32_t> nodes, spares, min;
+    std::uint32_t want_nodes, want_spares, want_min;
+  };
+  const Case cases[] = {
+      {std::nullopt, std::nullopt, std::nullopt, 4, 0, 4},
+      {std::nullopt, 1, std::nullopt, 3, 1, 3},
+      {3, std::nullopt, std::nullopt, 3, 1, 3},
+      {2, 1, 1, 2, 1, 1},
+  };
+  for (const auto& c : cases) {
+    JobOptions o;
+    o.nodes = c.nodes;
+    o.spare_nodes = c.spares;
+    o.min_nodes = c.min;
+    const Sizes s = decide_sizes(a, o);
+    CHECK(s.nodes == c.want_nodes);
+    CHECK(s.spares == c.want_spares);
+    CHECK(s.min_nodes == c.want_min);
+    CHECK(s.tasks_per_node == 2);
+  }
+  const Case bad[] = {{5, std::nullopt, std::nullopt, 0, 0, 0},
+                      {3, 2, std::nullopt, 0, 0, 0},
+                      {std::nullopt, 4, std::nullopt, 0, 0, 0},
+                      {2, std::nullopt, 3, 0, 0, 0}};
+  for (const auto& c : bad) {
+    JobOptions o;
+    o.nodes = c.nodes;
+    o.spare_nodes = c.spares;
+    o.min_nodes = c.min;
+    CHECK(status_of([&] { decide_sizes(a, o); }) == 2);
+  }
+}
+
+TEST_CASE("job: the victims are kept and a spare replaces the culprit") {
+  const std::vector<std::string> all = {"cn1", "cn2", "cn3", "cn4"};
+  CHECK(choose_nodes(all, {}, 3) == std::vector<std::string>{"cn1", "cn2", "cn3"});
+  CHECK(choose_nodes(all, {"cn2"}, 3) == std::vector<std::string>{"cn1", "cn3", "cn4"});
+  CHECK(choose_nodes(all, {"cn2", "cn4"}, 3) == std::vector<std::string>{"cn1", "cn3"});
+}
+
+TEST_CASE("job: srun runs the preflight on exactly the chosen nodes") {
+  const Allocation a = read_allocation(batch_env());
+  JobOptions o;
+  o.spare_nodes = 1;
+  o.program = {"./train", "--epochs", "2"};
+  o.launch_args = {"--grace", "5"};
+  const Sizes s = decide_sizes(a, o);
+  CHECK(srun_command("/bin/dtlaunch", {"cn1", "cn3", "cn4"}, s, a, o) ==
+        std::vector<std::string>{"srun", "--nodes=3", "--nodelist=cn[1,3-4]", "--ntasks=6",
+                                 "--ntasks-per-node=2", "--kill-on-bad-exit=1", "/bin/dtlaunch",
+                                 "--preflight", "--grace", "5", "--", "./train", "--epochs", "2"});
+  o.watch = true;
+  const auto with_watch = srun_command("/bin/dtlaunch", {"cn1"}, s, a, o);
+  CHECK(with_watch[7] == "--preflight");
+  CHECK(with_watch[8] == "--watch");
+  CHECK(attempt_environment(2) ==
+        std::vector<std::pair<std::string, std::string>>{{"DTLAUNCH_RESTART_COUNT", "2"},
+                                                         {"TORCHELASTIC_RESTART_COUNT", "2"}});
+}
+
+TEST_CASE("job: srun's per-node lines are read, other lines are not") {
+  const Evidence e = evidence_of({
+      "srun: error: cn2: tasks 2-3: Killed",
+      "srun: error: cn1: task 0: Exited with exit code 76",
+      "srun: error: cn3: task 5: Segmentation fault (core dumped)",
+      "srun: error: Timed out waiting for job step to complete",
+      "0: srun: error: not: a task line",
+      "loss 0.3",
+  });
+  REQUIRE(e.failures.size() == 3);
+  CHECK(e.failures[0].node == "cn2");
+  CHECK(e.failures[0].tasks == "2-3");
+  CHECK(e.failures[0].status == 137);
+  CHECK(e.failures[1].status == 76);
+  CHECK(e.failures[2].status == 139);
+}
+
+TEST_CASE("job: the culprit, the cause and whether to retry") {
+  struct Case {
+    const char* name;
+    std::vector<std::string> lines;
+    int srun_status;
+    Verdict verdict;
+    std::set<std::string> culprits;
+    int exit_status;
+  };
+  const std::string lost =
+      "dtlaunch-train: peer-lost error: dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout "
+      "3 s): rank 2 (cn2) exited (its connection closed), seen by rank 1, last in all_reduce #9; "
+      "rank 3 (cn2) exited (its connection closed), seen by rank 1, last in all_reduce #9";
+  const Case cases[] = {
+      {"success", {}, 0, Verdict::kSucceeded, {}, 0},
+      {"a node's ranks killed, the survivors name it",
+       {lost, "srun: error: cn1: tasks 0-1: Exited with exit code 76",
+        "srun: error: cn2: tasks 2-3: Killed"},
+       1,
+       Verdict::kRestart,
+       {"cn2"},
+       1},
+      {"a cut-off node says it was declared lost",
+       {"dtlaunch ddp: rank 4 (cn3): peer lost (heartbeat, timeout 3 s): this rank 4 (cn3) was "
+        "declared lost by rank 3: unreachable (silent for 3 s; no connection to it)"},
+       1,
+       Verdict::kRestart,
+       {"cn3"},
+       1},
+      {"a frozen node woken by Slurm's SIGCONT sees the others lost, later",
+       {"dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) frozen "
+        "(silent for 3 s; its host still accepts connections), seen by rank 0",
+        "dtlaunch ddp: rank 2 (cn2): peer lost (heartbeat, timeout 3 s): rank 0 (cn1) exited "
+        "(its connection closed), seen by rank 2",
+        "srun: error: cn1: task 0: Exited with exit code 76",
+        "srun: error: cn2: task 2: Exited with exit code 76"},
+       1,
+       Verdict::kRestart,
+       {"cn2"},
+       1},
+      {"dtlaunch --watch names the lost node",
+       {"dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 4 (cn3) unreachable (silent for "
+        "3s; no connection to it), seen by rank 0; stopping the program, exit 76",
+        "srun: error: cn1: tasks 0-1: Exited with exit code 76"},
+       1,
+       Verdict::kRestart,
+       {"cn3"},
+       1},
+      {"killed, no heartbeat: the first node srun saw end",
+       {"srun: error: cn3: tasks 4-5: Killed", "srun: error: cn1: tasks 0-1: Killed",
+        "srun: error: cn2: tasks 2-3: Killed"},
+       137,
+       Verdict::kRestart,
+       {"cn3"},
+       137},
+      {"the program's own failure on one node",
+       {"srun: error: cn2: task 3: Exited with exit code 1",
+        "srun: error: cn1: tasks 0-1: Exited with exit code 76"},
+       1,
+       Verdict::kRestart,
+       {"cn2"},
+       1},
+      {"the same failure on every node",
+       {"srun: error: cn1: tasks 0-1: Exited with exit code 1",
+        "srun: error: cn2: tasks 2-3: Exited with exit code 1",
+        "srun: error: cn3: tasks 4-5: Exited with exit code 1"},
+       1,
+       Verdict::kPermanent,
+       {},
+       1},
+      {"bad input",
+       {"srun: error: cn1: tasks 0-1: Exited with exit code 2"},
+       2,
+       Verdict::kPermanent,
+       {},
+       2},
+      {"program not found",
+       {"srun: error: cn1: tasks 0-1: Exited with exit code 127"},
+       127,
+       Verdict::kPermanent,
+       {},
+       127},
+      {"preempted",
+       {"srun: error: cn1: tasks 0-1: Exited with exit code 75",
+        "srun: error: cn2: tasks 2-3: Exited with exit code 75"},
+       75,
+       Verdict::kPreempted,
+       {},
+       75},
+      {"a crash, then the others checkpoint on srun's SIGTERM and exit 75",
+       {"srun: error: cn3: task 4: Killed",
+        "srun: error: cn1: tasks 0-1: Exited with exit code 75"},
+       137,
+       Verdict::kRestart,
+       {"cn3"},
+       137},
+      {"the preflight names a node",
+       {"0: exclude: cn3   (srun/sbatch --exclude=cn3)",
+        "srun: error: cn1: tasks 0-1: Exited with exit code 3"},
+       3,
+       Verdict::kRestart,
+       {"cn3"},
+       3},
+      {"the preflight fails everywhere",
+       {"srun: error: cn1: tasks 0-1: Exited with exit code 3"},
+       3,
+       Verdict::kPermanent,
+       {},
+       3},
+      {"only peer-lost statuses: the silent node",
+       {"srun: error: cn1: tasks 0-1: Exited with exit code 76",
+        "srun: error: cn3: tasks 4-5: Exited with exit code 76"},
+       1,
+       Verdict::kRestart,
+       {"cn2"},
+       76},
+      {"nothing to go by", {}, 1, Verdict::kRestart, {}, 1},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const Outcome o = classify(evidence_of(c.lines), kNodes, c.srun_status);
+    CHECK(o.verdict == c.verdict);
+    CHECK(o.culprits == c.culprits);
+    CHECK(o.exit_status == c.exit_status);
+    CHECK(!o.cause.empty());
+  }
+}
+
+TEST_CASE("job: the attempt line and the summary name the culprit and the cause") {
+  AttemptRecord r;
+  r.attempt = 1;
+  r.nodes = kNodes;
+  r.outcome =
+      classify(evidence_of({"srun: error: cn2: task 3: Exited with exit code 1"}), kNodes, 1);
+  r.wall = std::chrono::milliseconds(12500);
+  r.stop = std::chrono::milliseconds(800);
+  const std::string line = attempt_line(r);
+  CHECK(line.find("attempt 1 on cn[1-3]") != std::string::npos);
+  CHECK(line.find("culprit cn2") != std::string::npos);
+  CHECK(line.find("exit 1") != std::string::npos);
+  const std::string table = summary_table({r}, "completed after 1 restart");
+  CHECK(table.find("cn2") != std::string::npos);
+  const std::string json = summary_json({r}, "done", 0);
+  CHECK(json.find("\"culprits\": [\"cn2\"]") != std::string::npos);
+  CHECK(json.find("\"nodes\": \"cn[1-3]\"") != std::string::npos);
+}
