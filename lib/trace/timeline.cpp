@@ -155,8 +155,11 @@ std::string Timeline::html(const std::string& verdict_text) const {
     }
   }
   if (t0 == INT64_MAX) t0 = t1 = 0;
-  const double span_us = std::max<int64_t>(t1 - t0, 1);
-  auto x = [&](int64_t t) { return kLabelWidth + kPlotWidth * (t - t0) / span_us; };
+  // In double: the times come from files, and a corrupt one may hold any int64.
+  const double span_us = std::max(static_cast<double>(t1) - static_cast<double>(t0), 1.0);
+  auto x = [&](int64_t t) {
+    return kLabelWidth + kPlotWidth * (static_cast<double>(t) - static_cast<double>(t0)) / span_us;
+  };
   const int width = kLabelWidth + kPlotWidth + 20;
   const int height = kTimelineTop + rows * row_px + 40;
 

@@ -243,7 +243,7 @@ TEST_CASE("spec: bad values of the variables are one-line errors naming them") {
         "DTLAUNCH_MEM_BIND='bind': expected none, local or strict");
 }
 
-TEST_CASE("spec under Slurm: only this task's binding; Slurm's own binding is kept") {
+TEST_CASE("spec under Slurm: only this task's binding, Slurm's own binding is kept") {
   FakeSystem sys = small_system();
   EnvMap env = slurm_step_env(3, 1, 1);  // rank 3, local 1 of 2 on node 1
   LaunchOptions o;

@@ -106,7 +106,7 @@ TEST_CASE("flight recorder: the ring costs nothing at init and grows as entries 
   CHECK(small.find(1).enqueue_us == 0);  // gone from the ring
 }
 
-TEST_CASE("flight recorder files: run and attempt in the name; an error's file is never replaced",
+TEST_CASE("flight recorder files: run and attempt in the name, an error's file is never replaced",
           "[ddp][recorder]") {
   Scratch dir;
   auto m = monitor(dir.path + "/traces", 3);

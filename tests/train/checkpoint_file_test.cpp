@@ -31,7 +31,7 @@ std::pair<std::string, int> error_of(F f) {
   return {"", -1};
 }
 
-TEST_CASE("checkpoint file: a sealed payload comes back; any change is corruption, status 2") {
+TEST_CASE("checkpoint file: a sealed payload comes back, any change is corruption, status 2") {
   const std::string payload = "PK\x03\x04 a zip, as far as the seal cares" + std::string(1000, 'w');
   const std::string sealed = seal_checkpoint(payload);
   const std::string n = std::to_string(payload.size());

@@ -257,7 +257,7 @@ TEST_CASE("train: bad input fails every rank with status 2, not a broken connect
 
 // Issue 26 item 2: job 200's rank forced onto job 100's port fails at once with status 2; job 100
 // logs one line, goes on waiting for its own rank 1, and completes.
-TEST_CASE("train: a rank of another job on our MASTER_PORT fails; our job completes",
+TEST_CASE("train: a rank of another job on our MASTER_PORT fails, our job completes",
           "[train][torch]") {
   TempDir tmp;
   const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));

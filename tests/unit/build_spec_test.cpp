@@ -286,7 +286,7 @@ TEST_CASE("slurm spec: program not found is 127, not executable is 126") {
   CHECK(status_of([&] { slurm_spec(slurm_step_env(), with_program({}), sys); }) == 2);
 }
 
-TEST_CASE("mode: chosen from the options and the environment; contradictions refused") {
+TEST_CASE("mode: chosen from the options and the environment, contradictions refused") {
   LaunchOptions o = with_program();
   CHECK(resolve_mode(o, detect_slurm(slurm_step_env())) == Mode::kSlurm);
   std::string msg;
@@ -373,7 +373,7 @@ TEST_CASE("local spec under srun: one launcher per node takes the nodes from Slu
   CHECK(sys.free_port_calls == 0);
 }
 
-TEST_CASE("read_inputs: one reader; empty is unset except for CUDA_VISIBLE_DEVICES") {
+TEST_CASE("read_inputs: one reader, empty is unset except for CUDA_VISIBLE_DEVICES") {
   EnvMap env = slurm_step_env();
   env.set("MASTER_PORT", "");
   env.set("CUDA_VISIBLE_DEVICES", "");

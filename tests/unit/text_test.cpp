@@ -48,7 +48,7 @@ TEST_CASE("Error::bad_env quotes a short, escaped excerpt of the value") {
   CHECK(what.find("... (120001 bytes)': bad") != std::string::npos);
 }
 
-TEST_CASE("an empty variable counts as unset; get_raw still sees it") {
+TEST_CASE("an empty variable counts as unset, get_raw still sees it") {
   const EnvMap env{{"OMP_NUM_THREADS", ""}, {"RANK", "0"}};
   CHECK_FALSE(env.get("OMP_NUM_THREADS"));
   CHECK_FALSE(env.contains("OMP_NUM_THREADS"));

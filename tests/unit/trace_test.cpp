@@ -166,7 +166,7 @@ TEST_CASE(
                   "0,2 waited in it until it failed\n") != std::string::npos);
 }
 
-TEST_CASE("trace: missing ranks are named; mismatches are counted in full with both shapes") {
+TEST_CASE("trace: missing ranks are named, mismatches are counted in full with both shapes") {
   std::vector<FakeEntry> odd;
   for (uint64_t s = 1; s <= 500; ++s)
     odd.push_back({s, int64_t(s) * 100, int64_t(s) * 100 + 50, "completed", s > 3 ? 5 : 4});
@@ -185,7 +185,7 @@ TEST_CASE("trace: missing ranks are named; mismatches are counted in full with b
                   "(float32, [5]) (differs in shape)\n") != std::string::npos);
 }
 
-TEST_CASE("trace: a straggler is named; healthy jittery runs name nobody") {
+TEST_CASE("trace: a straggler is named, healthy jittery runs name nobody") {
   for (uint32_t seed = 1; seed <= 30; ++seed) {
     INFO("seed " << seed);
     const Verdict healthy = merge(job(4, 300, seed, 3000), 4);

@@ -101,7 +101,7 @@ TEST_CASE("worker env: share mode keeps the visible list and exports the index")
             .get("CUDA_VISIBLE_DEVICES") == "4,5");
 }
 
-TEST_CASE("worker env: the user's settings are kept; a stale device index is removed") {
+TEST_CASE("worker env: the user's settings are kept, a stale device index is removed") {
   EnvMap env = slurm_step_env();
   env.set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0");
   env.set("OMP_NUM_THREADS", "7");
