@@ -544,17 +544,16 @@ TEST_CASE("a rank that skips a collective: the others time out naming it and bot
     }
     CHECK(r.status == 3);
     CHECK(has(r.output, "error-kind: timeout"));
-    // Both waiting ranks time out at about the same moment; when the other one's timeout came
-    // first (a loaded machine), it is reported as having failed in #4 instead of waiting there.
-    const std::string other = std::to_string(2 - r.rank);
+    // Both waiting ranks time out at about the same moment. On a loaded machine the other one
+    // may have failed already, or not answered within the report's grace: it is then named as
+    // such, after the skipper, instead of as waiting in #4. What must hold: this rank waits in
+    // #4 and rank 1, the skipper, is named with the collective it last entered.
     const std::string head =
         "ERROR: dtlaunch ddp: all_reduce #4 (float32, 4 elements) timed out "
         "after 2s on rank " +
         std::to_string(r.rank) + ": ";
     CHECK((has(r.output, head + "ranks 0,2 wait in #4; rank 1 (") ||
-           (has(r.output, head + "rank " + std::to_string(r.rank) + " waits in #4; rank 1 (") &&
-            has(r.output, "; rank " + other + " (") &&
-            has(r.output, " last entered #4 all_reduce (float32, 4 elements), which failed "))));
+           has(r.output, head + "rank " + std::to_string(r.rank) + " waits in #4; rank 1 (")));
     CHECK(has(r.output,
               ", local rank 1) last entered #3 all_reduce (float32, 4 elements), "
               "finished "));
