@@ -292,6 +292,9 @@ std::optional<RankFile> parse_rank_file(std::string_view text, std::string* erro
   bool saw_entries = false;
   uint64_t last_seq = 0;
   const bool ok = p.object([&](const std::string& key) {
+    // The runtime writes the entries last, and parse_header reads the keys before them: a key
+    // after the entries (or a second "entries") is not a file the runtime wrote.
+    if (saw_entries) return p.fail("a key after the entries");
     if (key != "entries") return header_key(p, key, f.header);
     saw_entries = true;
     return p.array([&] {
