@@ -658,7 +658,8 @@ TEST_CASE("the same termination signal twice: SIGKILL at once, not after the gra
   CHECK(settle(5s).empty());
 }
 
-TEST_CASE("Ctrl-Z stops the workers with the supervisor, SIGCONT continues them", "[proc]") {
+TEST_CASE("Ctrl-Z stops the workers with the supervisor, SIGCONT continues them",
+          "[proc][not-under-sanitizers]") {
   const std::string launcher = GENERATE(from_range(launchers()));
   INFO("launcher: " << launcher);
   TempDir dir;
