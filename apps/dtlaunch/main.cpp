@@ -23,7 +23,7 @@ constexpr const char* kDescription =
     "  dtlaunch [OPTIONS] [--] PROGRAM [ARGS...]\n"
     "  dtlaunch hostnames EXPR...    expand Slurm hostlists, one host per line\n"
     "  dtlaunch hostlist NAME...     compress host names into a hostlist\n"
-    "  dtlaunch env-table            the table of exported and removed variables\n"
+    "  dtlaunch env-table            the tables of the variables exported, removed and read\n"
     "  dtlaunch doctor [OPTIONS] [PROGRAM...]   check that the job can start (see --help)\n"
     "  dtlaunch trace DIR [OPTIONS]  merge the DDP runtime's flight records (see --help)\n"
     "  dtlaunch job [OPTIONS] PROGRAM...  in a batch script: run the step, restart on spare "
@@ -143,7 +143,8 @@ int run(int argc, char** argv) {
                "compress host names into one Slurm hostlist expression (as 'scontrol show "
                "hostlist')");
   CLI::App* env_table = add_verbatim(
-      app, "env-table", "print the Markdown table of the variables dtlaunch exports and removes");
+      app, "env-table",
+      "print the Markdown tables of the variables dtlaunch exports, removes and reads");
   TraceCommand trace;
   CLI::App* trace_app = add_trace_options(app, trace);
   JobCommand job;

@@ -97,7 +97,8 @@ constexpr std::uintmax_t kTreeFileLimit = 4 << 20;
 constexpr std::size_t kTreeEntryLimit = 1'000'000;
 
 Error bad_tree_file(const std::string& path, const std::string& why) {
-  return Error(ExitCode::kBadInput, "DTLAUNCH_TOPOLOGY_ROOT: '" + excerpt(path, 200) + "' " + why +
+  return Error(ExitCode::kBadInput, std::string(kTopologyRootVariable) + ": '" +
+                                        excerpt(path, 200) + "' " + why +
                                         ": not what a node's sys/ or proc/ holds; refusing "
                                         "rather than guessing the topology");
 }
@@ -108,7 +109,7 @@ void check_tree(const std::string& root) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path real_root = fs::canonical(root, ec);
-  if (ec) throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root, ec.message());
+  if (ec) throw Error::bad_env(kTopologyRootVariable, root, ec.message());
   std::size_t entries = 0;
   for (fs::recursive_directory_iterator it(real_root, fs::directory_options::none, ec), end;
        !ec && it != end; it.increment(ec)) {
@@ -133,7 +134,7 @@ void check_tree(const std::string& root) {
       throw bad_tree_file(path.string(),
                           "is larger than " + std::to_string(kTreeFileLimit >> 20) + " MiB");
   }
-  if (ec) throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root, ec.message());
+  if (ec) throw Error::bad_env(kTopologyRootVariable, root, ec.message());
 }
 
 struct TopologyDeleter {
@@ -181,7 +182,7 @@ Topology read_topology(const std::string& root) {
     const std::string online_path = root + "/sys/devices/system/cpu/online";
     const auto online = read_small(online_path);
     if (!online)
-      throw Error::bad_env("DTLAUNCH_TOPOLOGY_ROOT", root,
+      throw Error::bad_env(kTopologyRootVariable, root,
                            "has no sys/devices/system/cpu/online: not a copy of a node's sys/ "
                            "and proc/");
     check_tree(root);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "affinity/cpuset.hpp"
 #include "affinity/topology.hpp"
@@ -16,6 +17,9 @@ namespace dtlaunch {
 // off (it would describe this machine). Throws Error(kBadInput) naming DTLAUNCH_TOPOLOGY_ROOT
 // when such a root has no CPU, Error(kFailure) when hwloc cannot load.
 Topology read_topology(const std::string& root);
+// The variable whose value `root` is, for the errors; declared with the launcher's settings
+// (contract/settings.hpp, which the launch layer checks it against).
+inline constexpr std::string_view kTopologyRootVariable = "DTLAUNCH_TOPOLOGY_ROOT";
 
 struct TaskMask {
   CpuSet cpus;  // sched_getaffinity

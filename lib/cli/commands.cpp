@@ -12,6 +12,7 @@
 #include "cli/log.hpp"
 #include "cli/watch.hpp"
 #include "contract/contract.hpp"
+#include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "doctor/network.hpp"
@@ -268,6 +269,16 @@ int run_env_table(std::ostream& out) {
   out << "\nRemoved from the inherited environment when present:\n\n"
          "| variable | why |\n|---|---|\n";
   for (const RemovedVar& v : removed_vars()) out << "| `" << v.name << "` | " << v.why << " |\n";
+  // Then what is read, one table per owner, so that each docs page holds its owner's
+  // (docs/environment.md the launcher's, doctor's and example's; docs/ddp.md the runtime's).
+  for (Owner owner : {Owner::kLauncher, Owner::kDoctor, Owner::kRuntime, Owner::kExample}) {
+    out << "\nRead by owner `" << owner_name(owner)
+        << "`:\n\n| variable | owner | parsed as | default | meaning |\n|---|---|---|---|---|\n";
+    for (const Setting* s : read_settings())
+      if (s->owner == owner)
+        out << "| `" << s->name << "` | " << owner_name(owner) << " | " << parse_name(*s) << " | "
+            << s->fallback << " | " << s->doc << " |\n";
+  }
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
@@ -118,14 +119,15 @@ constexpr std::array kRemoved = {
                "does not run, and the job cannot connect"},
 };
 
-constexpr std::uint64_t kMaxRanks = 1u << 24;
-
 // Collects every problem, so that one line names all of them rather than the first only.
 class Reader {
  public:
   explicit Reader(const EnvMap& env) : env_(env) {}
 
-  std::optional<std::uint32_t> number(std::string_view name, bool required, std::uint64_t max) {
+  // The number a kNumber declaration (contract/settings.hpp) allows.
+  std::optional<std::uint32_t> number(const Setting& setting, bool required) {
+    const std::string_view name = setting.name;
+    const std::uint64_t max = setting.max;
     const auto value = env_.get(name);
     if (!value) {
       if (required) missing_.emplace_back(name);
@@ -231,17 +233,18 @@ std::string run_id_problem(std::string_view id) {
 
 WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>& more_problems) {
   Reader in(env);
-  const auto rank = in.number(v::kRank, true, kMaxRanks - 1);
-  const auto world = in.number(v::kWorldSize, true, kMaxRanks);
-  const auto local_rank = in.number(v::kLocalRank, false, kMaxRanks - 1);
-  const auto local_world = in.number(v::kLocalWorldSize, false, kMaxRanks);
-  const auto device = in.number(v::kCudaDevice, false, 1023);
+  namespace s = setting;
+  const auto rank = in.number(s::kRank, true);
+  const auto world = in.number(s::kWorldSize, true);
+  const auto local_rank = in.number(s::kLocalRank, false);
+  const auto local_world = in.number(s::kLocalWorldSize, false);
+  const auto device = in.number(s::kCudaDevice, false);
   const auto addr = in.text(v::kMasterAddr, true);
-  const auto port = in.number(v::kMasterPort, true, 65535);
-  const auto node_rank = in.number(v::kNodeRank, false, kMaxRanks - 1);
-  const auto nnodes = in.number(v::kNnodes, false, kMaxRanks);
-  const auto restart_count = in.number(v::kRestartCount, false, UINT32_MAX);
-  const auto max_restarts = in.number(v::kMaxRestarts, false, UINT32_MAX);
+  const auto port = in.number(s::kRuntimeMasterPort, true);
+  const auto node_rank = in.number(s::kNodeRank, false);
+  const auto nnodes = in.number(s::kNnodes, false);
+  const auto restart_count = in.number(s::kTorchelasticRestartCount, false);
+  const auto max_restarts = in.number(s::kMaxRestarts, false);
 
   in.at_least_one(v::kWorldSize, world);
   in.below(v::kRank, rank, v::kWorldSize, world);

@@ -6,6 +6,7 @@
 
 #include "affinity/plan.hpp"
 #include "contract/contract.hpp"
+#include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
@@ -66,7 +67,7 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
   // that is /dev/zero or gigabytes of something else is an error, not a memory blow-up.
   auto text = system.read_file_head(*step.hostfile, kHostfileReadLimit + 1);
   if (!text)
-    throw Error::bad_env("SLURM_HOSTFILE", *step.hostfile,
+    throw Error::bad_env(setting::kSlurmHostfile.name, *step.hostfile,
                          "cannot be read on this node, so the node of rank 0 is unknown" + ask);
   const bool cut = text->size() > kHostfileReadLimit;
   std::string_view rest = *text;
@@ -74,7 +75,7 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
   while (!rest.empty()) {
     std::size_t eol = rest.find('\n');
     if (eol == std::string_view::npos && cut)
-      throw Error::bad_env("SLURM_HOSTFILE", *step.hostfile,
+      throw Error::bad_env(setting::kSlurmHostfile.name, *step.hostfile,
                            "no host in its first " + num(kHostfileReadLimit / 1024) +
                                " KiB (line " + num(line_number + 1) +
                                " is longer than that): not a Slurm hostfile?" + ask);
@@ -96,11 +97,11 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
     auto it = std::find(step.hosts.begin(), step.hosts.end(), first);
     if (it == step.hosts.end())
       throw Error::bad_env(
-          "SLURM_HOSTFILE", *step.hostfile,
+          setting::kSlurmHostfile.name, *step.hostfile,
           "first host '" + excerpt(first) + "' is not in the step's node list" + ask);
     return static_cast<std::uint32_t>(it - step.hosts.begin());
   }
-  throw Error::bad_env("SLURM_HOSTFILE", *step.hostfile, "has no host" + ask);
+  throw Error::bad_env(setting::kSlurmHostfile.name, *step.hostfile, "has no host" + ask);
 }
 
 // What can be a host name (letters, digits, '-', '_' and dot-separated labels, as /etc/hosts
@@ -139,7 +140,7 @@ void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const La
     spec.master.addr = *options.master_addr;
     note(spec, Note::Level::kInfo, true, "MASTER_ADDR=" + spec.master.addr + " from --master-addr");
   } else if (const auto& inherited = in.master_addr) {
-    check_master_addr("MASTER_ADDR", *inherited);
+    check_master_addr(setting::kMasterAddr.name, *inherited);
     spec.master.addr = std::string(*inherited);
     note(spec, Note::Level::kInfo, true,
          "MASTER_ADDR=" + spec.master.addr + " kept: it was already set in the environment");
@@ -161,7 +162,7 @@ bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const Laun
     return true;
   }
   if (const auto& inherited = in.master_port) {
-    spec.master.port = parse_port("MASTER_PORT", *inherited);
+    spec.master.port = parse_port(setting::kMasterPort.name, *inherited);
     note(spec, Note::Level::kInfo, true,
          "MASTER_PORT=" + num(spec.master.port) + " kept: it was already set in the environment");
     return true;
@@ -171,7 +172,7 @@ bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const Laun
 
 PortRange port_range(const LaunchOptions& options, const LaunchInputs& in) {
   if (options.port_range) return parse_port_range("--port-range", *options.port_range);
-  if (const auto& text = in.port_range) return parse_port_range("DTLAUNCH_PORT_RANGE", *text);
+  if (const auto& text = in.port_range) return parse_port_range(setting::kPortRange.name, *text);
   return kDefaultPortRange;
 }
 
@@ -209,7 +210,7 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, cons
     if (options.gpus_per_node) {
       if (*options.gpus_per_node > plan.visible.size())
         throw Error::bad_env(
-            "CUDA_VISIBLE_DEVICES", *cvd,
+            setting::kCudaVisibleDevices.name, *cvd,
             "lists fewer devices than --gpus-per-node=" + num(*options.gpus_per_node));
       plan.visible.resize(*options.gpus_per_node);
     }
@@ -222,11 +223,12 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, cons
       count = *options.gpus_per_node;
       plan.counted_from = "--gpus-per-node=" + num(count);
     } else if (const auto& step_gpus = in.slurm_step_gpus) {
-      count =
-          static_cast<std::uint32_t>(parse_visible_devices(*step_gpus, "SLURM_STEP_GPUS").size());
+      count = static_cast<std::uint32_t>(
+          parse_visible_devices(*step_gpus, setting::kSlurmStepGpus.name).size());
       plan.counted_from = "SLURM_STEP_GPUS='" + excerpt(*step_gpus) + "'";
     } else if (const auto& job_gpus = in.slurm_job_gpus) {
-      count = static_cast<std::uint32_t>(parse_visible_devices(*job_gpus, "SLURM_JOB_GPUS").size());
+      count = static_cast<std::uint32_t>(
+          parse_visible_devices(*job_gpus, setting::kSlurmJobGpus.name).size());
       plan.counted_from = "SLURM_JOB_GPUS='" + excerpt(*job_gpus) + "'";
     } else {
       count = system.count_gpu_device_files();
@@ -263,7 +265,7 @@ CpuBind cpu_bind_of(const LaunchOptions& options, const LaunchInputs& in) {
   if (!text) return CpuBind::kNone;
   auto bind = parse_cpu_bind(*text);
   if (!bind)
-    throw Error::bad_env("DTLAUNCH_CPU_BIND", *text,
+    throw Error::bad_env(setting::kCpuBind.name, *text,
                          "expected none, numa, socket, exclusive or cache");
   return *bind;
 }
@@ -273,14 +275,14 @@ MemBind mem_bind_of(const LaunchOptions& options, const LaunchInputs& in, CpuBin
   const auto& text = in.mem_bind;
   if (!text) return cpu == CpuBind::kNone ? MemBind::kNone : MemBind::kLocal;
   auto bind = parse_mem_bind(*text);
-  if (!bind) throw Error::bad_env("DTLAUNCH_MEM_BIND", *text, "expected none, local or strict");
+  if (!bind) throw Error::bad_env(setting::kMemBind.name, *text, "expected none, local or strict");
   return *bind;
 }
 
 // The device minors Slurm allocated, when it says (for find_gpu's reading of indices).
 std::optional<std::vector<unsigned>> allocated_minors(const LaunchInputs& in) {
-  for (const auto& [name, text] : {std::pair{"SLURM_STEP_GPUS", &in.slurm_step_gpus},
-                                   std::pair{"SLURM_JOB_GPUS", &in.slurm_job_gpus}}) {
+  for (const auto& [name, text] : {std::pair{setting::kSlurmStepGpus.name, &in.slurm_step_gpus},
+                                   std::pair{setting::kSlurmJobGpus.name, &in.slurm_job_gpus}}) {
     if (!*text) continue;
     std::vector<unsigned> minors;
     for (const std::string& id : parse_visible_devices(**text, name))
@@ -398,7 +400,9 @@ void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& 
   if (!options.argv.empty()) spec.program_path = resolve_program(options.argv.front(), in.path);
   spec.max_restarts = options.max_restarts;
   if (options.export_run_id)
-    spec.run_id = options.run_id ? *options.run_id : job_id ? num(*job_id) : std::string("none");
+    spec.run_id = options.run_id ? *options.run_id
+                               : job_id       ? num(*job_id)
+                                              : std::string("none");
   check_gpu_plan(spec.gpu, spec.local_world_size, spec.notes);
 }
 
@@ -439,75 +443,94 @@ LaunchSpec spec_from_slurm(const LaunchInputs& in, const LaunchOptions& options,
   return spec;
 }
 
-LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
-                           const System& system) {
+namespace {
+
+std::uint32_t workers_per_node(const LaunchOptions& options) {
   if (!options.nproc_per_node) throw Error::usage("local mode needs --nproc-per-node N");
   const std::uint32_t nproc = *options.nproc_per_node;
   if (nproc == 0) throw Error::usage("--nproc-per-node: must be at least 1");
   if (nproc > 4096)
     throw Error::usage("--nproc-per-node " + num(nproc) + ": more than 4096 workers on one node");
+  return nproc;
+}
 
+// One launcher per node under srun: the nodes, the address, the port and the run come from
+// Slurm. Returns the job id.
+std::uint64_t nodes_from_step(LaunchSpec& spec, const LaunchInputs& in,
+                              const LaunchOptions& options, const System& system) {
+  const SlurmStep& step = *in.step;
+  const std::uint32_t nproc = spec.local_world_size;
+  if (step.ntasks != step.nnodes)
+    throw Error::usage("--nproc-per-node " + num(nproc) + " inside an srun step of " +
+                       num(step.ntasks) + " tasks on " + num(step.nnodes) +
+                       " node(s) would start " + num(std::uint64_t{nproc} * step.ntasks) +
+                       " workers; either drop --nproc-per-node (each srun task is one worker) "
+                       "or run one task per node (srun --ntasks-per-node=1)");
+  if (options.nnodes || options.node_rank)
+    throw Error::usage("--nnodes and --node-rank come from Slurm inside an srun step");
+  spec.notes = step.notes;
+  spec.nnodes = step.nnodes;
+  // One task per node: the task's rank orders the launchers (equal to SLURM_NODEID except
+  // under an arbitrary distribution), and task 0's node hosts worker 0 and the store.
+  spec.node_rank = step.procid;
+  choose_master_addr(
+      spec, options, in, [&] { return step.hosts[node_of_rank0(step, system)]; },
+      "the node of Slurm task 0", "MASTER_ADDR derived from the step's node list");
+  choose_slurm_port(spec, step, options, in, system);
+  spec.run_identity = slurm_run_identity(step);
+  return step.job_id;
+}
+
+// Without Slurm: the nodes from --nnodes and --node-rank, the address and port from the user or,
+// standalone, loopback and a free port. Returns whether that free port is still to be found.
+bool nodes_from_options(LaunchSpec& spec, const LaunchInputs& in, const LaunchOptions& options) {
+  spec.nnodes = options.nnodes.value_or(1);
+  spec.node_rank = options.node_rank.value_or(0);
+  if (spec.nnodes == 0) throw Error::usage("--nnodes: must be at least 1");
+  if (spec.node_rank >= spec.nnodes)
+    throw Error::usage("--node-rank " + num(spec.node_rank) + " is not below --nnodes " +
+                       num(spec.nnodes));
+  const bool standalone = spec.nnodes == 1;
+  if (!standalone && !options.master_addr && !in.master_addr)
+    throw Error::usage("--nnodes " + num(spec.nnodes) +
+                       " needs --master-addr HOST (the machine of node rank 0), the same on "
+                       "every launcher");
+  choose_master_addr(
+      spec, options, in, [] { return std::string("127.0.0.1"); }, "standalone: loopback",
+      setting::kMasterAddr.name);
+  // Standalone, the supervisor's own tag names the run (the command layer adds it).
+  if (!standalone && options.run_id) spec.run_identity = "local-" + *options.run_id;
+  const bool need_free_port = !choose_user_port(spec, options, in);
+  // Only Slurm's hashed port uses the range, but a wrong one is still a mistake to report
+  // in either mode, not one that waits for the day the job moves under Slurm.
+  const PortRange range = port_range(options, in);
+  if (options.port_range || in.port_range)
+    note(spec, Note::Level::kDebug, true,
+         "port range " + num(range.lo) + "-" + num(range.hi) +
+             " unused: local mode takes --master-port or a free port from the kernel");
+  if (need_free_port && !standalone)
+    throw Error::usage("--nnodes " + num(spec.nnodes) +
+                       " needs --master-port P, the same on every launcher");
+  return need_free_port;
+}
+
+}  // namespace
+
+LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
+                           const System& system) {
+  const std::uint32_t nproc = workers_per_node(options);
   LaunchSpec spec;
   spec.mode = Mode::kLocal;
   spec.local_world_size = nproc;
 
   std::optional<std::uint64_t> job_id;
   bool need_free_port = false;
-  if (in.step) {
-    // One launcher per node under srun: the nodes come from Slurm.
-    const SlurmStep& step = *in.step;
-    if (step.ntasks != step.nnodes)
-      throw Error::usage("--nproc-per-node " + num(nproc) + " inside an srun step of " +
-                         num(step.ntasks) + " tasks on " + num(step.nnodes) +
-                         " node(s) would start " + num(std::uint64_t{nproc} * step.ntasks) +
-                         " workers; either drop --nproc-per-node (each srun task is one worker) "
-                         "or run one task per node (srun --ntasks-per-node=1)");
-    if (options.nnodes || options.node_rank)
-      throw Error::usage("--nnodes and --node-rank come from Slurm inside an srun step");
-    spec.notes = step.notes;
-    spec.nnodes = step.nnodes;
-    // One task per node: the task's rank orders the launchers (equal to SLURM_NODEID except
-    // under an arbitrary distribution), and task 0's node hosts worker 0 and the store.
-    spec.node_rank = step.procid;
-    choose_master_addr(
-        spec, options, in, [&] { return step.hosts[node_of_rank0(step, system)]; },
-        "the node of Slurm task 0", "MASTER_ADDR derived from the step's node list");
-    choose_slurm_port(spec, step, options, in, system);
-    spec.run_identity = slurm_run_identity(step);
-    spec.gpu = make_gpu_plan(options, in, system, std::nullopt, Mode::kLocal);
-    choose_omp(spec, in, std::nullopt);
-    job_id = step.job_id;
-  } else {
-    spec.nnodes = options.nnodes.value_or(1);
-    spec.node_rank = options.node_rank.value_or(0);
-    if (spec.nnodes == 0) throw Error::usage("--nnodes: must be at least 1");
-    if (spec.node_rank >= spec.nnodes)
-      throw Error::usage("--node-rank " + num(spec.node_rank) + " is not below --nnodes " +
-                         num(spec.nnodes));
-    const bool standalone = spec.nnodes == 1;
-    if (!standalone && !options.master_addr && !in.master_addr)
-      throw Error::usage("--nnodes " + num(spec.nnodes) +
-                         " needs --master-addr HOST (the machine of node rank 0), the same on "
-                         "every launcher");
-    choose_master_addr(
-        spec, options, in, [] { return std::string("127.0.0.1"); }, "standalone: loopback",
-        "MASTER_ADDR");
-    // Standalone, the supervisor's own tag names the run (the command layer adds it).
-    if (!standalone && options.run_id) spec.run_identity = "local-" + *options.run_id;
-    need_free_port = !choose_user_port(spec, options, in);
-    // Only Slurm's hashed port uses the range, but a wrong one is still a mistake to report
-    // in either mode, not one that waits for the day the job moves under Slurm.
-    const PortRange range = port_range(options, in);
-    if (options.port_range || in.port_range)
-      note(spec, Note::Level::kDebug, true,
-           "port range " + num(range.lo) + "-" + num(range.hi) +
-               " unused: local mode takes --master-port or a free port from the kernel");
-    if (need_free_port && !standalone)
-      throw Error::usage("--nnodes " + num(spec.nnodes) +
-                         " needs --master-port P, the same on every launcher");
-    spec.gpu = make_gpu_plan(options, in, system, std::nullopt, Mode::kLocal);
-    choose_omp(spec, in, std::nullopt);
-  }
+  if (in.step)
+    job_id = nodes_from_step(spec, in, options, system);
+  else
+    need_free_port = nodes_from_options(spec, in, options);
+  spec.gpu = make_gpu_plan(options, in, system, std::nullopt, Mode::kLocal);
+  choose_omp(spec, in, std::nullopt);
   if (std::uint64_t{spec.nnodes} * nproc > UINT32_MAX) throw Error::usage("world size overflows");
   spec.world_size = spec.nnodes * nproc;
   spec.first_rank_on_node = spec.node_rank * nproc;

@@ -1,17 +1,10 @@
 #include "launch/inputs.hpp"
 
+#include "affinity/read_topology.hpp"
+#include "contract/settings.hpp"
 #include "core/error.hpp"
 
 namespace dtlaunch {
-
-namespace {
-
-std::optional<std::string> text_of(const EnvMap& env, std::string_view name) {
-  if (auto value = env.get(name)) return std::string(*value);
-  return std::nullopt;
-}
-
-}  // namespace
 
 Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   const bool local_options =
@@ -42,23 +35,27 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   return Mode::kSlurm;  // read_slurm_step refuses a job context without a step, with the reason
 }
 
+static_assert(setting::kTopologyRoot.name == kTopologyRootVariable);
+
 LaunchInputs read_inputs(const EnvMap& env, Mode mode) {
   LaunchInputs in;
   in.slurm = detect_slurm(env);
   if (mode == Mode::kSlurm || in.slurm == SlurmContext::kStep) in.step = read_slurm_step(env);
-  in.master_addr = text_of(env, "MASTER_ADDR");
-  in.master_port = text_of(env, "MASTER_PORT");
-  in.port_range = text_of(env, "DTLAUNCH_PORT_RANGE");
-  in.cpu_bind = text_of(env, "DTLAUNCH_CPU_BIND");
-  in.mem_bind = text_of(env, "DTLAUNCH_MEM_BIND");
-  if (auto cvd = env.get_raw("CUDA_VISIBLE_DEVICES")) in.cuda_visible_devices = std::string(*cvd);
-  in.cuda_device_order = text_of(env, "CUDA_DEVICE_ORDER");
-  in.omp_num_threads = text_of(env, "OMP_NUM_THREADS");
-  in.slurm_step_gpus = text_of(env, "SLURM_STEP_GPUS");
-  in.slurm_job_gpus = text_of(env, "SLURM_JOB_GPUS");
-  in.slurm_cpu_bind_type = text_of(env, "SLURM_CPU_BIND_TYPE");
-  if (auto root = env.get("DTLAUNCH_TOPOLOGY_ROOT")) in.topology_root = std::string(*root);
-  in.path = text_of(env, "PATH");
+  namespace s = setting;
+  in.master_addr = read_text(env, s::kMasterAddr);
+  in.master_port = read_text(env, s::kMasterPort);
+  in.port_range = read_text(env, s::kPortRange);
+  in.cpu_bind = read_text(env, s::kCpuBind);
+  in.mem_bind = read_text(env, s::kMemBind);
+  in.cuda_visible_devices = read_text(env, s::kCudaVisibleDevices);
+  in.cuda_device_order = read_text(env, s::kCudaDeviceOrder);
+  in.omp_num_threads = read_text(env, s::kOmpNumThreads);
+  in.slurm_step_gpus = read_text(env, s::kSlurmStepGpus);
+  in.slurm_job_gpus = read_text(env, s::kSlurmJobGpus);
+  in.slurm_cpu_bind_type = read_text(env, s::kSlurmCpuBindType);
+  in.topology_root =
+      read_text(env, s::kTopologyRoot).value_or(std::string(s::kTopologyRoot.fallback));
+  in.path = read_text(env, s::kPath);
   return in;
 }
 

@@ -1,5 +1,6 @@
 #include "launch/plan.hpp"
 
+#include "contract/settings.hpp"
 #include "core/parse.hpp"
 #include "launch/build_spec.hpp"
 #include "launch/worker_env.hpp"
@@ -17,9 +18,10 @@ PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const En
 // Under Slurm the restarts are counted by `dtlaunch job` (docs/resilience.md), which runs each
 // attempt as a new step and says which one it is.
 std::uint32_t slurm_restart_count(const EnvMap& env) {
-  const auto value = env.get("DTLAUNCH_RESTART_COUNT");
+  const auto value = read_text(env, setting::kRestartCount);
   if (!value) return 0;
-  return static_cast<std::uint32_t>(parse_count("DTLAUNCH_RESTART_COUNT", *value, 0, UINT32_MAX));
+  return static_cast<std::uint32_t>(
+      parse_count(setting::kRestartCount.name, *value, 0, UINT32_MAX));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "../support/arg_max.hpp"
 #include "../unit/slurm_env.hpp"
@@ -296,17 +298,44 @@ TEST_CASE("blackbox: --help and --version exit 0") {
   CHECK(r.out.rfind("dtlaunch ", 0) == 0);
 }
 
-TEST_CASE("blackbox: docs/environment.md holds the table the binary prints") {
-  ProcessResult r = launch(EnvMap{}, {"env-table"});
-  REQUIRE(r.exit_status == 0);
-  std::ifstream page(DOCS_ENVIRONMENT_PAGE);
+namespace {
+
+std::string page_text(const char* path) {
+  std::ifstream page(path);
   REQUIRE(page);
   std::stringstream text;
   text << page.rdbuf();
-  INFO(
-      "regenerate with: build/apps/dtlaunch/dtlaunch env-table, and paste "
-      "into " DOCS_ENVIRONMENT_PAGE);
-  CHECK(text.str().find(r.out) != std::string::npos);
+  return text.str();
+}
+
+// env-table's output as its blocks: the exported and removed variables, then one table of what
+// is read per owner, each starting "Read by owner `OWNER`".
+std::vector<std::string> env_table_blocks(const std::string& out) {
+  const std::string marker = "\nRead by owner `";
+  std::vector<std::string> blocks;
+  std::size_t start = 0;
+  for (std::size_t next; (next = out.find(marker, start + 1)) != std::string::npos; start = next)
+    blocks.push_back(out.substr(start, next - start));
+  blocks.push_back(out.substr(start));
+  return blocks;
+}
+
+}  // namespace
+
+TEST_CASE("blackbox: docs/environment.md and docs/ddp.md hold the tables the binary prints") {
+  ProcessResult r = launch(EnvMap{}, {"env-table"});
+  REQUIRE(r.exit_status == 0);
+  const std::string environment = page_text(DOCS_ENVIRONMENT_PAGE);
+  const std::string ddp = page_text(DOCS_DDP_PAGE);
+  const std::vector<std::string> blocks = env_table_blocks(r.out);
+  REQUIRE(blocks.size() == 5);  // exported and removed; launcher, doctor, runtime, example
+  for (const std::string& block : blocks) {
+    const bool runtime = block.starts_with("\nRead by owner `runtime`");
+    INFO("regenerate with: build/apps/dtlaunch/dtlaunch env-table, and paste this block into "
+         << (runtime ? DOCS_DDP_PAGE : DOCS_ENVIRONMENT_PAGE) << ":\n"
+         << block);
+    CHECK((runtime ? ddp : environment).find(block) != std::string::npos);
+  }
 }
 
 TEST_CASE("blackbox: bad input in local mode and outside Slurm is refused with one line") {
