@@ -196,3 +196,41 @@ TEST_CASE("the runtime's errors carry their kind", "[ddp][errors]") {
     CHECK(e.kind() == ErrorKind::kConfig);
   }
 }
+
+TEST_CASE("a malformed runtime setting fails init_process_group at once, its value quoted safely",
+          "[ddp][env]") {
+  using dtlaunch::ddp::ErrorKind;
+  const WorkerEnv env = WorkerEnv::from_variables(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "9"}});
+  dtlaunch::ddp::InitOptions options;
+  options.backend = dtlaunch::ddp::Backend::kGloo;
+  options.timeout = std::chrono::seconds(1);
+  const std::string huge(100'000, '7');
+  const std::pair<std::string, std::string> cases[] = {
+      // An escape sequence is shown escaped, never sent to the terminal.
+      {"DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", "\x1b[2J"},
+      {"DTLAUNCH_DDP_SHM", "yes"},
+      {"DTLAUNCH_DDP_CHECK", "on"},
+      // 100 KB are cut to a line.
+      {"DTLAUNCH_DDP_TRACE_ENTRIES", huge},
+  };
+  const std::string expected[] = {
+      "dtlaunch ddp: DTLAUNCH_DDP_HEARTBEAT_TIMEOUT='\\x1b[2J' is not an integer in 0..86400",
+      "dtlaunch ddp: DTLAUNCH_DDP_SHM='yes' must be 0 or 1",
+      "dtlaunch ddp: DTLAUNCH_DDP_CHECK='on' must be 0 or 1",
+      "dtlaunch ddp: DTLAUNCH_DDP_TRACE_ENTRIES='" + huge.substr(0, 80) +
+          "... (100000 bytes)' is not an integer in 0..1000000",
+  };
+  for (std::size_t i = 0; i < std::size(cases); ++i) {
+    const auto& [name, value] = cases[i];
+    ::setenv(name.c_str(), value.c_str(), 1);
+    try {
+      dtlaunch::ddp::init_process_group(env, options);
+      FAIL("init_process_group accepted " << name);
+    } catch (const dtlaunch::ddp::Error& e) {
+      CHECK(e.kind() == ErrorKind::kConfig);
+      CHECK(std::string(e.what()) == expected[i]);
+    }
+    ::unsetenv(name.c_str());
+  }
+}

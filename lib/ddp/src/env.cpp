@@ -4,8 +4,8 @@
 #include <string_view>
 
 #include "contract/contract.hpp"
+#include "contract/settings.hpp"
 #include "core/error.hpp"
-#include "core/text.hpp"
 #include "dtlaunch/ddp.h"
 
 extern char** environ;
@@ -17,9 +17,10 @@ WorkerEnv from_env_map(const EnvMap& vars) {
   // USE_LIBUV and GLOO_SOCKET_IFNAME are the runtime's own knobs, not the launcher's contract;
   // a bad USE_LIBUV is still named in the same line as the contract's problems.
   std::vector<std::string> problems;
-  const auto use_libuv = vars.get("USE_LIBUV");
-  if (use_libuv && *use_libuv != "0" && *use_libuv != "1")
-    problems.push_back("USE_LIBUV='" + excerpt(*use_libuv) + "' must be 0 or 1");
+  const auto use_libuv = read_text(vars, setting::kUseLibuv);
+  if (use_libuv)
+    if (std::string problem = setting_problem(setting::kUseLibuv, *use_libuv); !problem.empty())
+      problems.push_back(std::move(problem));
   WorkerContract contract;
   try {
     contract = parse_contract(vars, problems);
@@ -35,8 +36,8 @@ WorkerEnv from_env_map(const EnvMap& vars) {
   env.device_index = static_cast<int>(contract.device.value_or(contract.local_rank));
   env.master_addr = contract.master_addr;
   env.master_port = contract.master_port;
-  env.gloo_socket_ifname = std::string(vars.get_raw("GLOO_SOCKET_IFNAME").value_or(""));
-  env.store_use_libuv = use_libuv.value_or("1") == "1";
+  env.gloo_socket_ifname = read_text(vars, setting::kGlooSocketIfname).value_or("");
+  env.store_use_libuv = use_libuv.value_or(std::string(setting::kUseLibuv.fallback)) == "1";
   env.run_id = contract.run_id.value_or("");
   return env;
 }

@@ -5,6 +5,7 @@
 #include "internal.hpp"
 #include "monitor.hpp"
 #include "peer_watch.hpp"
+#include "settings.hpp"
 #include "shm_reduce.hpp"
 
 namespace dtlaunch::ddp {
@@ -44,9 +45,10 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
     std::signal(SIGPIPE, SIG_IGN);
   // Read before the rendezvous, so that a malformed variable fails every rank at once.
-  auto settings = detail::MonitorSettings::from_environment(env.world_size);
+  const auto read = detail::RuntimeSettings::from_environment(env.world_size);
+  const detail::MonitorSettings& settings = read.monitor;
   InitOptions resolved = options;
-  resolved.shm_all_reduce = options.shm_all_reduce && detail::shm_enabled_by_environment();
+  resolved.shm_all_reduce = options.shm_all_reduce && read.shm_all_reduce;
   // DTLAUNCH_DDP_CHECK adds a collective to every collective: it must be on everywhere or
   // nowhere (DTLAUNCH_DDP_SHM is agreed by ShmAllReduce::create instead: off when any rank has it
   // off).

@@ -24,6 +24,8 @@
 #include <thread>
 #include <tuple>
 
+#include "contract/settings.hpp"
+#include "core/parse.hpp"
 #include "core/text.hpp"
 #include "internal.hpp"
 
@@ -171,23 +173,6 @@ const char* state_name(CollectiveRecord::State s) {
       return "failed";
   }
   return "started";
-}
-
-std::optional<uint64_t> env_number(const char* name, uint64_t max) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*v == '-' || *end != '\0' || errno != 0 || n > max)
-    throw Error(ErrorKind::kConfig, std::string("dtlaunch ddp: ") + name + "='" + v +
-                                        "' is not an integer in 0.." + std::to_string(max));
-  return n;
-}
-
-bool env_flag(const char* name) {
-  const auto n = env_number(name, 1);
-  return n && *n == 1;
 }
 
 // A run id as part of a file name: [A-Za-z0-9._-] kept, anything else '_', at most 64 bytes.
@@ -362,25 +347,25 @@ milliseconds default_grace(int world_size) {
   return 2 * watch_interval(world_size) + milliseconds(500);
 }
 
-MonitorSettings MonitorSettings::from_environment(int world_size) {
+static_assert(setting::kTraceEntries.max == kMaxTraceEntries);
+
+MonitorSettings MonitorSettings::read(const EnvMap& env, int world_size) {
+  namespace v = setting;
   MonitorSettings s;
-  if (auto n = env_number("DTLAUNCH_DDP_TRACE_ENTRIES", kMaxTraceEntries)) s.trace_entries = *n;
-  if (const char* d = std::getenv("DTLAUNCH_DDP_TRACE_DIR")) s.trace_dir = d;
-  s.trace_at_exit = env_flag("DTLAUNCH_DDP_TRACE_AT_EXIT");
-  if (auto n = env_number("DTLAUNCH_DDP_DUMP_SIGNAL", 1)) s.dump_signal = *n == 1;
-  if (const char* id = std::getenv("DTLAUNCH_RUN_ID")) s.run_id = file_name_part(id);
+  if (auto n = read_number(env, v::kTraceEntries)) s.trace_entries = *n;
+  s.trace_dir = read_text(env, v::kTraceDir).value_or("");
+  s.trace_at_exit = read_switch(env, v::kTraceAtExit, false);
+  s.dump_signal = read_switch(env, v::kDumpSignal, true);
+  if (auto id = read_text(env, v::kRunId)) s.run_id = file_name_part(*id);
   // A restart of the local supervisor, or a requeue of the Slurm job (whose run id stays).
-  for (const char* name : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}) {
-    const char* v = std::getenv(name);
-    char* end = nullptr;
-    const long n = v != nullptr ? std::strtol(v, &end, 10) : 0;
-    if (v != nullptr && *end == '\0' && n > 0 && n < 1'000'000) s.attempt += static_cast<int>(n);
-  }
-  s.check = env_flag("DTLAUNCH_DDP_CHECK");
-  s.timeline = env_flag("DTLAUNCH_DDP_TIMELINE");
+  for (const Setting* count : {&v::kTorchelasticRestartCount, &v::kSlurmRestartCount})
+    if (auto n = parse_uint(read_text(env, *count).value_or(""), 999'999))
+      s.attempt += static_cast<int>(*n);
+  s.check = read_switch(env, v::kCheck, false);
+  s.timeline = read_switch(env, v::kTimeline, false);
   s.grace = default_grace(world_size);
-  if (auto g = env_number("DTLAUNCH_DDP_REPORT_GRACE_MS", 3'600'000)) s.grace = milliseconds(*g);
-  if (auto t = env_number("DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", 86'400))
+  if (auto g = read_number(env, v::kReportGraceMs)) s.grace = milliseconds(*g);
+  if (auto t = read_number(env, v::kHeartbeatTimeout))
     s.heartbeat_timeout = std::chrono::seconds(*t);
   return s;
 }

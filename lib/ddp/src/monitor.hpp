@@ -15,6 +15,10 @@
 
 #include "dtlaunch/ddp.h"
 
+namespace dtlaunch {
+class EnvMap;  // core/env_map.hpp, which the runtime's tests cannot include
+}  // namespace dtlaunch
+
 namespace dtlaunch::ddp::detail {
 
 enum class Op : uint8_t { kAllReduce, kBroadcast, kAllGather, kBarrier };
@@ -34,8 +38,8 @@ struct MonitorSettings {
   // TORCHELASTIC_RESTART_COUNT + SLURM_RESTART_COUNT.
   std::string run_id;
   int attempt = 0;
-  bool check = false;           // DTLAUNCH_DDP_CHECK=1
-  bool timeline = false;        // DTLAUNCH_DDP_TIMELINE=1: rank 0's startup line always
+  bool check = false;     // DTLAUNCH_DDP_CHECK=1
+  bool timeline = false;  // DTLAUNCH_DDP_TIMELINE=1: rank 0's startup line always
   // DTLAUNCH_DDP_REPORT_GRACE_MS: how long a failed rank waits for the others' positions;
   // default twice the watchers' poll interval (0.2 s up to 1000 ranks, world/1000 s beyond,
   // at most 2 s) plus 0.5 s.
@@ -44,8 +48,8 @@ struct MonitorSettings {
   // (peer_watch.hpp); 0: no heartbeat.
   std::chrono::milliseconds heartbeat_timeout{10000};
 
-  // Throws kConfig naming a malformed variable.
-  static MonitorSettings from_environment(int world_size);
+  // Throws dtlaunch::Error naming a malformed variable (RuntimeSettings::read, settings.hpp).
+  static MonitorSettings read(const EnvMap& env, int world_size);
 };
 
 // 88 bytes a slot: the ring's cost is entries x 88 bytes once full, allocated as entries arrive.
@@ -96,7 +100,7 @@ class FlightRecorder {
   std::atomic<uint64_t> next_seq_{0};
   mutable std::mutex mutex_;
   std::vector<CollectiveRecord> ring_;  // grows to capacity_, then wraps
-  CollectiveRecord last_;  // kept even with an empty ring
+  CollectiveRecord last_;               // kept even with an empty ring
 };
 
 // Timestamps of init_process_group's phases on this rank.

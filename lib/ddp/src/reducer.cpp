@@ -22,6 +22,7 @@
 
 #include "core/error.hpp"
 #include "dtlaunch/ddp.h"
+#include "settings.hpp"
 
 namespace dtlaunch::ddp {
 namespace {
@@ -56,8 +57,10 @@ void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& tensor
 // activations then come back as fresh pages, one fault per 4 KiB. A user's own setting wins.
 void keep_step_memory() {
 #if defined(__GLIBC__)
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  if (!detail::set_in_environment(setting::kMallocMmapThreshold))
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  if (!detail::set_in_environment(setting::kMallocTrimThreshold))
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
 }
 

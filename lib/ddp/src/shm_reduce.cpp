@@ -302,14 +302,6 @@ class ShmWork final : public Work {
 
 }  // namespace
 
-bool shm_enabled_by_environment() {
-  const char* v = std::getenv("DTLAUNCH_DDP_SHM");
-  if (!v || std::string(v) == "1") return true;
-  if (std::string(v) == "0") return false;
-  throw Error(ErrorKind::kConfig,
-              "dtlaunch ddp: DTLAUNCH_DDP_SHM='" + std::string(v) + "' must be 0 or 1");
-}
-
 uint64_t own_start_ticks() {
   return start_ticks_of("/proc/self/stat");
 }

@@ -15,9 +15,6 @@
 
 namespace dtlaunch::ddp::detail {
 
-// DTLAUNCH_DDP_SHM: unset or "1": on, "0": off; anything else throws kConfig naming it.
-bool shm_enabled_by_environment();
-
 // Whether the process `pid` that started at `start_ticks` (field 22 of /proc/PID/stat) still
 // runs: false once it is gone, a zombie, or its pid belongs to a newer process.
 bool process_alive(int pid, uint64_t start_ticks);
