@@ -77,7 +77,7 @@ constexpr std::array kExported = {
                 "slurm-JOB.STEP (+HET offset) under Slurm; local mode: local-<supervisor tag>, or "
                 "local-<--run-id> with --nnodes > 1 (unset without --run-id, and an inherited "
                 "value is removed)",
-                Write::kSetOrRemove, [](const WorkerContract& c) { return c.run_id; }},
+                Write::kSetOrRemove, [](const WorkerContract& c) { return c.dtlaunch_run_id; }},
     ExportedVar{v::kNcclAsyncErrorHandling, "lets NCCL errors abort the job instead of hanging",
                 "1, unless already set", Write::kUnlessInherited,
                 [](const WorkerContract&) { return Value("1"); }},
@@ -271,7 +271,7 @@ WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>&
   c.master_port = static_cast<std::uint16_t>(*port);
   c.restart_count = restart_count.value_or(0);
   c.max_restarts = max_restarts.value_or(0);
-  c.run_id = run_id;
+  c.dtlaunch_run_id = run_id;
   c.torchelastic_run_id = in.text(v::kTorchelasticRunId, false);
   c.device = device;
   if (auto visible = env.get_raw(v::kCudaVisibleDevices)) c.visible_devices = std::string(*visible);

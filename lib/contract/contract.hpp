@@ -28,7 +28,7 @@ struct WorkerContract {
   std::uint32_t max_restarts = 0;
   // DTLAUNCH_RUN_ID, the identity the DDP runtime compares at check-in; nullopt: none, and an
   // inherited one is removed (an outer launch's would refuse our own ranks).
-  std::optional<std::string> run_id;
+  std::optional<std::string> dtlaunch_run_id;
   // TORCHELASTIC_RUN_ID, exported only with --export-run-id.
   std::optional<std::string> torchelastic_run_id;
   // DTLAUNCH_CUDA_DEVICE, the index within the visible devices; nullopt: no GPU bound, and an

@@ -241,7 +241,7 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, cons
   return plan;
 }
 
-std::string slurm_run_identity(const SlurmStep& step) {
+std::string slurm_dtlaunch_run_id(const SlurmStep& step) {
   std::string id = "slurm-" + num(step.job_id) + "." + num(step.step_id);
   if (step.het_offset) id += "+" + num(step.het_offset);
   return id;
@@ -400,7 +400,7 @@ void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& 
   if (!options.argv.empty()) spec.program_path = resolve_program(options.argv.front(), in.path);
   spec.max_restarts = options.max_restarts;
   if (options.export_run_id)
-    spec.run_id = options.run_id ? *options.run_id
+    spec.torchelastic_run_id = options.run_id ? *options.run_id
                                : job_id       ? num(*job_id)
                                               : std::string("none");
   check_gpu_plan(spec.gpu, spec.local_world_size, spec.notes);
@@ -435,7 +435,7 @@ LaunchSpec spec_from_slurm(const LaunchInputs& in, const LaunchOptions& options,
   choose_master_addr(spec, options, in, derive, "the node of rank 0 in the step's node list",
                      "MASTER_ADDR derived from the step's node list");
   choose_slurm_port(spec, step, options, in, system);
-  spec.run_identity = slurm_run_identity(step);
+  spec.dtlaunch_run_id = slurm_dtlaunch_run_id(step);
   spec.gpu = make_gpu_plan(options, in, system, step.gpus_per_task, Mode::kSlurm);
   choose_omp(spec, in, step.cpus_per_task);
   finish(spec, options, in, step.job_id);
@@ -477,7 +477,7 @@ std::uint64_t nodes_from_step(LaunchSpec& spec, const LaunchInputs& in,
       spec, options, in, [&] { return step.hosts[node_of_rank0(step, system)]; },
       "the node of Slurm task 0", "MASTER_ADDR derived from the step's node list");
   choose_slurm_port(spec, step, options, in, system);
-  spec.run_identity = slurm_run_identity(step);
+  spec.dtlaunch_run_id = slurm_dtlaunch_run_id(step);
   return step.job_id;
 }
 
@@ -499,7 +499,7 @@ bool nodes_from_options(LaunchSpec& spec, const LaunchInputs& in, const LaunchOp
       spec, options, in, [] { return std::string("127.0.0.1"); }, "standalone: loopback",
       setting::kMasterAddr.name);
   // Standalone, the supervisor's own tag names the run (the command layer adds it).
-  if (!standalone && options.run_id) spec.run_identity = "local-" + *options.run_id;
+  if (!standalone && options.run_id) spec.dtlaunch_run_id = "local-" + *options.run_id;
   const bool need_free_port = !choose_user_port(spec, options, in);
   // Only Slurm's hashed port uses the range, but a wrong one is still a mistake to report
   // in either mode, not one that waits for the day the job moves under Slurm.

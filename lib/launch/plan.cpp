@@ -38,8 +38,8 @@ LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& s
     p.spec = spec_from_local(p.inputs, options, system);
     p.spec.supervisor_tag = system.random_tag();
     // Standalone, the supervisor's own tag names the run (several launchers need --run-id).
-    if (!p.spec.run_identity && p.spec.nnodes == 1)
-      p.spec.run_identity = "local-" + *p.spec.supervisor_tag;
+    if (!p.spec.dtlaunch_run_id && p.spec.nnodes == 1)
+      p.spec.dtlaunch_run_id = "local-" + *p.spec.supervisor_tag;
     p.descendant_marker = supervisor_marker(*p.spec.supervisor_tag);
     p.who = "node " + std::to_string(p.spec.node_rank);
     p.speaks_for_job = p.spec.node_rank == 0;

@@ -67,13 +67,13 @@ struct LaunchSpec {
   AffinityPlan affinity;
   std::optional<std::string> omp_num_threads;  // set only where the user has not
   std::uint32_t max_restarts = 0;
-  std::optional<std::string> run_id;  // exported as TORCHELASTIC_RUN_ID when present
+  std::optional<std::string> torchelastic_run_id;  // exported as TORCHELASTIC_RUN_ID when present
   // Exported as DTLAUNCH_RUN_ID: what the DDP runtime compares at check-in, so that a rank of
   // another job that reaches the same MASTER_ADDR:MASTER_PORT is refused instead of joining.
   // "slurm-JOB.STEP[+HET]" under Slurm, "local-<supervisor tag>" for a standalone local launch,
   // "local-<--run-id>" for several local launchers; unset (and removed) when nothing names the
   // run (several local launchers without --run-id).
-  std::optional<std::string> run_identity;
+  std::optional<std::string> dtlaunch_run_id;
   // Local mode: this dtlaunch's identity (supervisor_tag()), exported as DTLAUNCH_SUPERVISOR.
   std::optional<std::string> supervisor_tag;
   std::vector<std::string> argv;  // argv[0] as the user wrote it

@@ -16,8 +16,8 @@ WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker)
   c.master_port = spec.master.port;
   c.restart_count = worker.restart_count;
   c.max_restarts = spec.max_restarts;
-  c.run_id = spec.run_identity;
-  c.torchelastic_run_id = spec.run_id;
+  c.dtlaunch_run_id = spec.dtlaunch_run_id;
+  c.torchelastic_run_id = spec.torchelastic_run_id;
   const Binding* binding = spec.affinity.of(worker.local_rank);
   if (binding && spec.affinity.cpu != CpuBind::kNone)
     c.omp_num_threads = std::to_string(binding->cores);

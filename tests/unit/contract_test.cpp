@@ -125,7 +125,7 @@ TEST_CASE("contract: to_env writes the variables of the table, in its order") {
   WorkerContract w;
   w.master_addr = "h";
   w.master_port = 1;
-  w.run_id = "r";
+  w.dtlaunch_run_id = "r";
   w.torchelastic_run_id = "j";
   w.device = 0;
   w.visible_devices = "GPU-1";
@@ -182,7 +182,7 @@ TEST_CASE("contract: parse names every problem in one line") {
   CHECK(parse_contract(good).nnodes == 1);
   // The longest and the widest run ids that pass; an empty one counts as unset.
   for (const std::string& id : {std::string(128, 'x'), std::string(" !~slurm-1234.0")})
-    CHECK(parse_contract(with(good, {{"DTLAUNCH_RUN_ID", id}})).run_id == id);
-  CHECK(!parse_contract(with(good, {{"DTLAUNCH_RUN_ID", ""}})).run_id);
+    CHECK(parse_contract(with(good, {{"DTLAUNCH_RUN_ID", id}})).dtlaunch_run_id == id);
+  CHECK(!parse_contract(with(good, {{"DTLAUNCH_RUN_ID", ""}})).dtlaunch_run_id);
   CHECK(run_id_problem(std::string(129, 'x')) == "is 129 bytes long; at most 128 are allowed");
 }

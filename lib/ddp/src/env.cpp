@@ -38,7 +38,7 @@ WorkerEnv from_env_map(const EnvMap& vars) {
   env.master_port = contract.master_port;
   env.gloo_socket_ifname = read_text(vars, setting::kGlooSocketIfname).value_or("");
   env.store_use_libuv = use_libuv.value_or(std::string(setting::kUseLibuv.fallback)) == "1";
-  env.run_id = contract.run_id.value_or("");
+  env.run_id = contract.dtlaunch_run_id.value_or("");
   return env;
 }
 
