@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "contract/contract.hpp"
 #include "core/text.hpp"
 #include "doctor/compare.hpp"
 
@@ -143,19 +144,19 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
     std::vector<const TaskReport*> differing;
     auto n = [](auto v) { return std::to_string(v); };
     compare_to_rank0(
-        *rank0, firsts, "WORLD_SIZE", [&](const TaskReport& r) { return n(r.world_size); },
+        *rank0, firsts, env_var::kWorldSize, [&](const TaskReport& r) { return n(r.world_size); },
         differences, differing);
     compare_to_rank0(
-        *rank0, firsts, "NNODES", [&](const TaskReport& r) { return n(r.nnodes); }, differences,
+        *rank0, firsts, env_var::kNnodes, [&](const TaskReport& r) { return n(r.nnodes); }, differences,
         differing);
     compare_to_rank0(
-        *rank0, firsts, "MASTER_ADDR", [](const TaskReport& r) { return r.master_addr; },
+        *rank0, firsts, env_var::kMasterAddr, [](const TaskReport& r) { return r.master_addr; },
         differences, differing);
     compare_to_rank0(
-        *rank0, firsts, "MASTER_PORT", [&](const TaskReport& r) { return n(r.master_port); },
+        *rank0, firsts, env_var::kMasterPort, [&](const TaskReport& r) { return n(r.master_port); },
         differences, differing);
     compare_to_rank0(
-        *rank0, firsts, "DTLAUNCH_RUN_ID", [](const TaskReport& r) { return r.run_id; },
+        *rank0, firsts, env_var::kRunId, [](const TaskReport& r) { return r.run_id; },
         differences, differing);
     if (!differences.empty()) {
       std::string message = "tasks disagree about the job: ";
