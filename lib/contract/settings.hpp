@@ -1,10 +1,11 @@
 // Every variable that dtlaunch, its DDP runtime, its doctor or its example reads, declared once:
 // name, owner, how it is parsed, its default and one line of doc, in the spirit of NCCL_PARAM.
-// Code reads a variable only through its declaration here (read_inputs for the launcher,
-// RuntimeSettings for the runtime), so `dtlaunch env-table` prints every one and the docs tested
+// The launcher's read_inputs and read_slurm_step and the runtime's RuntimeSettings read through
+// these declarations, so `dtlaunch env-table` prints every variable they read and the docs tested
 // against it (docs/environment.md, docs/ddp.md) cannot miss one. What the launcher writes is the
 // other table, exported_vars() (contract.hpp); a variable both read and written is spelled once,
-// in env_var.
+// in env_var. A declaration is listed in read_settings() too (settings.cpp), which a unit test
+// holds to this file.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,9 @@
 // Markdown and the docs tested against it depend on.
 #include "contract/settings.hpp"
 
+#include <fstream>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "core/error.hpp"
@@ -68,4 +70,20 @@ TEST_CASE("settings: a refused value is quoted through excerpt, never raw") {
     CHECK(e.exit_status() == 2);
     CHECK(std::string(e.what()).size() < 200);
   }
+}
+
+TEST_CASE("settings: every declaration of settings.hpp is in the list env-table prints") {
+  std::ifstream header(SETTINGS_HEADER);
+  REQUIRE(header);
+  std::set<std::string> declared;
+  const std::string prefix = "inline constexpr Setting k";
+  for (std::string line; std::getline(header, line);)
+    if (line.starts_with(prefix))
+      declared.insert(line.substr(prefix.size() - 1,
+                                  line.find_first_of(" =", prefix.size()) - (prefix.size() - 1)));
+  // Each declaration is one Setting object; the list holds pointers to them, each once.
+  std::set<const Setting*> listed(read_settings().begin(), read_settings().end());
+  CHECK(listed.size() == read_settings().size());
+  CHECK(declared.size() == read_settings().size());
+  CHECK(declared.contains("kHeartbeatTimeout"));
 }
