@@ -92,12 +92,12 @@ void require_step(const EnvMap& env) {
   }
 }
 
-// The variables each size came from, so that the cross-checks quote the one used.
+// The variables the sizes came from, so that the cross-checks quote the one used.
 struct SizeSources {
-  Found ntasks, nnodes, tasks_per_node;
+  Found ntasks, nnodes;
 };
 
-// RANK, LOCAL_RANK, NODE_RANK, WORLD_SIZE and NNODES; the tasks per node come after the hosts.
+// RANK, LOCAL_RANK, NODE_RANK, WORLD_SIZE and NNODES.
 SizeSources read_sizes(const EnvMap& env, SlurmStep& step) {
   step.procid = require_u32(env, {s::kSlurmProcId.name}, "the global rank of this task");
   step.localid = require_u32(env, {s::kSlurmLocalId.name}, "the rank of this task on its node");
@@ -114,7 +114,7 @@ SizeSources read_sizes(const EnvMap& env, SlurmStep& step) {
               "the number of nodes in the step");
   step.nnodes = static_cast<std::uint32_t>(parse_uint_var(nnodes.name, nnodes.value, UINT32_MAX));
   note_fallback(step, nnodes, s::kSlurmStepNumNodes.name);
-  return {ntasks, nnodes, {}};
+  return {ntasks, nnodes};
 }
 
 void read_hosts(const EnvMap& env, SlurmStep& step, const Found& nnodes) {
@@ -134,6 +134,14 @@ void read_hosts(const EnvMap& env, SlurmStep& step, const Found& nnodes) {
   } catch (const hostlist::ParseError& e) {
     throw Error(ExitCode::kBadInput, std::string(nodelist.name) + ": " + e.what());
   }
+}
+
+Found read_tasks_per_node(const EnvMap& env, SlurmStep& step) {
+  Found tpn = require(env, {s::kSlurmStepTasksPerNode.name, s::kSlurmTasksPerNode.name},
+                      "the number of tasks on each node");
+  note_fallback(step, tpn, s::kSlurmStepTasksPerNode.name);
+  step.tasks_per_node = parse_tasks_per_node(tpn.name, tpn.value);
+  return tpn;
 }
 
 void read_ids(const EnvMap& env, SlurmStep& step) {
@@ -186,15 +194,14 @@ void read_placement(const EnvMap& env, SlurmStep& step) {
 
 // A wrong world or local size is a rendezvous that waits for ranks that never come, so every
 // disagreement is fatal here, before anything is exported.
-void cross_check(const SlurmStep& step, const SizeSources& from) {
+void cross_check(const SlurmStep& step, const SizeSources& from, const Found& tpn) {
   const std::string ntasks_name(from.ntasks.name), nnodes_name(from.nnodes.name);
-  const std::string tpn_name(from.tasks_per_node.name);
-  const std::string tpn_value = excerpt(from.tasks_per_node.value);
+  const std::string tpn_name(tpn.name), tpn_value = excerpt(tpn.value);
   if (step.ntasks == 0)
     throw Error::bad_env(from.ntasks.name, from.ntasks.value, "a step has no tasks");
   if (step.procid >= step.ntasks)
-    throw Error::inconsistent("SLURM_PROCID=" + num(step.procid) + " is not below " + ntasks_name +
-                              "=" + num(step.ntasks));
+    throw Error::inconsistent(std::string(s::kSlurmProcId.name) + "=" + num(step.procid) +
+                              " is not below " + ntasks_name + "=" + num(step.ntasks));
   if (step.tasks_per_node.size() != step.nnodes)
     throw Error::inconsistent(tpn_name + "='" + tpn_value + "' describes " +
                               num(step.tasks_per_node.size()) + " node(s) but " + nnodes_name +
@@ -205,12 +212,12 @@ void cross_check(const SlurmStep& step, const SizeSources& from) {
     throw Error::inconsistent(tpn_name + "='" + tpn_value + "' adds up to " + num(total) +
                               " tasks but " + ntasks_name + "=" + num(step.ntasks));
   if (step.nodeid >= step.nnodes)
-    throw Error::inconsistent("SLURM_NODEID=" + num(step.nodeid) + " is not below " + nnodes_name +
-                              "=" + num(step.nnodes));
+    throw Error::inconsistent(std::string(s::kSlurmNodeId.name) + "=" + num(step.nodeid) +
+                              " is not below " + nnodes_name + "=" + num(step.nnodes));
   if (step.localid >= step.tasks_per_node[step.nodeid])
-    throw Error::inconsistent("SLURM_LOCALID=" + num(step.localid) + " but node " +
-                              num(step.nodeid) + " runs " + num(step.tasks_per_node[step.nodeid]) +
-                              " task(s) per " + tpn_name);
+    throw Error::inconsistent(std::string(s::kSlurmLocalId.name) + "=" + num(step.localid) +
+                              " but node " + num(step.nodeid) + " runs " +
+                              num(step.tasks_per_node[step.nodeid]) + " task(s) per " + tpn_name);
 }
 
 }  // namespace
@@ -227,16 +234,12 @@ SlurmContext detect_slurm(const EnvMap& env) {
 SlurmStep read_slurm_step(const EnvMap& env) {
   require_step(env);
   SlurmStep step;
-  SizeSources sizes = read_sizes(env, step);
+  const SizeSources sizes = read_sizes(env, step);
   read_hosts(env, step, sizes.nnodes);
-  const Found& tpn = sizes.tasks_per_node =
-      require(env, {s::kSlurmStepTasksPerNode.name, s::kSlurmTasksPerNode.name},
-              "the number of tasks on each node");
-  note_fallback(step, tpn, s::kSlurmStepTasksPerNode.name);
-  step.tasks_per_node = parse_tasks_per_node(tpn.name, tpn.value);
+  const Found tpn = read_tasks_per_node(env, step);
   read_ids(env, step);
   read_placement(env, step);
-  cross_check(step, sizes);
+  cross_check(step, sizes, tpn);
   return step;
 }
 
