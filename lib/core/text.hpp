@@ -52,6 +52,9 @@ std::string join(const Items& items, std::string_view separator, Text text) {
   }
   return out;
 }
+inline std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  return join(items, separator, [](const std::string& item) -> const std::string& { return item; });
+}
 
 // Numbers as ranges, "0-3,8,10-11", sorted and each once, whatever the order given. With at most
 // max_ranges ranges; more end in ", ... (N in all)", N counting the distinct numbers. The one

@@ -51,10 +51,6 @@ void note_fallback(SlurmStep& step, const Found& used, std::string_view preferre
                               "=" + std::string(used.value)});
 }
 
-std::string num(std::uint64_t v) {
-  return std::to_string(v);
-}
-
 }  // namespace
 
 SlurmContext detect_slurm(const EnvMap& env) {
