@@ -182,6 +182,10 @@ void save_on_rank0(const std::string& path, Model& model, const Progress& progre
   }
 }
 
+SampleOrder sample_order(const TrainConfig& cfg, const ddp::ProcessGroup& pg) {
+  return {static_cast<std::uint64_t>(pg.size()), cfg.batch_size, cfg.seed};
+}
+
 // Every rank must see the same file, or the ranks would start from different places.
 std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg,
                                      std::uint64_t steps_per_epoch) {
@@ -198,8 +202,7 @@ std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::
                                          std::to_string(ranks_seeing) + " of " +
                                          std::to_string(pg.size()) +
                                          " ranks: it must be on a file system every rank shares");
-  const RunShape shape{static_cast<std::uint64_t>(pg.size()), cfg.batch_size, cfg.seed, cfg.epochs,
-                       steps_per_epoch};
+  const RunShape shape{sample_order(cfg, pg), cfg.epochs, steps_per_epoch};
   return load_checkpoint(cfg.checkpoint, *model.net, model.opt, shape);
 }
 
@@ -217,9 +220,7 @@ Progress starting_point(const TrainConfig& cfg, Model& model, ddp::ProcessGroup&
   } else if (cfg.resume) {
     log("no checkpoint at %s: starting from scratch", cfg.checkpoint.c_str());
   }
-  start.world_size = static_cast<std::uint64_t>(pg.size());
-  start.batch_size = cfg.batch_size;
-  start.seed = cfg.seed;
+  start.order = sample_order(cfg, pg);
   return start;
 }
 
