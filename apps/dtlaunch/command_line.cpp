@@ -62,57 +62,55 @@ CLI::Option* add_text(CLI::App& app, const std::string& flag, std::optional<std:
   return app.add_option(flag, target, help)->type_name(type_name);
 }
 
-}  // namespace
+// `dtlaunch doctor`: how long to wait, the report's format, the network test.
+void add_doctor_options(CLI::App& app, RunFlags& flags) {
+  flags.check = Check::kDoctor;
+  add_seconds(app, "--timeout", flags.check_timeout, "seconds to wait for every task (default 60)");
+  add_choice(app, "--format", flags.check_json,
+             std::map<std::string, bool>{{"table", false}, {"json", true}},
+             "report format: table (default) or json");
+  app.add_flag("--network", flags.check_network,
+               "after the check-in, measure latency and TCP throughput between the nodes "
+               "(ring neighbours and a few random peers) and flag slow ones");
+  add_seconds(app, "--network-budget", flags.network_budget,
+              "seconds the network test takes, all nodes at once (default 2)");
+}
 
-void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
-  LaunchOptions& options = command.options;
-  RunFlags& flags = command.flags;
-  options.program_optional = doctor;
-  if (doctor) {
-    flags.check = Check::kDoctor;
-    add_seconds(app, "--timeout", flags.check_timeout,
-                "seconds to wait for every task (default 60)");
-    add_choice(app, "--format", flags.check_json,
-               std::map<std::string, bool>{{"table", false}, {"json", true}},
-               "report format: table (default) or json");
-    app.add_flag("--network", flags.check_network,
-                 "after the check-in, measure latency and TCP throughput between the nodes "
-                 "(ring neighbours and a few random peers) and flag slow ones");
-    add_seconds(app, "--network-budget", flags.network_budget,
-                "seconds the network test takes, all nodes at once (default 2)");
-  } else {
-    app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
-    app.add_option_function<std::string>(
-           "--format",
-           [&flags](const std::string& word) {
-             flags.format = word == "json" ? OutputFormat::kJson : OutputFormat::kShell;
-             flags.check_json = word == "json";
-           },
-           "--dry-run output: shell (export lines) or json")
-        ->check(CLI::IsMember({"shell", "json"}));
-    app.add_flag_callback(
-        "--preflight", [&flags] { flags.check = Check::kPreflight; },
-        "run dtlaunch doctor's checks first; start the program only if they pass (exit 3 "
-        "otherwise)");
-    add_seconds(app, "--preflight-timeout", flags.check_timeout,
-                "seconds the preflight waits for every task (default 60)");
-    app.add_flag_callback(
-        "--preflight-network",
-        [&flags] {
-          flags.check = Check::kPreflight;
-          flags.check_network = true;
-        },
-        "--preflight with the network test between the nodes (dtlaunch doctor --network)");
-    add_seconds(app, "--preflight-network-budget", flags.network_budget,
-                "seconds the preflight's network test takes (default 2)");
-    app.add_flag("--watch", flags.watch,
-                 "under srun: stay the program's parent and join a heartbeat with the other "
-                 "tasks; a lost node stops the program and dtlaunch exits 76");
-    add_seconds(app, "--watch-timeout", flags.watch_timeout,
-                "--watch: seconds of silence after which a peer is lost (default 10, at least 3)");
-  }
-  app.add_flag("-v,--verbose", flags.verbose,
-               "log every decision to stderr, prefixed with the rank");
+// What a launch does besides starting the program: --dry-run, the preflight checks, --watch.
+void add_run_options(CLI::App& app, RunFlags& flags) {
+  app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
+  app.add_option_function<std::string>(
+         "--format",
+         [&flags](const std::string& word) {
+           flags.format = word == "json" ? OutputFormat::kJson : OutputFormat::kShell;
+           flags.check_json = word == "json";
+         },
+         "--dry-run output: shell (export lines) or json")
+      ->check(CLI::IsMember({"shell", "json"}));
+  app.add_flag_callback(
+      "--preflight", [&flags] { flags.check = Check::kPreflight; },
+      "run dtlaunch doctor's checks first; start the program only if they pass (exit 3 "
+      "otherwise)");
+  add_seconds(app, "--preflight-timeout", flags.check_timeout,
+              "seconds the preflight waits for every task (default 60)");
+  app.add_flag_callback(
+      "--preflight-network",
+      [&flags] {
+        flags.check = Check::kPreflight;
+        flags.check_network = true;
+      },
+      "--preflight with the network test between the nodes (dtlaunch doctor --network)");
+  add_seconds(app, "--preflight-network-budget", flags.network_budget,
+              "seconds the preflight's network test takes (default 2)");
+  app.add_flag("--watch", flags.watch,
+               "under srun: stay the program's parent and join a heartbeat with the other "
+               "tasks; a lost node stops the program and dtlaunch exits 76");
+  add_seconds(app, "--watch-timeout", flags.watch_timeout,
+              "--watch: seconds of silence after which a peer is lost (default 10, at least 3)");
+}
+
+// Where rank 0 listens: the mode, MASTER_ADDR and MASTER_PORT.
+void add_rendezvous_options(CLI::App& app, LaunchOptions& options) {
   add_choice(app, "--mode", options.mode,
              std::map<std::string, Mode>{
                  {"auto", Mode::kAuto}, {"slurm", Mode::kSlurm}, {"local", Mode::kLocal}},
@@ -128,6 +126,10 @@ void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
   add_text(app, "--port-range", options.port_range,
            "LO-HI range for the hashed port (default 20000-32767; also DTLAUNCH_PORT_RANGE)",
            "LO-HI");
+}
+
+// Which GPU, CPUs and memory each rank gets.
+void add_binding_options(CLI::App& app, LaunchOptions& options) {
   add_choice(
       app, "--gpu-bind", options.gpu_bind,
       std::map<std::string, GpuBind>{
@@ -150,13 +152,10 @@ void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
             "SLURM_JOB_GPUS, else /dev/nvidiaN)");
   app.add_flag("--allow-gpu-sharing", options.allow_gpu_sharing,
                "allow more local ranks than GPUs (ranks share GPUs round-robin)");
-  app.add_flag("--export-run-id", options.export_run_id,
-               "export TORCHELASTIC_RUN_ID (PyTorch Lightning then acts as under torchrun and "
-               "turns off its Slurm requeue)");
-  add_text(app, "--run-id", options.run_id,
-           "value of TORCHELASTIC_RUN_ID (default: the job id); with --nnodes > 1 it also names "
-           "the run in DTLAUNCH_RUN_ID (pass the same on every launcher)",
-           "ID");
+}
+
+// Spawning and supervising the workers without Slurm.
+void add_local_mode_options(CLI::App& app, LaunchOptions& options) {
   add_count(app, "--nproc-per-node", options.nproc_per_node, 1, 4096,
             "local mode: spawn and supervise N workers");
   add_count(app, "--nnodes", options.nnodes, 1, 1 << 20,
@@ -172,6 +171,30 @@ void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
               "workers (default 30)");
   add_text(app, "--log-dir", options.log_dir,
            "local mode: also write each rank's output to DIR/rank-N.log", "DIR");
+}
+
+}  // namespace
+
+void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
+  LaunchOptions& options = command.options;
+  RunFlags& flags = command.flags;
+  options.program_optional = doctor;
+  if (doctor)
+    add_doctor_options(app, flags);
+  else
+    add_run_options(app, flags);
+  app.add_flag("-v,--verbose", flags.verbose,
+               "log every decision to stderr, prefixed with the rank");
+  add_rendezvous_options(app, options);
+  add_binding_options(app, options);
+  app.add_flag("--export-run-id", options.export_run_id,
+               "export TORCHELASTIC_RUN_ID (PyTorch Lightning then acts as under torchrun and "
+               "turns off its Slurm requeue)");
+  add_text(app, "--run-id", options.run_id,
+           "value of TORCHELASTIC_RUN_ID (default: the job id); with --nnodes > 1 it also names "
+           "the run in DTLAUNCH_RUN_ID (pass the same on every launcher)",
+           "ID");
+  add_local_mode_options(app, options);
 }
 
 std::vector<std::string> program_argv(const CLI::App& app) {

@@ -36,9 +36,9 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
                                       static_cast<std::int64_t>(p.epoch),
                                       static_cast<std::int64_t>(p.step_in_epoch),
                                       static_cast<std::int64_t>(p.global_step),
-                                      static_cast<std::int64_t>(p.world_size),
-                                      static_cast<std::int64_t>(p.batch_size),
-                                      static_cast<std::int64_t>(p.seed)};
+                                      static_cast<std::int64_t>(p.order.world_size),
+                                      static_cast<std::int64_t>(p.order.batch_size),
+                                      static_cast<std::int64_t>(p.order.seed)};
   torch::serialize::OutputArchive archive;
   archive.write("dtlaunch_train_progress", at::tensor(fields, at::kLong));
   archive.write("model", model_archive);
@@ -53,10 +53,10 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
 
 void check_progress(const std::string& path, const Progress& p, const RunShape& shape) {
   auto bad = [&](const std::string& why) { return Error(ExitCode::kBadInput, path + ": " + why); };
-  if (p.world_size != shape.world_size || p.batch_size != shape.batch_size || p.seed != shape.seed)
-    throw bad("written by a run with " + std::to_string(p.world_size) + " ranks, --batch-size " +
-              std::to_string(p.batch_size) + ", --seed " + std::to_string(p.seed) +
-              "; resume with the same values");
+  if (p.order != shape.order)
+    throw bad("written by a run with " + std::to_string(p.order.world_size) +
+              " ranks, --batch-size " + std::to_string(p.order.batch_size) + ", --seed " +
+              std::to_string(p.order.seed) + "; resume with the same values");
   const auto n = [](std::uint64_t v) { return std::to_string(v); };
   const std::string fit = "; it does not fit this run (" + n(shape.epochs) + " epoch(s) of " +
                           n(shape.steps_per_epoch) +
@@ -97,7 +97,7 @@ Progress load_checkpoint(const std::string& path, torch::nn::Module& model,
   for (std::int64_t i = 1; i < kProgressFields; ++i)
     if (f[i] < 0) throw refuse("negative progress field");
   auto u = [&](std::int64_t i) { return static_cast<std::uint64_t>(f[i]); };
-  const Progress progress{u(1), u(2), u(3), u(4), u(5), u(6)};
+  const Progress progress{u(1), u(2), u(3), {u(4), u(5), u(6)}};
   // Before the weights: a record that does not fit says why, not what the model load stumbles on.
   check_progress(path, progress, shape);
 

@@ -17,22 +17,25 @@ class Optimizer;
 
 namespace dtlaunch::train {
 
+// What decides the samples of each step: resuming with other values would replay or skip some.
+struct SampleOrder {
+  std::uint64_t world_size = 0;
+  std::uint64_t batch_size = 0;
+  std::uint64_t seed = 0;
+  bool operator==(const SampleOrder&) const = default;
+};
+
 struct Progress {
   std::uint64_t epoch = 0;          // the epoch in progress (0-based)
   std::uint64_t step_in_epoch = 0;  // steps of that epoch already taken
   std::uint64_t global_step = 0;    // steps taken since the start of training
-  // The run's shape: resuming with another one would replay or skip samples.
-  std::uint64_t world_size = 0;
-  std::uint64_t batch_size = 0;
-  std::uint64_t seed = 0;
+  SampleOrder order;                // of the run that took them
   bool operator==(const Progress&) const = default;
 };
 
 // What this run is: a checkpoint's progress must fit it, field by field.
 struct RunShape {
-  std::uint64_t world_size = 0;
-  std::uint64_t batch_size = 0;
-  std::uint64_t seed = 0;
+  SampleOrder order;
   std::uint64_t epochs = 0;
   std::uint64_t steps_per_epoch = 0;
 };

@@ -76,31 +76,20 @@ double real(const std::string& option, const std::string& text, double min, bool
   return v;
 }
 
-}  // namespace
+// Every number of the command line as the user typed it, checked after parsing (see whole() and
+// real()): its option, its text, its help and the check that stores it in the config.
+struct NumberOption {
+  std::string option;
+  std::string text;
+  std::string help;
+  std::function<void(const std::string& option, const std::string& text)> check;
+};
 
-int main(int argc, char** argv) {
-  using dtlaunch::train::TrainConfig;
-  TrainConfig cfg;
-  cfg.data_dir = dtlaunch::train::kDefaultDataDir;
-  cfg.cache_dir = dtlaunch::train::default_cache_dir(env_or_empty("XDG_CACHE_HOME")).string();
-
-  CLI::App app{
-      "Trains a small CNN on Fashion-MNIST with dtlaunch's DDP runtime, one process per rank.\n"
-      "Exit status: 0 done, 75 stopped by SIGUSR1/SIGTERM (after a checkpoint, or during "
-      "start-up) (requeue me), 76 a peer was lost (this rank was healthy), 2 bad input, 1 other "
-      "failure."};
-  app.option_defaults()->always_capture_default();
-
-  // Every number as the user typed it, checked after parsing (see whole() and real()).
-  struct Number {
-    std::string text;
-    std::string help;
-    std::function<void(const std::string& option, const std::string& text)> check;
-  };
-  std::vector<std::pair<std::string, Number>> numbers;
+std::vector<NumberOption> number_options(dtlaunch::train::TrainConfig& cfg) {
+  std::vector<NumberOption> numbers;
   auto number = [&](const std::string& option, std::string initial, const std::string& help,
                     std::function<void(const std::string&, const std::string&)> check) {
-    numbers.emplace_back(option, Number{std::move(initial), help, std::move(check)});
+    numbers.push_back({option, std::move(initial), help, std::move(check)});
   };
   using U = std::uint64_t;
   auto count = [](U* target, U min, U max) {
@@ -151,26 +140,18 @@ int main(int argc, char** argv) {
            cfg.rendezvous_timeout_s = real(o, t, 0.001, false, 604800,
                                            "a number of seconds from 0.001 to 604800 (a week)");
          });
-  app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST IDX files, gzipped or plain");
-  app.add_option("--cache-dir", cfg.cache_dir, "where gzipped IDX files are unpacked");
-  for (size_t i = 0; i < numbers.size(); ++i)
-    app.add_option(numbers[i].first, numbers[i].second.text, numbers[i].second.help);
-  app.add_option("--backend", cfg.backend, "communication backend")
-      ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
-  auto* ckpt = app.add_option("--checkpoint", cfg.checkpoint,
-                              "checkpoint file: written by rank 0 after each epoch and on "
-                              "SIGUSR1/SIGTERM; must be visible to every rank");
-  app.add_flag("--resume", cfg.resume, "continue from --checkpoint when the file exists")
-      ->needs(ckpt);
+  return numbers;
+}
 
-  // CLI11 takes "-5" after an option for an option of its own, and then reports "At Most 1
-  // required but received 2": so a value that starts with '-' is glued to its option here, and
-  // the check below names the option and the value instead.
-  std::vector<std::string> args(argv, argv + argc);
+// CLI11 takes "-5" after an option for an option of its own, and then reports "At Most 1
+// required but received 2": so a value that starts with '-' is glued to its option here, and
+// the check after parsing names the option and the value instead.
+std::vector<std::string> glue_negative_values(const std::vector<std::string>& args,
+                                              const std::vector<NumberOption>& numbers) {
   std::vector<std::string> glued;
   for (size_t i = 0; i < args.size(); ++i) {
     bool takes_number = false;
-    for (const auto& n : numbers) takes_number = takes_number || n.first == args[i];
+    for (const auto& n : numbers) takes_number = takes_number || n.option == args[i];
     if (takes_number && i + 1 < args.size() && args[i + 1].size() > 1 && args[i + 1][0] == '-' &&
         args[i + 1][1] != '-') {
       glued.push_back(args[i] + "=" + args[i + 1]);
@@ -179,18 +160,47 @@ int main(int argc, char** argv) {
       glued.push_back(args[i]);
     }
   }
+  return glued;
+}
+
+// CLI11 words an option given twice "At Most 1 required but received 2" too.
+void refuse_repeated_options(const std::vector<std::string>& args) {
+  std::set<std::string> seen;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string name = args[i].substr(0, args[i].find('='));
+    if (name.rfind("--", 0) == 0 && name.size() > 2 && !seen.insert(name).second)
+      throw dtlaunch::train::Error::usage(name + " is given more than once; give it once");
+  }
+}
+
+// Fills cfg from the command line; the exit status when the program is to end here (--help, bad
+// input), nothing when it is to train.
+std::optional<int> parse_command_line(int argc, char** argv, dtlaunch::train::TrainConfig& cfg) {
+  CLI::App app{
+      "Trains a small CNN on Fashion-MNIST with dtlaunch's DDP runtime, one process per rank.\n"
+      "Exit status: 0 done, 75 stopped by SIGUSR1/SIGTERM (after a checkpoint, or during "
+      "start-up) (requeue me), 76 a peer was lost (this rank was healthy), 2 bad input, 1 other "
+      "failure."};
+  app.option_defaults()->always_capture_default();
+  std::vector<NumberOption> numbers = number_options(cfg);
+  app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST IDX files, gzipped or plain");
+  app.add_option("--cache-dir", cfg.cache_dir, "where gzipped IDX files are unpacked");
+  for (NumberOption& n : numbers) app.add_option(n.option, n.text, n.help);
+  app.add_option("--backend", cfg.backend, "communication backend")
+      ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
+  auto* ckpt = app.add_option("--checkpoint", cfg.checkpoint,
+                              "checkpoint file: written by rank 0 after each epoch and on "
+                              "SIGUSR1/SIGTERM; must be visible to every rank");
+  app.add_flag("--resume", cfg.resume, "continue from --checkpoint when the file exists")
+      ->needs(ckpt);
+
+  std::vector<std::string> glued = glue_negative_values({argv, argv + argc}, numbers);
   std::vector<char*> glued_argv;
   for (auto& a : glued) glued_argv.push_back(a.data());
   try {
-    // CLI11 words an option given twice "At Most 1 required but received 2" too.
-    std::set<std::string> seen;
-    for (size_t i = 1; i < glued.size(); ++i) {
-      const std::string name = glued[i].substr(0, glued[i].find('='));
-      if (name.rfind("--", 0) == 0 && name.size() > 2 && !seen.insert(name).second)
-        throw dtlaunch::train::Error::usage(name + " is given more than once; give it once");
-    }
+    refuse_repeated_options(glued);
     app.parse(static_cast<int>(glued_argv.size()), glued_argv.data());
-    for (auto& [option, n] : numbers) n.check(option, n.text);
+    for (const NumberOption& n : numbers) n.check(n.option, n.text);
     if (!cfg.checkpoint.empty() || app.count("--checkpoint") > 0)
       dtlaunch::train::check_checkpoint_path(cfg.checkpoint);
     if (cfg.checkpoint_every != 0 && cfg.checkpoint.empty())
@@ -202,7 +212,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtlaunch-train: %s\n", e.what());
     return e.exit_status();
   }
+  return std::nullopt;
+}
 
+// Trains, and turns each kind of error into its line and exit status.
+int train(const dtlaunch::train::TrainConfig& cfg) {
   try {
     dtlaunch::train::install_stop_handlers();
     return dtlaunch::train::run_training(cfg);
@@ -223,4 +237,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtlaunch-train: %s\n", first_line(e.what()).c_str());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dtlaunch::train::TrainConfig cfg;
+  cfg.data_dir = dtlaunch::train::kDefaultDataDir;
+  cfg.cache_dir = dtlaunch::train::default_cache_dir(env_or_empty("XDG_CACHE_HOME")).string();
+  if (std::optional<int> status = parse_command_line(argc, argv, cfg)) return *status;
+  return train(cfg);
 }

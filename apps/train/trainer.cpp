@@ -182,6 +182,10 @@ void save_on_rank0(const std::string& path, Model& model, const Progress& progre
   }
 }
 
+SampleOrder sample_order(const TrainConfig& cfg, const ddp::ProcessGroup& pg) {
+  return {static_cast<std::uint64_t>(pg.size()), cfg.batch_size, cfg.seed};
+}
+
 // Every rank must see the same file, or the ranks would start from different places.
 std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg,
                                      std::uint64_t steps_per_epoch) {
@@ -198,8 +202,7 @@ std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::
                                          std::to_string(ranks_seeing) + " of " +
                                          std::to_string(pg.size()) +
                                          " ranks: it must be on a file system every rank shares");
-  const RunShape shape{static_cast<std::uint64_t>(pg.size()), cfg.batch_size, cfg.seed, cfg.epochs,
-                       steps_per_epoch};
+  const RunShape shape{sample_order(cfg, pg), cfg.epochs, steps_per_epoch};
   return load_checkpoint(cfg.checkpoint, *model.net, model.opt, shape);
 }
 
@@ -217,9 +220,7 @@ Progress starting_point(const TrainConfig& cfg, Model& model, ddp::ProcessGroup&
   } else if (cfg.resume) {
     log("no checkpoint at %s: starting from scratch", cfg.checkpoint.c_str());
   }
-  start.world_size = static_cast<std::uint64_t>(pg.size());
-  start.batch_size = cfg.batch_size;
-  start.seed = cfg.seed;
+  start.order = sample_order(cfg, pg);
   return start;
 }
 
@@ -413,6 +414,65 @@ bool step_cap_reached(const TrainConfig& cfg, const Progress& now) {
   return cfg.max_steps != 0 && now.global_step >= cfg.max_steps;
 }
 
+void log_start(const TrainConfig& cfg, const ddp::ProcessGroup& pg, const Shard& shard,
+               const Rank0Log& log) {
+  log("dtlaunch-train: %d rank(s), backend %s, %d thread(s) per rank, batch %lld per rank, "
+      "%llu epoch(s) of %llu steps%s, %s",
+      pg.size(), ddp::to_string(pg.backend()), cfg.threads,
+      static_cast<long long>(shard.batch_size()), static_cast<unsigned long long>(cfg.epochs),
+      static_cast<unsigned long long>(shard.steps_per_epoch()),
+      cfg.max_steps ? (", at most " + std::to_string(cfg.max_steps) + " steps").c_str() : "",
+      cfg.synthetic > 0 ? "synthetic data" : "Fashion-MNIST");
+}
+
+// --checkpoint-every, inside the epoch only: its last step is saved at the epoch's end, as the
+// start of the next epoch. `now` counts the step just taken.
+void save_every_n_steps(const TrainConfig& cfg, Model& model, const Progress& now,
+                        std::uint64_t steps_per_epoch, ddp::ProcessGroup& pg) {
+  if (cfg.checkpoint_every != 0 && now.global_step % cfg.checkpoint_every == 0 &&
+      now.step_in_epoch + 1 < steps_per_epoch) {
+    Progress after = now;
+    ++after.step_in_epoch;  // the step just taken
+    save_on_rank0(cfg.checkpoint, model, after, pg);
+  }
+}
+
+// The end of an epoch, or of training inside one at the step cap: the test accuracy (not in
+// benchmark mode) and the checkpoint of where a next run starts. Whether the epoch was finished.
+bool end_epoch(const TrainConfig& cfg, Model& model, const Data& data, const Progress& now,
+               std::uint64_t steps_per_epoch, ddp::ProcessGroup& pg, const Rank0Log& log,
+               Accuracy& accuracy) {
+  const bool epoch_done = now.step_in_epoch == steps_per_epoch;
+  if (cfg.synthetic == 0 && (epoch_done || step_cap_reached(cfg, now))) {
+    accuracy = evaluate(model.net, data.test, pg);
+    log("epoch %llu/%llu%s test accuracy %.4f (%lld/%lld)",
+        static_cast<unsigned long long>(now.epoch + 1), static_cast<unsigned long long>(cfg.epochs),
+        epoch_done ? "" : " (step cap)", accuracy.value, static_cast<long long>(accuracy.correct),
+        static_cast<long long>(accuracy.total));
+  }
+  if (!cfg.checkpoint.empty()) {
+    // A finished epoch is saved as the start of the next one.
+    Progress next = now;
+    if (epoch_done) {
+      ++next.epoch;
+      next.step_in_epoch = 0;
+    }
+    save_on_rank0(cfg.checkpoint, model, next, pg);
+  }
+  return epoch_done;
+}
+
+void log_done(const Progress& now, const Accuracy& accuracy, Clock::time_point run_start,
+              const Rank0Log& log) {
+  double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
+  if (accuracy.known())
+    log("done: %llu steps, test accuracy %.4f (%lld/%lld), %.1f s",
+        static_cast<unsigned long long>(now.global_step), accuracy.value,
+        static_cast<long long>(accuracy.correct), static_cast<long long>(accuracy.total), wall);
+  else
+    log("done: %llu steps, %.1f s", static_cast<unsigned long long>(now.global_step), wall);
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& cfg) {
@@ -431,13 +491,7 @@ int run_training(const TrainConfig& cfg) {
   Progress now = starting_point(cfg, model, *pg, shard.steps_per_epoch(), log);
   ddp::DistributedDataParallel ddp_model(model.net.ptr(), pg, ddp_options(cfg));
 
-  log("dtlaunch-train: %d rank(s), backend %s, %d thread(s) per rank, batch %lld per rank, "
-      "%llu epoch(s) of %llu steps%s, %s",
-      pg->size(), ddp::to_string(pg->backend()), cfg.threads,
-      static_cast<long long>(shard.batch_size()), static_cast<unsigned long long>(cfg.epochs),
-      static_cast<unsigned long long>(shard.steps_per_epoch()),
-      cfg.max_steps ? (", at most " + std::to_string(cfg.max_steps) + " steps").c_str() : "",
-      synthetic ? "synthetic data" : "Fashion-MNIST");
+  log_start(cfg, *pg, shard, log);
 
   StopAgreement stop(*pg, cfg.stop_check_every);
   ProgressLog progress(cfg, shard, *pg, log);
@@ -458,47 +512,16 @@ int run_training(const TrainConfig& cfg) {
       const double loss = train_step(model, shard.batch(order, now.step_in_epoch));
       ++now.global_step;
       progress.record(now, loss);
-      // Inside the epoch only: its last step is saved below, as the start of the next epoch.
-      if (cfg.checkpoint_every != 0 && now.global_step % cfg.checkpoint_every == 0 &&
-          now.step_in_epoch + 1 < shard.steps_per_epoch()) {
-        Progress after = now;
-        ++after.step_in_epoch;  // the step just taken
-        save_on_rank0(cfg.checkpoint, model, after, *pg);
-      }
+      save_every_n_steps(cfg, model, now, shard.steps_per_epoch(), *pg);
     }
-
-    const bool epoch_done = now.step_in_epoch == shard.steps_per_epoch();
-    if (!synthetic && (epoch_done || step_cap_reached(cfg, now))) {
-      accuracy = evaluate(model.net, data.test, *pg);
-      log("epoch %llu/%llu%s test accuracy %.4f (%lld/%lld)",
-          static_cast<unsigned long long>(now.epoch + 1),
-          static_cast<unsigned long long>(cfg.epochs), epoch_done ? "" : " (step cap)",
-          accuracy.value, static_cast<long long>(accuracy.correct),
-          static_cast<long long>(accuracy.total));
-    }
-    if (!cfg.checkpoint.empty()) {
-      // A finished epoch is saved as the start of the next one.
-      Progress next = now;
-      if (epoch_done) {
-        ++next.epoch;
-        next.step_in_epoch = 0;
-      }
-      save_on_rank0(cfg.checkpoint, model, next, *pg);
-    }
-    if (!epoch_done) break;  // the step cap ended training inside this epoch
+    if (!end_epoch(cfg, model, data, now, shard.steps_per_epoch(), *pg, log, accuracy))
+      break;  // the step cap ended training inside this epoch
   }
 
   timing.report(now.global_step, ddp_model, log);
   // Resumed from a finished run: report its accuracy.
   if (!synthetic && !accuracy.known()) accuracy = evaluate(model.net, data.test, *pg);
-
-  double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
-  if (accuracy.known())
-    log("done: %llu steps, test accuracy %.4f (%lld/%lld), %.1f s",
-        static_cast<unsigned long long>(now.global_step), accuracy.value,
-        static_cast<long long>(accuracy.correct), static_cast<long long>(accuracy.total), wall);
-  else
-    log("done: %llu steps, %.1f s", static_cast<unsigned long long>(now.global_step), wall);
+  log_done(now, accuracy, run_start, log);
   return 0;
 }
 

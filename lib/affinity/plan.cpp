@@ -1,32 +1,29 @@
 #include "affinity/plan.hpp"
 
 #include <algorithm>
-#include <array>
+#include <iterator>
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/names.hpp"
 #include "core/parse.hpp"
+#include "core/text.hpp"
 
 namespace dtlaunch {
 
 namespace {
 
-constexpr std::array<std::pair<std::string_view, CpuBind>, 5> kCpuBinds = {{
-    {"none", CpuBind::kNone},
-    {"numa", CpuBind::kNuma},
-    {"socket", CpuBind::kSocket},
-    {"exclusive", CpuBind::kExclusive},
-    {"cache", CpuBind::kCache},
-}};
-constexpr std::array<std::pair<std::string_view, MemBind>, 3> kMemBinds = {{
-    {"none", MemBind::kNone},
-    {"local", MemBind::kLocal},
-    {"strict", MemBind::kStrict},
-}};
-
-std::string num(std::uint64_t v) {
-  return std::to_string(v);
-}
+constexpr Named<CpuBind> kCpuBinds[] = {{CpuBind::kNone, "none"},
+                                        {CpuBind::kNuma, "numa"},
+                                        {CpuBind::kSocket, "socket"},
+                                        {CpuBind::kExclusive, "exclusive"},
+                                        {CpuBind::kCache, "cache"}};
+constexpr Named<MemBind> kMemBinds[] = {
+    {MemBind::kNone, "none"}, {MemBind::kLocal, "local"}, {MemBind::kStrict, "strict"}};
+constexpr Named<MemPolicy> kMemPolicies[] = {{MemPolicy::kNone, "none"},
+                                             {MemPolicy::kPreferred, "preferred"},
+                                             {MemPolicy::kPreferredMany, "preferred-many"},
+                                             {MemPolicy::kBind, "bind"}};
 
 // Member `index` of `members` gets a contiguous block of the `count` items, the blocks as even
 // as they can be; with fewer items than members, members share them (block k to several).
@@ -115,30 +112,27 @@ Want with_gpu(const Topology& topology, const AffinityRequest& r, const CpuSet& 
   return {pool, "the inherited mask"};
 }
 
+// The level of the topology each mode spreads the ranks over when there is no GPU to follow.
+struct Level {
+  CpuBind bind;
+  std::vector<CpuGroup> Topology::*groups;
+  const char* what;
+};
+constexpr Level kLevels[] = {{CpuBind::kNuma, &Topology::numa, "NUMA node"},
+                             {CpuBind::kSocket, &Topology::packages, "package"},
+                             {CpuBind::kCache, &Topology::caches, "last-level cache"},
+                             {CpuBind::kExclusive, &Topology::cores, "core"}};
+
 // No GPU to follow: spread the local ranks over the node's domains in blocks, neighbours
 // together, as srun --distribution=block does.
 Want spread(const Topology& topology, const AffinityRequest& r, const CpuSet& pool) {
   const std::size_t members = r.shared_mask ? r.gpu_of_local_rank.size() : 1;
   const std::size_t index = r.shared_mask ? r.local_rank : 0;
-  const std::vector<CpuGroup>* level = nullptr;
-  std::string what;
-  switch (r.cpu) {
-    case CpuBind::kNuma:
-      level = &topology.numa, what = "NUMA node";
-      break;
-    case CpuBind::kSocket:
-      level = &topology.packages, what = "package";
-      break;
-    case CpuBind::kCache:
-      level = &topology.caches, what = "last-level cache";
-      break;
-    case CpuBind::kExclusive:
-      level = &topology.cores, what = "core";
-      break;
-    case CpuBind::kNone:
-      return {pool, "the inherited mask"};
-  }
-  auto groups = groups_in(*level, pool);
+  const Level* level = std::find_if(std::begin(kLevels), std::end(kLevels),
+                                    [&](const Level& l) { return l.bind == r.cpu; });
+  if (level == std::end(kLevels)) return {pool, "the inherited mask"};  // CpuBind::kNone
+  const std::string what = level->what;
+  auto groups = groups_in(topology.*level->groups, pool);
   if (groups.empty()) return {pool, "the inherited mask"};
   auto [lo, hi] = block(index, members, groups.size());
   CpuSet cpus;
@@ -161,41 +155,23 @@ unsigned count_cores(const Topology& topology, const CpuSet& cpus) {
 }  // namespace
 
 std::optional<CpuBind> parse_cpu_bind(std::string_view text) {
-  for (const auto& [name, value] : kCpuBinds)
-    if (name == text) return value;
-  return std::nullopt;
+  return value_of(text, kCpuBinds);
 }
 
 std::optional<MemBind> parse_mem_bind(std::string_view text) {
-  for (const auto& [name, value] : kMemBinds)
-    if (name == text) return value;
-  return std::nullopt;
+  return value_of(text, kMemBinds);
 }
 
 std::string_view to_string(CpuBind bind) {
-  for (const auto& [name, value] : kCpuBinds)
-    if (value == bind) return name;
-  return "?";
+  return name_of(bind, kCpuBinds);
 }
 
 std::string_view to_string(MemBind bind) {
-  for (const auto& [name, value] : kMemBinds)
-    if (value == bind) return name;
-  return "?";
+  return name_of(bind, kMemBinds);
 }
 
 std::string_view to_string(MemPolicy policy) {
-  switch (policy) {
-    case MemPolicy::kNone:
-      return "none";
-    case MemPolicy::kPreferred:
-      return "preferred";
-    case MemPolicy::kPreferredMany:
-      return "preferred-many";
-    case MemPolicy::kBind:
-      return "bind";
-  }
-  return "?";
+  return name_of(policy, kMemPolicies);
 }
 
 namespace {

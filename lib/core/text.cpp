@@ -120,6 +120,21 @@ std::string_view first_line(std::string_view text) noexcept {
   return text.substr(0, text.find('\n'));
 }
 
+std::string num(std::uint64_t value) {
+  return std::to_string(value);
+}
+
+std::string seconds_fixed(double seconds, int decimals) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f s", decimals, seconds);
+  return buf;
+}
+
+std::string duration_text(std::chrono::milliseconds ms) {
+  if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + " s";
+  return std::to_string(ms.count()) + " ms";
+}
+
 std::string seconds_text(std::chrono::milliseconds ms) {
   std::string s = std::to_string(ms.count() / 1000);
   if (const auto fraction = ms.count() % 1000) {

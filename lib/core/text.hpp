@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,8 +29,32 @@ std::string json_quote(std::string_view text);
 // The first line of `text` (a c10 error's message without its C++ stack trace).
 std::string_view first_line(std::string_view text) noexcept;
 
-// A duration as the DDP runtime's messages say it: "2s", "1.5s", "0.25s".
+// An unsigned number in decimal: the one spelling of counts, ranks, ports and sizes in messages.
+std::string num(std::uint64_t value);
+
+// Durations: every message formats them here, so that a change of format is one edit.
+// A configured duration, exactly, as the DDP runtime's messages say it: "2s", "1.5s", "0.25s".
 std::string seconds_text(std::chrono::milliseconds ms);
+// A measured duration, rounded to `decimals`: "3.0 s", "2.19 s".
+std::string seconds_fixed(double seconds, int decimals);
+// A grace period as the local supervisor says it: "30 s" for whole seconds, else "400 ms".
+std::string duration_text(std::chrono::milliseconds ms);
+
+// The items joined with `separator`, each through `text` ("a, b, c").
+template <typename Items, typename Text>
+std::string join(const Items& items, std::string_view separator, Text text) {
+  std::string out;
+  bool first = true;
+  for (const auto& item : items) {
+    if (!first) out += separator;
+    first = false;
+    out += text(item);
+  }
+  return out;
+}
+inline std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  return join(items, separator, [](const std::string& item) -> const std::string& { return item; });
+}
 
 // Numbers as ranges, "0-3,8,10-11", sorted and each once, whatever the order given. With at most
 // max_ranges ranges; more end in ", ... (N in all)", N counting the distinct numbers. The one

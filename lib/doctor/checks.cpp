@@ -12,14 +12,8 @@
 namespace dtlaunch::doctor {
 namespace {
 
-std::string num(std::uint64_t v) {
-  return std::to_string(v);
-}
-
 std::string seconds(std::int64_t ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
-  return buf;
+  return seconds_fixed(static_cast<double>(ms) / 1000.0, 1);
 }
 
 // A report's text as a problem line quotes it. Every field comes from another task over the

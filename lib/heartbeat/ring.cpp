@@ -2,20 +2,16 @@
 
 #include <algorithm>
 
+#include "core/names.hpp"
 #include "core/text.hpp"
 
 namespace dtlaunch::heartbeat {
 
+constexpr Named<How> kHowNames[] = {
+    {How::kExited, "exited"}, {How::kFrozen, "frozen"}, {How::kUnreachable, "unreachable"}};
+
 const char* to_string(How how) noexcept {
-  switch (how) {
-    case How::kExited:
-      return "exited";
-    case How::kFrozen:
-      return "frozen";
-    case How::kUnreachable:
-      return "unreachable";
-  }
-  return "?";
+  return name_of(how, kHowNames).data();
 }
 
 milliseconds Settings::probe_lead() const {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/names.hpp"
 #include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
 
@@ -262,18 +263,13 @@ std::string nodes_text(const std::vector<std::string>& nodes) {
   return hostlist::compress(nodes);
 }
 
+constexpr Named<Verdict> kVerdictWords[] = {{Verdict::kSucceeded, "completed"},
+                                            {Verdict::kRestart, "failed"},
+                                            {Verdict::kPreempted, "preempted"},
+                                            {Verdict::kPermanent, "failed, not retried"}};
+
 std::string verdict_word(const Outcome& o) {
-  switch (o.verdict) {
-    case Verdict::kSucceeded:
-      return "completed";
-    case Verdict::kRestart:
-      return "failed";
-    case Verdict::kPreempted:
-      return "preempted";
-    case Verdict::kPermanent:
-      return "failed, not retried";
-  }
-  return "?";
+  return std::string(name_of(o.verdict, kVerdictWords));
 }
 
 }  // namespace

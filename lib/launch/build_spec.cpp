@@ -18,10 +18,6 @@ namespace dtlaunch {
 
 namespace {
 
-std::string num(std::uint64_t v) {
-  return std::to_string(v);
-}
-
 // Bytes of SLURM_HOSTFILE read, at most, to find the first host.
 constexpr std::size_t kHostfileReadLimit = 64 * 1024;
 

@@ -52,10 +52,6 @@ void note_fallback(SlurmStep& step, const Found& used, std::string_view preferre
                               "=" + std::string(used.value)});
 }
 
-std::string num(std::uint64_t v) {
-  return std::to_string(v);
-}
-
 namespace s = setting;
 
 // The classic mistake: the batch script runs the launcher itself. With several tasks the others

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/text.hpp"
+
 namespace dtlaunch {
 
 namespace {
@@ -27,11 +29,6 @@ std::string describe_end(int exit_code, int signal, bool core_dumped) {
 
 bool is_stopped_to_resume(const WorkerFailure& failure) {
   return stopped_to_resume(failure.exit_code, failure.signal);
-}
-
-std::string duration_text(std::chrono::milliseconds ms) {
-  if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + " s";
-  return std::to_string(ms.count()) + " ms";
 }
 
 std::string describe_outcome(int exit_code, int signal) {

@@ -29,9 +29,6 @@ inline constexpr int kExitPeerLost = static_cast<int>(ExitCode::kPeerLost);
 // Whether the failure is such a stop: it ends the group and is never restarted.
 bool is_stopped_to_resume(const WorkerFailure& failure);
 
-// "30 s", "400 ms".
-std::string duration_text(std::chrono::milliseconds ms);
-
 // "failed (exit 3)", "failed (killed by SIGSEGV)", or "stopped to be resumed (exit 75)".
 std::string describe_outcome(int exit_code, int signal);
 

@@ -27,6 +27,7 @@
 
 #include "core/error.hpp"
 #include "core/exec_error.hpp"
+#include "core/text.hpp"
 #include "proc/failure_report.hpp"
 #include "proc/guardian.hpp"
 #include "proc/output_relay.hpp"

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/names.hpp"
 #include "core/text.hpp"
 
 namespace dtlaunch::trace {
@@ -28,9 +29,7 @@ std::string differences(const Entry& a, const Entry& b) {
   if (a.op == b.op && (a.numel != b.numel || (a.shape && b.shape && *a.shape != *b.shape)))
     what.push_back("shape");
   if (a.op == b.op && a.root != b.root) what.push_back("root");
-  std::string out;
-  for (size_t i = 0; i < what.size(); ++i) out += (i ? ", " : "") + what[i];
-  return out;
+  return join(what, ", ");
 }
 
 double median(std::vector<double> v) {
@@ -254,16 +253,12 @@ std::string describe(uint64_t seq, const Entry& e) {
   return sig.substr(0, space) + " #" + std::to_string(seq) + sig.substr(space);
 }
 
+constexpr Named<EntryState> kEntryStateNames[] = {{EntryState::kStarted, "in flight"},
+                                                  {EntryState::kCompleted, "completed"},
+                                                  {EntryState::kFailed, "failed"}};
+
 const char* state_word(EntryState s) {
-  switch (s) {
-    case EntryState::kStarted:
-      return "in flight";
-    case EntryState::kCompleted:
-      return "completed";
-    case EntryState::kFailed:
-      return "failed";
-  }
-  return "in flight";
+  return name_of(s, kEntryStateNames, "in flight").data();
 }
 
 }  // namespace
@@ -349,14 +344,10 @@ std::string render_text(const Verdict& v, const std::string& dir) {
 
 std::string render_json(const Verdict& v, const std::string& dir) {
   auto ints = [](const std::vector<int>& xs) {
-    std::string o = "[";
-    for (size_t i = 0; i < xs.size(); ++i) o += (i ? ", " : "") + std::to_string(xs[i]);
-    return o + "]";
+    return "[" + join(xs, ", ", [](auto x) { return std::to_string(x); }) + "]";
   };
   auto strings = [](const std::vector<std::string>& xs) {
-    std::string o = "[";
-    for (size_t i = 0; i < xs.size(); ++i) o += (i ? ", " : "") + json_quote(xs[i]);
-    return o + "]";
+    return "[" + join(xs, ", ", [](const std::string& x) { return json_quote(x); }) + "]";
   };
   std::string out = "{\"directory\": " + json_quote(dir) + ", \"run_id\": " + json_quote(v.run_id) +
                     ", \"attempt\": " + std::to_string(v.attempt) +

@@ -14,6 +14,7 @@
 // Before Catch: glog's CHECK (through LibTorch) must not shadow Catch's.
 #include "../../lib/ddp/src/monitor.hpp"
 #include "dtlaunch_catch.hpp"
+#include "test_support.hpp"
 
 namespace fs = std::filesystem;
 using namespace dtlaunch::ddp;
@@ -28,21 +29,8 @@ long rss_kb() {
   return resident * (::sysconf(_SC_PAGESIZE) / 1024);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-struct Scratch {
-  std::string path;
-  Scratch() {
-    char tmpl[] = "/tmp/recorder-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~Scratch() { fs::remove_all(path); }
-};
+using dtlaunch_test::read_file;
+using dtlaunch_test::TempDir;
 
 // stderr into a string while alive.
 struct CaptureStderr {
@@ -53,7 +41,7 @@ struct CaptureStderr {
     ::dup2(fd, 2);
     ::close(fd);
   }
-  std::string text() { return slurp(file); }
+  std::string text() { return read_file(file); }
   ~CaptureStderr() {
     ::dup2(saved, 2);
     ::close(saved);
@@ -108,21 +96,22 @@ TEST_CASE("flight recorder: the ring costs nothing at init and grows as entries 
 
 TEST_CASE("flight recorder files: run and attempt in the name, an error's file is never replaced",
           "[ddp][recorder]") {
-  Scratch dir;
-  auto m = monitor(dir.path + "/traces", 3);
-  const std::string base = dir.path + "/traces/slurm-77.0.a2.rank-3";
+  TempDir dir;
+  auto m = monitor(dir.path() + "/traces", 3);
+  const std::string base = dir.path() + "/traces/slurm-77.0.a2.rank-3";
   CHECK(m->write_file("on demand") == base + ".json");
   CHECK(m->write_file("again") == base + ".json");  // a snapshot replaces the last snapshot
-  CHECK(slurp(base + ".json").find("\"reason\": \"again\"") != std::string::npos);
+  CHECK(read_file(base + ".json").find("\"reason\": \"again\"") != std::string::npos);
   m->record(Error(ErrorKind::kTimeout, "the first error"));
   m->record(Error(ErrorKind::kTimeout, "the second error"));
-  CHECK(slurp(base + ".error.json").find("\"reason\": \"the first error\"") != std::string::npos);
-  CHECK(slurp(base + ".error-2.json").find("\"reason\": \"the second error\"") !=
+  CHECK(read_file(base + ".error.json").find("\"reason\": \"the first error\"") !=
+        std::string::npos);
+  CHECK(read_file(base + ".error-2.json").find("\"reason\": \"the second error\"") !=
         std::string::npos);
   // Another run's files in the same directory stay: its run id differs.
   CHECK(fs::exists(base + ".json"));
-  CHECK(leftovers(dir.path + "/traces") == 0);
-  const std::string text = slurp(base + ".error.json");
+  CHECK(leftovers(dir.path() + "/traces") == 0);
+  const std::string text = read_file(base + ".error.json");
   CHECK(text.rfind("{\"format\": \"dtlaunch-flight-record\", \"version\": 2, \"run_id\": "
                    "\"slurm-77.0\", \"attempt\": 2, \"rank\": 3, \"world_size\": 8, ",
                    0) == 0);
@@ -131,19 +120,19 @@ TEST_CASE("flight recorder files: run and attempt in the name, an error's file i
 
 TEST_CASE("flight recorder files: what is in the way is refused with one warning, nothing left",
           "[ddp][recorder]") {
-  Scratch dir;
-  const std::string base = dir.path + "/slurm-77.0.a2.rank-";
+  TempDir dir;
+  const std::string base = dir.path() + "/slurm-77.0.a2.rank-";
   fs::create_directory(base + "1.json");             // a directory at the path
   fs::create_symlink("/dev/null", base + "2.json");  // a symlink at the path
-  std::ofstream(dir.path + "/file") << "x";          // a file as the directory
+  std::ofstream(dir.path() + "/file") << "x";        // a file as the directory
   CaptureStderr err;
-  auto in_way = monitor(dir.path, 1);
+  auto in_way = monitor(dir.path(), 1);
   CHECK(in_way->write_file("a").empty());
   CHECK(in_way->write_file("b").empty());
-  auto link = monitor(dir.path, 2);
+  auto link = monitor(dir.path(), 2);
   CHECK(link->write_file("a").empty());
   CHECK(fs::is_symlink(base + "2.json"));
-  auto not_dir = monitor(dir.path + "/file", 4);
+  auto not_dir = monitor(dir.path() + "/file", 4);
   CHECK(not_dir->write_file("a").empty());
   const std::string text = err.text();
   INFO(text);
@@ -152,32 +141,32 @@ TEST_CASE("flight recorder files: what is in the way is refused with one warning
         std::string::npos);
   CHECK(text.find("rank 1:", text.find("rank 1:") + 1) == std::string::npos);  // once
   CHECK(text.find("rank 2: the flight recorder was not written") != std::string::npos);
-  CHECK(text.find("rank 4: the flight recorder was not written to '" + dir.path +
+  CHECK(text.find("rank 4: the flight recorder was not written to '" + dir.path() +
                   "/file/slurm-77.0.a2.rank-4.json': cannot create the directory") !=
         std::string::npos);
-  CHECK(leftovers(dir.path) == 0);
+  CHECK(leftovers(dir.path()) == 0);
 }
 
 TEST_CASE("flight recorder files: a full filesystem leaves no temporary file", "[ddp][recorder]") {
-  Scratch dir;
+  TempDir dir;
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     // A 16 KiB tmpfs of our own, in a mount namespace of our own.
     if (::unshare(CLONE_NEWNS) != 0 ||
         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("tmpfs", dir.path.c_str(), "tmpfs", 0, "size=16k") != 0)
+        ::mount("tmpfs", dir.path().c_str(), "tmpfs", 0, "size=16k") != 0)
       ::_exit(77);
-    const int err = ::open((dir.path + "/stderr").c_str(), O_WRONLY | O_CREAT, 0600);
-    auto m = monitor(dir.path, 0, 1000);
+    const int err = ::open((dir.path() + "/stderr").c_str(), O_WRONLY | O_CREAT, 0600);
+    auto m = monitor(dir.path(), 0, 1000);
     for (int i = 0; i < 1000; ++i)
       m->recorder().end(m->recorder().begin(Op::kBarrier, nullptr, -1), true);
     const int saved = ::dup(2);
     ::dup2(err, 2);
     const bool written = !m->write_file("full").empty();
     ::dup2(saved, 2);
-    const size_t left = leftovers(dir.path);
-    ::unlink((dir.path + "/stderr").c_str());
+    const size_t left = leftovers(dir.path());
+    ::unlink((dir.path() + "/stderr").c_str());
     ::_exit(written ? 1 : left != 0 ? 2 : 0);
   }
   int status = 0;

@@ -14,25 +14,18 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/text.hpp"
+#include "test_support.hpp"
+
 extern char** environ;
 
 namespace dtlaunch::hostlist::test {
 namespace {
 
+using dtlaunch_test::split_lines;
+
 void check(bool ok, const char* what) {
   if (!ok) throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    std::size_t nl = text.find('\n', at);
-    if (nl == std::string::npos) nl = text.size();
-    lines.push_back(text.substr(at, nl - at));
-    at = nl + 1;
-  }
-  return lines;
 }
 
 }  // namespace
@@ -131,30 +124,29 @@ Scontrol::~Scontrol() {
   rmdir(dir_.c_str());
 }
 
-SlurmAnswer Scontrol::hostnames(std::string_view expr) const {
+SlurmAnswer Scontrol::show(const char* what, std::string_view expr) const {
   const ProcessResult r =
-      run_process({"scontrol", "--", "show", "hostnames", std::string(expr)}, {conf_env_});
+      run_process({"scontrol", "--", "show", what, std::string(expr)}, {conf_env_});
   SlurmAnswer a;
   a.err = r.err;
   a.crashed = r.signal != 0 || r.timed_out;
   // `show hostnames` exits 0 even on an invalid expression; only stderr tells.
   a.valid = !a.crashed && r.exit_code == 0 && r.err.find("Invalid hostlist:") == std::string::npos;
-  if (a.valid) {
-    a.hosts = split_lines(r.out);
-    a.out = r.out;
-  }
+  if (a.valid) a.out = r.out;
+  return a;
+}
+
+SlurmAnswer Scontrol::hostnames(std::string_view expr) const {
+  SlurmAnswer a = show("hostnames", expr);
+  if (a.valid) a.hosts = split_lines(a.out);
   return a;
 }
 
 SlurmAnswer Scontrol::hostlist(std::string_view expr) const {
-  const ProcessResult r =
-      run_process({"scontrol", "--", "show", "hostlist", std::string(expr)}, {conf_env_});
-  SlurmAnswer a;
-  a.err = r.err;
-  a.crashed = r.signal != 0 || r.timed_out;
-  a.valid = !a.crashed && r.exit_code == 0 && r.err.find("Invalid hostlist:") == std::string::npos;
+  SlurmAnswer a = show("hostlist", expr);
   if (a.valid) {
-    a.ranged = r.out;
+    a.ranged = std::move(a.out);
+    a.out.clear();
     if (!a.ranged.empty() && a.ranged.back() == '\n') a.ranged.pop_back();
   }
   return a;
@@ -169,22 +161,7 @@ bool Scontrol::available() const {
 }
 
 std::string printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\\' || c == '"') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (u < 0x20 || u == 0x7f) {
-      out += "\\x";
-      out.push_back(kHex[u >> 4]);
-      out.push_back(kHex[u & 0xf]);
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out + "\"";
+  return "\"" + excerpt(text, std::string_view::npos, '"') + "\"";
 }
 
 }  // namespace dtlaunch::hostlist::test

@@ -44,6 +44,9 @@ class Scontrol {
   bool available() const;  // scontrol is on PATH and runs
 
  private:
+  // `scontrol show WHAT EXPR`: its validity, stdout in `out` when valid, stderr.
+  SlurmAnswer show(const char* what, std::string_view expr) const;
+
   std::string dir_;
   std::string conf_env_;
 };

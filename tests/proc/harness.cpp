@@ -16,18 +16,6 @@
 
 namespace proctest {
 
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    std::size_t nl = text.find('\n', start);
-    if (nl == std::string::npos) nl = text.size();
-    lines.push_back(text.substr(start, nl - start));
-    start = nl + 1;
-  }
-  return lines;
-}
-
 std::vector<pid_t> read_pids(const std::string& path) {
   std::vector<pid_t> pids;
   for (const std::string& line : split_lines(read_file(path)))

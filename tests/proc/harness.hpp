@@ -17,7 +17,7 @@ namespace proctest {
 using dtlaunch_test::read_file;  // "" when missing
 using dtlaunch_test::TempDir;
 
-std::vector<std::string> split_lines(const std::string& text);
+using dtlaunch_test::split_lines;
 std::vector<pid_t> read_pids(const std::string& path);  // one pid per line
 
 // The test's children, live or zombie, from /proc (written independently of lib/proc).

@@ -1,5 +1,6 @@
 // The real PyTorch as a client of local mode: python3-torch's init_process_group("gloo",
 // init_method="env://") on the environment the supervisor's workers get, with an all-reduce.
+#include <map>
 #include <regex>
 #include <set>
 
@@ -35,6 +36,39 @@ std::set<int> ranks_ok(const std::string& out, int world) {
   return ok;
 }
 
+// Two launchers of --nnodes 2 on loopback, 2 ranks each, started in `order` with `options` in
+// front of their own: both must end with 0, and each of the 4 ranks report the right sum from
+// its own node (rank = node_rank * 2 + local_rank).
+void run_two_nodes(const std::vector<std::string>& options, const std::vector<int>& order) {
+  TempDir dir;
+  become_subreaper();
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+  std::map<int, Child> nodes;
+  for (int node : order) {
+    const std::string n = std::to_string(node);
+    std::vector<std::string> argv = {kLauncher};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.insert(argv.end(),
+                {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", n, "--master-addr",
+                 "127.0.0.1", "--master-port", port, "--", "/usr/bin/python3", kScript});
+    nodes.try_emplace(node, argv, dir / ("node" + n + ".out"), dir / ("node" + n + ".err"));
+  }
+  std::set<int> ok;
+  for (auto& [node, child] : nodes) {
+    const std::string n = std::to_string(node);
+    const std::optional<int> status = child.wait_for(120s);
+    const std::string out = read_file(dir / ("node" + n + ".out"));
+    INFO("node " << n << ":\n" << out << read_file(dir / ("node" + n + ".err")));
+    CHECK(status == 0);
+    for (int rank : ranks_ok(out, 4)) {
+      CHECK(rank / 2 == node);
+      ok.insert(rank);
+    }
+  }
+  CHECK(ok == std::set<int>{0, 1, 2, 3});
+  CHECK(settle(5s).empty());
+}
+
 }  // namespace
 
 TEST_CASE("python3-torch gloo all-reduce with 4 local workers", "[torch]") {
@@ -47,61 +81,13 @@ TEST_CASE("python3-torch gloo all-reduce with 4 local workers", "[torch]") {
 }
 
 TEST_CASE("python3-torch across two launchers (--nnodes 2 on loopback)", "[torch]") {
-  TempDir dir;
-  become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
-  std::vector<Child> nodes;
-  for (int node : {0, 1}) {
-    const std::string n = std::to_string(node);
-    nodes.emplace_back(
-        std::vector<std::string>{kLauncher, "--nproc-per-node", "2", "--nnodes", "2", "--node-rank",
-                                 n, "--master-addr", "127.0.0.1", "--master-port", port, "--",
-                                 "/usr/bin/python3", kScript},
-        dir / ("node" + n + ".out"), dir / ("node" + n + ".err"));
-  }
-  std::set<int> ok;
-  for (int node : {0, 1}) {
-    const std::string n = std::to_string(node);
-    const std::optional<int> status = nodes[static_cast<std::size_t>(node)].wait_for(120s);
-    const std::string out = read_file(dir / ("node" + n + ".out"));
-    INFO("node " << n << ":\n" << out << read_file(dir / ("node" + n + ".err")));
-    CHECK(status == 0);
-    for (int rank : ranks_ok(out, 4)) {
-      CHECK(rank / 2 == node);  // node_rank * nproc + local_rank
-      ok.insert(rank);
-    }
-  }
-  CHECK(ok == std::set<int>{0, 1, 2, 3});
-  CHECK(settle(5s).empty());
+  run_two_nodes({}, {0, 1});
 }
 
 #ifdef DTLAUNCH
 TEST_CASE("preflight passes, then python3-torch binds and serves the very same port", "[torch]") {
   // The doctor's listener must be gone before the program starts: PyTorch's TCPStore on rank 0
   // binds MASTER_PORT right after the check, on both launchers.
-  TempDir dir;
-  become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
-  std::vector<Child> nodes;
-  for (int node : {1, 0}) {
-    const std::string n = std::to_string(node);
-    nodes.emplace_back(
-        std::vector<std::string>{kLauncher, "--preflight", "--nproc-per-node", "2", "--nnodes", "2",
-                                 "--node-rank", n, "--master-addr", "127.0.0.1", "--master-port",
-                                 port, "--run-id", "preflight-torch", "--", "/usr/bin/python3",
-                                 kScript},
-        dir / ("node" + n + ".out"), dir / ("node" + n + ".err"));
-  }
-  std::set<int> ok;
-  for (int node : {0, 1}) {
-    const std::string n = std::to_string(node);
-    const std::optional<int> status = nodes[static_cast<std::size_t>(1 - node)].wait_for(120s);
-    const std::string out = read_file(dir / ("node" + n + ".out"));
-    INFO("node " << n << ":\n" << out << read_file(dir / ("node" + n + ".err")));
-    CHECK(status == 0);
-    for (int rank : ranks_ok(out, 4)) ok.insert(rank);
-  }
-  CHECK(ok == std::set<int>{0, 1, 2, 3});
-  CHECK(settle(5s).empty());
+  run_two_nodes({"--preflight", "--run-id", "preflight-torch"}, {1, 0});
 }
 #endif

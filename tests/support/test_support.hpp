@@ -34,6 +34,9 @@ class TempDir {
 // The whole file; "" when it is missing.
 std::string read_file(const std::filesystem::path& path);
 
+// The lines of `text`, without their '\n'; a last line without one counts too.
+std::vector<std::string> split_lines(const std::string& text);
+
 struct RankOptions {
   // The ranks to start, a subset of 0..world-1 (to leave some missing); empty: all of them.
   std::vector<int> launch;

@@ -7,11 +7,7 @@ using namespace dtlaunch;
 using S = std::vector<std::string>;
 
 TEST_CASE("CUDA_VISIBLE_DEVICES parsing follows CUDA's rules") {
-  struct Case {
-    const char* text;
-    S expected;
-  };
-  const Case cases[] = {
+  const std::pair<const char*, S> cases[] = {
       {"0,1,2,3", {"0", "1", "2", "3"}},
       {"3,1", {"3", "1"}},
       {"", {}},
@@ -27,9 +23,9 @@ TEST_CASE("CUDA_VISIBLE_DEVICES parsing follows CUDA's rules") {
       {" 0, 1", {"0", "1"}},
       {"0,1,", {"0", "1"}},
   };
-  for (const Case& c : cases) {
-    INFO("'" << c.text << "'");
-    CHECK(parse_visible_devices(c.text) == c.expected);
+  for (const auto& [text, expected] : cases) {
+    INFO("'" << text << "'");
+    CHECK(parse_visible_devices(text) == expected);
   }
 }
 

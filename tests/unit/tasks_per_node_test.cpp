@@ -8,11 +8,7 @@ using dtlaunch::parse_tasks_per_node;
 using V = std::vector<std::uint32_t>;
 
 TEST_CASE("tasks per node: Slurm's compressed syntax expands per node") {
-  struct Case {
-    const char* text;
-    V expected;
-  };
-  const Case cases[] = {
+  const std::pair<const char*, V> cases[] = {
       {"8", {8}},
       {"8(x2)", {8, 8}},
       {"8(x2),4", {8, 8, 4}},
@@ -20,9 +16,9 @@ TEST_CASE("tasks per node: Slurm's compressed syntax expands per node") {
       {"1(x3),2,3(x2)", {1, 1, 1, 2, 3, 3}},
       {"16", {16}},
   };
-  for (const Case& c : cases) {
-    INFO(c.text);
-    CHECK(parse_tasks_per_node("SLURM_STEP_TASKS_PER_NODE", c.text) == c.expected);
+  for (const auto& [text, expected] : cases) {
+    INFO(text);
+    CHECK(parse_tasks_per_node("SLURM_STEP_TASKS_PER_NODE", text) == expected);
   }
 }
 

@@ -1,9 +1,11 @@
 #include "core/text.hpp"
 
 #include <string>
+#include <vector>
 
 #include "core/env_map.hpp"
 #include "core/error.hpp"
+#include "core/names.hpp"
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
@@ -87,4 +89,30 @@ TEST_CASE("first_line and seconds_text, as the DDP runtime's messages use them")
   CHECK(seconds_text(milliseconds(250)) == "0.25s");
   CHECK(seconds_text(milliseconds(300001)) == "300.001s");
   CHECK(seconds_text(milliseconds(0)) == "0s");
+}
+
+TEST_CASE("num, the duration formats and join: the one copy of each") {
+  using std::chrono::milliseconds;
+  CHECK(num(0) == "0");
+  CHECK(num(18446744073709551615ull) == "18446744073709551615");
+  CHECK(seconds_fixed(3.0, 1) == "3.0 s");
+  CHECK(seconds_fixed(2.186, 2) == "2.19 s");
+  CHECK(duration_text(milliseconds(30000)) == "30 s");
+  CHECK(duration_text(milliseconds(300)) == "300 ms");
+  const std::vector<int> three{1, 2, 3};
+  const auto decimal = [](int v) { return std::to_string(v); };
+  CHECK(join(three, ", ", decimal) == "1, 2, 3");
+  CHECK(join(std::vector<int>{}, ", ", decimal).empty());
+  CHECK(join(std::vector<std::string>{"", "b"}, ",", [](const std::string& s) { return s; }) ==
+        ",b");
+}
+
+TEST_CASE("name_of and value_of read one table both ways") {
+  enum class Colour { kRed, kBlue, kGreen };
+  static constexpr Named<Colour> kColours[] = {{Colour::kRed, "red"}, {Colour::kBlue, "blue"}};
+  CHECK(name_of(Colour::kBlue, kColours) == "blue");
+  CHECK(name_of(Colour::kGreen, kColours) == "?");
+  CHECK(name_of(Colour::kGreen, kColours, "colour") == "colour");
+  CHECK(value_of("red", kColours) == Colour::kRed);
+  CHECK_FALSE(value_of("green", kColours).has_value());
 }

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "dtlaunch_catch.hpp"
+#include "test_support.hpp"
 #include "trace/record.hpp"
 #include "trace/timeline.hpp"
 #include "trace/trace_dir.hpp"
@@ -96,17 +97,10 @@ Verdict merge(const std::vector<std::string>& files, int world) {
   return m.finish();
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/trace-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path + "/" + name) << text;
-  }
-};
+void write_file(const dtlaunch_test::TempDir& dir, const std::string& name,
+                const std::string& text) {
+  std::ofstream(dir / name) << text;
+}
 
 }  // namespace
 
@@ -216,24 +210,25 @@ TEST_CASE("trace: the clock offsets line the ranks up") {
 }
 
 TEST_CASE("trace DIR: an empty directory, a corrupt file, other runs, the pictures") {
-  TempDir dir;
+  dtlaunch_test::TempDir dir;
   std::ostringstream out, err;
-  CHECK(run_trace({dir.path, TraceFormat::kText, "", ""}, out, err) == kTraceNoInput);
-  CHECK(err.str() == "dtlaunch trace: " + dir.path +
+  CHECK(run_trace({dir.path(), TraceFormat::kText, "", ""}, out, err) == kTraceNoInput);
+  CHECK(err.str() == "dtlaunch trace: " + dir.path() +
                          ": no flight record (*.json) in it; set DTLAUNCH_DDP_TRACE_DIR for the "
                          "job, and dump with kill -USR2 or at an error\n");
-  CHECK_THROWS_AS(run_trace({dir.path + "/nope", TraceFormat::kText, "", ""}, out, err), Error);
+  CHECK_THROWS_AS(run_trace({dir.path() + "/nope", TraceFormat::kText, "", ""}, out, err), Error);
 
   const auto files = job(4, 200, 3, 2000, 3, 20000);
-  for (int r = 0; r < 4; ++r) dir.write("run-1.a0.rank-" + std::to_string(r) + ".json", files[r]);
-  dir.write("run-1.a0.rank-1.json", files[1].substr(0, files[1].size() / 2));  // truncated
-  dir.write("old.a0.rank-0.json",
-            rank_file(0, 2, {{1, 1, 2}}, "exit", "old")
-                .replace(rank_file(0, 2, {}, "exit", "old").find("9000000000"), 10, "1000000000"));
+  for (int r = 0; r < 4; ++r)
+    write_file(dir, "run-1.a0.rank-" + std::to_string(r) + ".json", files[r]);
+  write_file(dir, "run-1.a0.rank-1.json", files[1].substr(0, files[1].size() / 2));  // truncated
+  write_file(dir, "old.a0.rank-0.json",
+             rank_file(0, 2, {{1, 1, 2}}, "exit", "old")
+                 .replace(rank_file(0, 2, {}, "exit", "old").find("9000000000"), 10, "1000000000"));
   out.str("");
   err.str("");
-  const std::string html = dir.path + "/t.html";
-  CHECK(run_trace({dir.path, TraceFormat::kText, html, ""}, out, err) == kTraceProblem);
+  const std::string html = dir.path() + "/t.html";
+  CHECK(run_trace({dir.path(), TraceFormat::kText, html, ""}, out, err) == kTraceProblem);
   INFO(out.str());
   CHECK(out.str().find("missing: rank 1 (") != std::string::npos);
   CHECK(out.str().find("skipped: run-1.a0.rank-1.json: truncated at byte ") != std::string::npos);
@@ -248,16 +243,16 @@ TEST_CASE("trace DIR: an empty directory, a corrupt file, other runs, the pictur
   CHECK(p.str().find("rank 1 MISSING") != std::string::npos);
 
   std::ostringstream chrome, verdict;
-  CHECK(run_trace({dir.path, TraceFormat::kChrome, "", ""}, chrome, verdict) == kTraceProblem);
+  CHECK(run_trace({dir.path(), TraceFormat::kChrome, "", ""}, chrome, verdict) == kTraceProblem);
   CHECK(chrome.str().rfind("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [", 0) == 0);
   CHECK(chrome.str().find("\"name\": \"waits for rank 3\"") != std::string::npos);
   std::ostringstream json;
-  CHECK(run_trace({dir.path, TraceFormat::kJson, "", ""}, json, verdict) == kTraceProblem);
+  CHECK(run_trace({dir.path(), TraceFormat::kJson, "", ""}, json, verdict) == kTraceProblem);
   CHECK(json.str().find("\"missing_ranks\": [1],") != std::string::npos);
 
   // --html refuses what is not a regular file and follows no symlink.
-  ::symlink("/dev/null", (dir.path + "/link.html").c_str());
-  CHECK_THROWS_AS(run_trace({dir.path, TraceFormat::kText, dir.path + "/link.html", ""}, out, err),
-                  Error);
-  CHECK_THROWS_AS(run_trace({dir.path, TraceFormat::kText, "", "nosuchrun"}, out, err), Error);
+  ::symlink("/dev/null", (dir.path() + "/link.html").c_str());
+  CHECK_THROWS_AS(
+      run_trace({dir.path(), TraceFormat::kText, dir.path() + "/link.html", ""}, out, err), Error);
+  CHECK_THROWS_AS(run_trace({dir.path(), TraceFormat::kText, "", "nosuchrun"}, out, err), Error);
 }

@@ -6,6 +6,8 @@
 #include "contract/contract.hpp"
 #include "contract/settings.hpp"
 #include "core/error.hpp"
+#include "core/names.hpp"
+#include "core/text.hpp"
 #include "dtlaunch/ddp.h"
 
 extern char** environ;
@@ -54,30 +56,20 @@ WorkerEnv WorkerEnv::from_environment() {
   return from_env_map(EnvMap::from_environ(environ));
 }
 
+constexpr Named<Backend> kBackendNames[] = {
+    {Backend::kAuto, "auto"}, {Backend::kGloo, "gloo"}, {Backend::kNccl, "nccl"}};
+
 const char* to_string(Backend backend) noexcept {
-  switch (backend) {
-    case Backend::kAuto:
-      return "auto";
-    case Backend::kGloo:
-      return "gloo";
-    case Backend::kNccl:
-      return "nccl";
-  }
-  return "?";
+  return name_of(backend, kBackendNames).data();
 }
 
+constexpr Named<ReduceOp> kReduceOpNames[] = {{ReduceOp::kSum, "sum"},
+                                              {ReduceOp::kAvg, "avg"},
+                                              {ReduceOp::kMin, "min"},
+                                              {ReduceOp::kMax, "max"}};
+
 const char* to_string(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-  }
-  return "?";
+  return name_of(op, kReduceOpNames).data();
 }
 
 }  // namespace dtlaunch::ddp

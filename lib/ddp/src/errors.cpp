@@ -1,25 +1,20 @@
 // The runtime's error kinds and the text helpers its messages share.
 #include <string_view>
 
+#include "core/names.hpp"
 #include "core/text.hpp"
 #include "internal.hpp"
 
 namespace dtlaunch::ddp {
 
+constexpr Named<ErrorKind> kErrorKindNames[] = {{ErrorKind::kConfig, "config"},
+                                                {ErrorKind::kTimeout, "timeout"},
+                                                {ErrorKind::kPeerLost, "peer-lost"},
+                                                {ErrorKind::kMismatch, "mismatch"},
+                                                {ErrorKind::kBackend, "backend"}};
+
 const char* to_string(ErrorKind kind) noexcept {
-  switch (kind) {
-    case ErrorKind::kConfig:
-      return "config";
-    case ErrorKind::kTimeout:
-      return "timeout";
-    case ErrorKind::kPeerLost:
-      return "peer-lost";
-    case ErrorKind::kMismatch:
-      return "mismatch";
-    case ErrorKind::kBackend:
-      return "backend";
-  }
-  return "backend";
+  return name_of(kind, kErrorKindNames, "backend").data();
 }
 
 namespace detail {

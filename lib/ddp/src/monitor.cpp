@@ -26,6 +26,7 @@
 
 #include "contract/settings.hpp"
 #include "core/parse.hpp"
+#include "core/names.hpp"
 #include "core/text.hpp"
 #include "internal.hpp"
 
@@ -67,32 +68,16 @@ std::string hostname() {
 
 }  // namespace
 
+constexpr Named<at::ScalarType> kDtypeNames[] = {
+    {at::kFloat, "float32"},     {at::kDouble, "float64"}, {at::kHalf, "float16"},
+    {at::kBFloat16, "bfloat16"}, {at::kLong, "int64"},     {at::kInt, "int32"},
+    {at::kShort, "int16"},       {at::kChar, "int8"},      {at::kByte, "uint8"},
+    {at::kBool, "bool"}};
+
 std::string dtype_name(int8_t dtype) {
   if (dtype < 0) return "";
-  switch (static_cast<at::ScalarType>(dtype)) {
-    case at::kFloat:
-      return "float32";
-    case at::kDouble:
-      return "float64";
-    case at::kHalf:
-      return "float16";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kLong:
-      return "int64";
-    case at::kInt:
-      return "int32";
-    case at::kShort:
-      return "int16";
-    case at::kChar:
-      return "int8";
-    case at::kByte:
-      return "uint8";
-    case at::kBool:
-      return "bool";
-    default:
-      return c10::toString(static_cast<at::ScalarType>(dtype));
-  }
+  const auto type = static_cast<at::ScalarType>(dtype);
+  return std::string(name_of(type, kDtypeNames, c10::toString(type)));
 }
 
 namespace {
@@ -108,9 +93,7 @@ std::string signature_text(const CollectiveRecord& r) {
 }
 
 std::string seconds_2(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f s", s);
-  return buf;
+  return seconds_fixed(s, 2);
 }
 
 // A rank's position, as published: "seq\nstate\nsignature\nhost\nlocal_rank\nage_ms".
@@ -163,16 +146,13 @@ std::string name_ranks(const std::vector<int>& ranks,
   return out + (ranks.size() > 3 ? ", ...)" : ")");
 }
 
+constexpr Named<CollectiveRecord::State> kStateNames[] = {
+    {CollectiveRecord::State::kStarted, "started"},
+    {CollectiveRecord::State::kCompleted, "completed"},
+    {CollectiveRecord::State::kFailed, "failed"}};
+
 const char* state_name(CollectiveRecord::State s) {
-  switch (s) {
-    case CollectiveRecord::State::kStarted:
-      return "started";
-    case CollectiveRecord::State::kCompleted:
-      return "completed";
-    case CollectiveRecord::State::kFailed:
-      return "failed";
-  }
-  return "started";
+  return name_of(s, kStateNames, "started").data();
 }
 
 // A run id as part of a file name: [A-Za-z0-9._-] kept, anything else '_', at most 64 bytes.
@@ -321,18 +301,13 @@ bool install_dump_signal() {
 
 }  // namespace
 
+constexpr Named<Op> kOpNames[] = {{Op::kAllReduce, "all_reduce"},
+                                  {Op::kBroadcast, "broadcast"},
+                                  {Op::kAllGather, "all_gather"},
+                                  {Op::kBarrier, "barrier"}};
+
 const char* op_name(Op op) noexcept {
-  switch (op) {
-    case Op::kAllReduce:
-      return "all_reduce";
-    case Op::kBroadcast:
-      return "broadcast";
-    case Op::kAllGather:
-      return "all_gather";
-    case Op::kBarrier:
-      return "barrier";
-  }
-  return "collective";
+  return name_of(op, kOpNames, "collective").data();
 }
 
 std::string describe(const CollectiveRecord& r) {
@@ -567,18 +542,13 @@ bool write_all(int fd, const std::string& data) {
   return true;
 }
 
+constexpr Named<DumpKind> kDumpKindNames[] = {{DumpKind::kError, "error"},
+                                              {DumpKind::kRequest, "request"},
+                                              {DumpKind::kSignal, "signal"},
+                                              {DumpKind::kExit, "exit"}};
+
 const char* kind_name(DumpKind kind) {
-  switch (kind) {
-    case DumpKind::kError:
-      return "error";
-    case DumpKind::kRequest:
-      return "request";
-    case DumpKind::kSignal:
-      return "signal";
-    case DumpKind::kExit:
-      return "exit";
-  }
-  return "request";
+  return name_of(kind, kDumpKindNames, "request").data();
 }
 
 std::string json_entry(const CollectiveRecord& r) {
