@@ -897,7 +897,8 @@ std::string start_ticks_of(pid_t pid) {
 
 // Issue 26 item 20: a rank 0 SIGKILLed between creating its segment and unlinking it leaves the
 // segment behind; it is named after that rank 0's pid and start time, and the next run's rank 0
-// on the node removes it once that process is gone. A live process's segment stays.
+// on the node removes it once that process is gone. A live process's segment stays, and so does
+// another user's.
 TEST_CASE("shm all_reduce: a segment left by a dead rank 0 is removed by the next run",
           "[ddp][proc][shm]") {
   const pid_t dead = ::fork();
@@ -908,16 +909,23 @@ TEST_CASE("shm all_reduce: a segment left by a dead rank 0 is removed by the nex
       "/dev/shm/dtlaunch-ddp-" + std::to_string(dead) + "-12345-00000000deadbeef";
   const std::string live = "/dev/shm/dtlaunch-ddp-" + std::to_string(::getpid()) + "-" +
                            start_ticks_of(::getpid()) + "-00000000feedf00d";
+  // Another user's, of a dead process too: not this user's to remove (root could).
+  const std::string foreign =
+      "/dev/shm/dtlaunch-ddp-" + std::to_string(dead) + "-12345-00000000f0e1d2c3";
   std::ofstream(stale) << "stale";
   std::ofstream(live) << "live";
+  std::ofstream(foreign) << "another user's";
+  const bool other_owner = ::chown(foreign.c_str(), ::geteuid() + 1, ::getegid()) == 0;
   REQUIRE(std::filesystem::exists(stale));
   auto run = run_ranks(DDP_WORKER, {"collectives"}, 2, all_ranks(2), {});
   require_all_ok(run);
   check_shm_segments(run, true);
   CHECK(!std::filesystem::exists(stale));
   CHECK(std::filesystem::exists(live));
+  if (other_owner) CHECK(std::filesystem::exists(foreign));
   std::filesystem::remove(live);
   std::filesystem::remove(stale);
+  std::filesystem::remove(foreign);
 }
 
 TEST_CASE("shm all_reduce: 500 back-to-back async all_reduces, Gloo collectives in between",

@@ -478,7 +478,9 @@ class Rendezvous {
       if (watch_ && watch_->lost()) throw watch_->error();
       throw;
     } catch (const std::exception& e) {
-      if (watch_ && watch_->wait_lost(kVerdictGrace)) throw watch_->error();
+      // Once this rank's heartbeat runs (it has claimed its place), a store that fails may be
+      // a rank 0 that died: its verdict names it.
+      if (watch_ && joined_ && watch_->wait_lost(kVerdictGrace)) throw watch_->error();
       throw translate(e);
     }
     phases_.all_checked_in = Clock::now();
@@ -606,7 +608,10 @@ class Rendezvous {
     phases_.store_connected = Clock::now();
     // The store is this job's: from here on this rank's heartbeat runs and its endpoint is
     // published before it counts itself, so that a complete rendezvous has every endpoint.
-    if (watch_) watch_->join(*store_);
+    if (watch_) {
+      watch_->join(*store_);
+      joined_ = true;
+    }
     // For rank 0's startup line and the reports: where this rank runs, and when it came.
     store_->set(checkin_key(env_.rank), bytes(checkin_record(env_)));
     store_->set(rank_key(env_.rank), bytes(record(mine_)));
@@ -815,6 +820,7 @@ class Rendezvous {
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t arrived_ = 0;
   bool answered_ = false;
+  bool joined_ = false;  // this rank's heartbeat runs
   Clock::time_point checked_in_{};
   int64_t foreign_logged_ = 0;
   Clock::time_point foreign_since_{};
