@@ -22,6 +22,11 @@ using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
 using std::chrono::milliseconds;
 
+// How many ranks ahead on the ring a rank knows the endpoints of (the DDP runtime reads them from
+// the store, dtlaunch --watch gets them from rank 0's exchange): it can skip this many lost ranks
+// in a row and still watch the next one.
+inline constexpr int kEndpointWindow = 8;
+
 enum class How : uint8_t {
   kExited = 1,       // its connection closed, or a connect() to it was refused
   kFrozen = 2,       // silent for the timeout while its host still completes a TCP handshake

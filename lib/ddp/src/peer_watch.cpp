@@ -18,10 +18,6 @@
 namespace dtlaunch::ddp::detail {
 namespace {
 
-// How many ranks ahead on the ring each rank knows the endpoint of: it can skip up to this many
-// lost ranks in a row and still watch the next one.
-constexpr int kWindow = 8;
-
 // How long after the first verdict the error waits for others (the rest of a node's ranks).
 constexpr std::chrono::milliseconds kGatherVerdicts{300};
 
@@ -123,7 +119,7 @@ void PeerWatch::join(c10d::Store& store) {
 
 void PeerWatch::fetch_endpoints(c10d::Store& store, bool all_published) {
   if (!node_) return;
-  const int ahead = std::min(kWindow, env_.world_size - 1);
+  const int ahead = std::min(heartbeat::kEndpointWindow, env_.world_size - 1);
   std::map<int, heartbeat::Endpoint> found;
   for (; fetched_ahead_ < ahead; ++fetched_ahead_) {
     const int r = (env_.rank + fetched_ahead_ + 1) % env_.world_size;
