@@ -1096,6 +1096,32 @@ TEST_CASE("heartbeat: a rank or rank 0 frozen during the rendezvous is named wit
                          kStartupFaultSeconds + kHeartbeatSeconds + 0.3 + 2.0);
 }
 
+// The backend's connect: rank 2 comes 2.5 s late, after rank 1 froze (1.5 s) and before the
+// verdict is due (4.5 s), so the rendezvous completes and the survivors wait in Gloo's connect for
+// the frozen rank: all three must name it.
+TEST_CASE("heartbeat: a rank frozen during the backend's connect is named within the timeout",
+          "[ddp][proc][heartbeat]") {
+  auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 4, all_ranks(4),
+                       heartbeat_env({{"DDP_TEST_STARTUP_FAULT", "freeze"},
+                                      {"DDP_TEST_VICTIM", "1"},
+                                      {"DDP_TEST_LATE_RANK", "2"},
+                                      {"DDP_TEST_LATE_MS", "2500"},
+                                      {"DDP_TEST_FREEZE_SECONDS", "6"},
+                                      {"DDP_TEST_RENDEZVOUS_TIMEOUT_MS", "8000"}}),
+                       std::chrono::seconds(60));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 4);
+  for (const auto& r : run.ranks) {
+    if (r.rank == 1) continue;
+    INFO("rank " << r.rank);
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "error-kind: peer-lost"));
+    CHECK(has(r.output, "peer lost (heartbeat, timeout 3s): rank 1 ("));
+    CHECK(has(r.output, "frozen (silent for 3"));
+    CHECK(error_after_seconds(r.output) < kStartupFaultSeconds + kHeartbeatSeconds + 0.3 + 2.0);
+  }
+}
+
 // No false alarm: a rank that starts 10 s late (over three heartbeat timeouts, within the
 // rendezvous timeout) on a machine at load 10 is waited for, not declared lost.
 TEST_CASE("heartbeat: a rank that starts 10 s late under load is no false alarm",
