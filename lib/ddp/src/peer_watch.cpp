@@ -107,9 +107,12 @@ void PeerWatch::join(c10d::Store& store) {
   };
   o.on_verdict = [this](const heartbeat::Verdict& v) { on_verdict(v); };
   const uint16_t port = listener_->port();
-  {
+  try {
     std::lock_guard<std::mutex> lock(node_mutex_);
     node_ = std::make_unique<heartbeat::Node>(std::move(o), std::move(*listener_));
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kBackend, "dtlaunch ddp: rank " + std::to_string(env_.rank) +
+                                         " cannot start its heartbeat: " + e.what());
   }
   std::string address = heartbeat::local_address_towards(env_.master_addr);
   if (address.empty()) address = host_;
