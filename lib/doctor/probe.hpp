@@ -14,6 +14,7 @@
 #include "core/env_map.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/report.hpp"
+#include "heartbeat/ring.hpp"
 
 namespace dtlaunch::doctor {
 
@@ -80,8 +81,8 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
                     std::map<std::uint32_t, std::string>* ring = nullptr);
 
 // How many ranks ahead on the ring rank 0 sends each --watch task the heartbeat endpoints of:
-// the ring skips up to this many lost ranks in a row. O(1) per task.
-inline constexpr std::uint32_t kHeartbeatWindow = 8;
+// the ring skips up to this many lost ranks in a row. O(1) per task. The heartbeat's own window.
+inline constexpr std::uint32_t kHeartbeatWindow = heartbeat::kEndpointWindow;
 
 // The wire form, for load generators (bench/doctor): the bytes a task sends rank 0, and the
 // verdict taken off the front of what rank 0 answered (nullopt: incomplete; throws on a frame

@@ -137,6 +137,19 @@ int start_connect(const Endpoint& e, int& immediate_errno) {
   return fd;
 }
 
+// How a non-blocking connect() on `fd` ended: 0 (connected) or an errno once poll() reported it
+// or the deadline passed; -1 while it is still under way.
+int connect_result(int fd, short revents, TimePoint now, TimePoint deadline) {
+  int err = -1;
+  if (revents) {
+    socklen_t len = sizeof err;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  } else if (now >= deadline) {
+    err = ETIMEDOUT;
+  }
+  return err;
+}
+
 Probe probe_of(int err) {
   return err == 0 ? Probe::kAccepted : err == ECONNREFUSED ? Probe::kRefused : Probe::kTimedOut;
 }
@@ -169,14 +182,18 @@ Node::~Node() {
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
+void Node::wake() {
+  const char c = 0;
+  [[maybe_unused]] const ssize_t n = ::write(wake_write_, &c, 1);
+}
+
 void Node::stop(bool say_goodbye) {
   if (stopping_.exchange(true)) {
     if (thread_.joinable()) thread_.join();
     return;
   }
   goodbye_ = say_goodbye;
-  const char c = 0;
-  [[maybe_unused]] const ssize_t n = ::write(wake_write_, &c, 1);
+  wake();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -185,237 +202,323 @@ std::vector<Verdict> Node::verdicts() const {
   return verdicts_;
 }
 
-void Node::run() {
-  const Settings& settings = options_.settings;
-  Ring ring(options_.self, options_.world, settings, Clock::now());
-  std::vector<Link> links;
+void Node::add_endpoints(const std::map<int, Endpoint>& more) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [rank, e] : more) new_endpoints_[rank] = e;
+  }
+  wake();
+}
+
+std::vector<int> Node::own_sockets() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return own_sockets_;
+}
+
+// The heartbeat thread: its links, its probe and the pure core, and one step per kind of event.
+class Node::Loop {
+ public:
+  explicit Loop(Node& node)
+      : node_(node),
+        o_(node.options_),
+        ring_(o_.self, o_.world, o_.settings, Clock::now()),
+        next_beat_(Clock::now()) {}
+  ~Loop() {
+    for (const Link& l : links_) ::close(l.fd);
+    if (probe_.fd >= 0) ::close(probe_.fd);
+  }
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+
+  void run() {
+    for (;;) {
+      const TimePoint now = Clock::now();
+      take_endpoints();
+      // A rank whose endpoint this one does not know (yet) cannot be watched from here: it counts
+      // as heard (the rank before it, further back on the ring, still watches it... or nobody
+      // does; docs/ddp.md says how far ahead the endpoints reach).
+      if (const int w = ring_.watched(); w >= 0 && !o_.endpoints.count(w)) ring_.heard(w, now);
+      ring_.tick(now);
+      // A verdict changes the watched rank, whose connection may fail at once: a new verdict.
+      do follow_watch(now);
+      while (spread_news());
+      start_probe(now);
+      if (node_.stopping_.load()) break;
+      beat(now);
+      if (!wait_and_handle()) break;
+    }
+    if (node_.goodbye_.load()) {
+      Message m;
+      m.type = FrameType::kBye;
+      m.rank = o_.self;
+      const Frame f = encode(m);
+      for (const Link& l : links_)
+        if (!l.connecting) send_frame(l.fd, f);
+    }
+  }
+
+ private:
   struct ProbeState {
     int fd = -1, rank = -1;
     TimePoint deadline{};
-  } probe;
-  TimePoint next_beat = Clock::now();
-
-  auto close_link = [&](size_t i) {
-    ::close(links[i].fd);
-    links.erase(links.begin() + static_cast<std::ptrdiff_t>(i));
   };
-  auto send_to = [&](int rank, const Frame& f) {
-    for (size_t i = 0; i < links.size(); ++i) {
-      if (links[i].rank != rank || links[i].connecting) continue;
-      if (send_frame(links[i].fd, f)) sent_.fetch_add(1, std::memory_order_relaxed);
+
+  void close_link(size_t i) {
+    ::close(links_[i].fd);
+    links_.erase(links_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  void send_to(int rank, const Frame& f) {
+    for (const Link& l : links_) {
+      if (l.rank != rank || l.connecting) continue;
+      if (send_frame(l.fd, f)) node_.sent_.fetch_add(1, std::memory_order_relaxed);
       return;  // one link per rank is enough
     }
-  };
-  auto hello = [&] {
+  }
+  static Frame verdict_frame(const Verdict& v) {
+    Message m;
+    m.type = FrameType::kVerdict;
+    m.rank = v.rank;
+    m.position = v.last;
+    m.verdict = v;
+    return encode(m);
+  }
+  Frame hello() const {
     Message m;
     m.type = FrameType::kHello;
-    m.rank = options_.self;
-    m.tag = options_.tag;
-    if (options_.position) m.position = options_.position();
+    m.rank = o_.self;
+    m.tag = o_.tag;
+    if (o_.position) m.position = o_.position();
     return encode(m);
-  };
+  }
 
-  auto follow_watch = [&](TimePoint now) {
-    // Connect to a newly watched rank; drop the link to the one watched before.
-    if (!ring.take_watch_changed()) return;
-    const int w = ring.watched();
-    for (size_t i = links.size(); i-- > 0;)
-      if (links[i].outgoing && links[i].rank != w) close_link(i);
+  // Endpoints from add_endpoints(); the watched rank's, when it is among them, is connected to.
+  void take_endpoints() {
+    std::map<int, Endpoint> more;
+    {
+      std::lock_guard<std::mutex> lock(node_.mutex_);
+      more.swap(node_.new_endpoints_);
+    }
+    for (auto& [rank, e] : more) {
+      const bool unknown = !o_.endpoints.count(rank);
+      o_.endpoints[rank] = std::move(e);
+      if (unknown && rank == ring_.watched()) connect_pending_ = true;
+    }
+  }
+
+  // Connects to a newly watched rank (or one whose endpoint just arrived); drops the link to
+  // the one watched before.
+  void follow_watch(TimePoint now) {
+    const bool changed = ring_.take_watch_changed();
+    if (!changed && !connect_pending_) return;
+    connect_pending_ = false;
+    const int w = ring_.watched();
+    for (size_t i = links_.size(); i-- > 0;)
+      if (links_[i].outgoing && links_[i].rank != w) close_link(i);
     if (w < 0) return;
-    const auto e = options_.endpoints.find(w);
-    if (e == options_.endpoints.end()) return;
+    const auto e = o_.endpoints.find(w);
+    if (e == o_.endpoints.end()) return;
     int err = 0;
     const int fd = start_connect(e->second, err);
     if (fd < 0)
-      ring.connect_failed(w, probe_of(err), now);
+      ring_.connect_failed(w, probe_of(err), now);
     else
-      links.push_back({fd, w, true, true, now + settings.timeout, {}});
-  };
-  auto spread_news = [&] {
+      links_.push_back({fd, w, true, true, now + o_.settings.timeout, {}});
+  }
+
+  void note_own_sockets() {
+    std::vector<int> fds{node_.listen_fd_, node_.wake_read_, node_.wake_write_};
+    if (probe_.fd >= 0) fds.push_back(probe_.fd);
+    for (const Link& l : links_) fds.push_back(l.fd);
+    std::lock_guard<std::mutex> lock(node_.mutex_);
+    node_.own_sockets_ = std::move(fds);
+  }
+
+  // Hands out each new verdict and floods it to the neighbours; false when there was none.
+  bool spread_news() {
     bool any = false;
-    for (const Verdict& v : ring.take_news()) {
+    for (const Verdict& v : ring_.take_news()) {
       any = true;
       {
-        std::lock_guard<std::mutex> lock(mutex_);
-        verdicts_.push_back(v);
+        std::lock_guard<std::mutex> lock(node_.mutex_);
+        node_.verdicts_.push_back(v);
       }
-      lost_.store(true, std::memory_order_release);
-      if (options_.on_verdict) options_.on_verdict(v);
-      for (size_t i = links.size(); i-- > 0;)
-        if (links[i].rank == v.rank) close_link(i);
-      Message m;
-      m.type = FrameType::kVerdict;
-      m.rank = v.rank;
-      m.position = v.last;
-      m.verdict = v;
-      const Frame f = encode(m);
-      for (const int n : ring.neighbours()) send_to(n, f);
+      node_.lost_.store(true, std::memory_order_release);
+      note_own_sockets();
+      if (o_.on_verdict) o_.on_verdict(v);
+      for (size_t i = links_.size(); i-- > 0;)
+        if (links_[i].rank == v.rank) close_link(i);
+      const Frame f = verdict_frame(v);
+      for (const int n : ring_.neighbours()) send_to(n, f);
     }
     return any;
-  };
+  }
 
-  for (;;) {
-    const TimePoint now = Clock::now();
-    // A rank whose endpoint this one does not know cannot be watched from here: it counts as
-    // heard (the rank before it, further back on the ring, still watches it... or nobody does;
-    // docs/ddp.md says how far ahead the endpoints reach).
-    if (const int w = ring.watched(); w >= 0 && !options_.endpoints.count(w)) ring.heard(w, now);
-    ring.tick(now);
-    // A verdict changes the watched rank, whose connection may fail at once: a new verdict.
-    do follow_watch(now);
-    while (spread_news());
-    if (const auto p = ring.probe_due(now)) {
-      if (probe.fd >= 0) ::close(probe.fd);
-      probe = {};
-      const auto e = options_.endpoints.find(*p);
-      if (e != options_.endpoints.end()) {
-        int err = 0;
-        const int fd = start_connect(e->second, err);
-        if (fd < 0)
-          ring.probed(*p, probe_of(err), now);
-        else
-          probe = {fd, *p, now + settings.probe_lead()};
-      }
-    }
-    if (stopping_.load()) break;
-    if (now >= next_beat) {
-      Message m;
-      m.type = FrameType::kBeat;
-      m.rank = options_.self;
-      if (options_.position) m.position = options_.position();
-      const Frame f = encode(m);
-      for (const int n : ring.neighbours()) send_to(n, f);
-      next_beat = now + settings.interval;
-    }
+  // Every verdict known here, to a new neighbour: one flooded while the link to it was still
+  // connecting (a new successor after a loss) would otherwise stop here.
+  bool send_verdicts(int fd) {
+    for (const Verdict& v : ring_.verdicts())
+      if (!send_frame(fd, verdict_frame(v))) return false;
+    return true;
+  }
 
-    // Wait for the next thing to do.
-    TimePoint until = std::min(next_beat, ring.next_deadline());
-    if (probe.fd >= 0) until = std::min(until, probe.deadline);
-    for (const Link& l : links)
+  void start_probe(TimePoint now) {
+    const auto p = ring_.probe_due(now);
+    if (!p) return;
+    if (probe_.fd >= 0) ::close(probe_.fd);
+    probe_ = {};
+    const auto e = o_.endpoints.find(*p);
+    if (e == o_.endpoints.end()) return;
+    int err = 0;
+    const int fd = start_connect(e->second, err);
+    if (fd < 0)
+      ring_.probed(*p, probe_of(err), now);
+    else
+      probe_ = {fd, *p, now + o_.settings.probe_lead()};
+  }
+
+  void beat(TimePoint now) {
+    if (now < next_beat_) return;
+    Message m;
+    m.type = FrameType::kBeat;
+    m.rank = o_.self;
+    if (o_.position) m.position = o_.position();
+    const Frame f = encode(m);
+    for (const int n : ring_.neighbours()) send_to(n, f);
+    next_beat_ = now + o_.settings.interval;
+  }
+
+  // Waits in poll() for the next thing to do and handles what came; false when stopping.
+  bool wait_and_handle() {
+    TimePoint until = std::min(next_beat_, ring_.next_deadline());
+    if (probe_.fd >= 0) until = std::min(until, probe_.deadline);
+    for (const Link& l : links_)
       if (l.connecting) until = std::min(until, l.connect_deadline);
     std::vector<pollfd> fds;
-    fds.push_back({wake_read_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
-    fds.push_back({probe.fd, POLLOUT, 0});
-    for (const Link& l : links)
+    fds.push_back({node_.wake_read_, POLLIN, 0});
+    fds.push_back({node_.listen_fd_, POLLIN, 0});
+    fds.push_back({probe_.fd, POLLOUT, 0});
+    for (const Link& l : links_)
       fds.push_back({l.fd, static_cast<short>(l.connecting ? POLLOUT : POLLIN), 0});
     const auto wait = std::chrono::duration_cast<milliseconds>(until - Clock::now()).count();
     const int n =
         ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(wait + 1, 0, 1000)));
-    if (n < 0 && errno != EINTR) break;
+    if (n < 0 && errno != EINTR) return false;
     const TimePoint t = Clock::now();
-    if (fds[0].revents) break;
-    if (fds[1].revents & POLLIN) {
-      for (;;) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
-        int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        links.push_back({fd, -1, false, false, {}, {}});
+    if (fds[0].revents) {
+      char drain[64];
+      while (::read(node_.wake_read_, drain, sizeof drain) > 0) {
       }
+      if (node_.stopping_.load()) return false;
     }
-    if (probe.fd >= 0) {
-      int err = -1;
-      if (fds[2].revents) {
-        socklen_t len = sizeof err;
-        if (::getsockopt(probe.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-      } else if (t >= probe.deadline) {
-        err = ETIMEDOUT;
-      }
-      if (err >= 0) {
-        ::close(probe.fd);
-        ring.probed(probe.rank, probe_of(err), t);
-        probe = {};
-      }
-    }
+    if (fds[1].revents & POLLIN) accept_all();
+    if (probe_.fd >= 0) finish_probe(fds[2].revents, t);
     // Links: the pollfds from index 3 match links as they were before accept() added any.
     const size_t polled = fds.size() - 3;
     std::vector<size_t> dead;
     for (size_t i = 0; i < polled; ++i) {
-      Link& l = links[i];
+      Link& l = links_[i];
       const short ev = fds[3 + i].revents;
-      if (l.connecting) {
-        int err = -1;
-        if (ev) {
-          socklen_t len = sizeof err;
-          if (::getsockopt(l.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-        } else if (t >= l.connect_deadline) {
-          err = ETIMEDOUT;
-        }
-        if (err == 0) {
-          l.connecting = false;
-          if (!send_frame(l.fd, hello())) dead.push_back(i);
-          // The rank we connected to counts as heard: it accepted.
-          ring.heard(l.rank, t);
-        } else if (err > 0) {
-          ring.connect_failed(l.rank, probe_of(err), t);
-          dead.push_back(i);
-        }
-        continue;
-      }
-      if (!ev) continue;
-      uint8_t buf[4096];
-      const ssize_t got = ::recv(l.fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-        if (l.rank >= 0) ring.closed(l.rank, t);
-        dead.push_back(i);
-        continue;
-      }
-      if (got < 0) continue;
-      l.in.insert(l.in.end(), buf, buf + got);
-      size_t at = 0;
-      bool bad = false;
-      for (; l.in.size() - at >= kFrameBytes; at += kFrameBytes) {
-        Frame f;
-        std::copy_n(l.in.begin() + static_cast<std::ptrdiff_t>(at), kFrameBytes, f.begin());
-        const auto m = decode(f);
-        if (!m || m->rank < 0 || m->rank >= options_.world) {
-          bad = true;
-          break;
-        }
-        switch (m->type) {
-          case FrameType::kHello:
-            if (m->tag != options_.tag) {
-              bad = true;
-              break;
-            }
-            if (l.rank < 0) {
-              l.rank = m->rank;
-              // Answered, so that the rank that connected learns this one's position at once.
-              if (!l.outgoing && !send_frame(l.fd, hello())) bad = true;
-            }
-            ring.heard(m->rank, t, m->position);
-            break;
-          case FrameType::kBeat:
-            if (l.rank >= 0) ring.heard(l.rank, t, m->position);
-            break;
-          case FrameType::kVerdict:
-            if (l.rank >= 0) ring.heard(l.rank, t);
-            ring.receive(m->verdict, t);
-            break;
-          case FrameType::kBye:
-            if (l.rank >= 0) ring.departed(l.rank, t);
-            l.rank = -1;  // its EOF that follows is no loss
-            break;
-        }
-        if (bad) break;
-      }
-      l.in.erase(l.in.begin(), l.in.begin() + static_cast<std::ptrdiff_t>(at));
-      if (bad) dead.push_back(i);
+      const bool keep = l.connecting ? finish_connect(l, ev, t) : !ev || read_link(l, t);
+      if (!keep) dead.push_back(i);
     }
     for (size_t k = dead.size(); k-- > 0;) close_link(dead[k]);
+    return true;
   }
 
-  if (goodbye_.load()) {
-    Message m;
-    m.type = FrameType::kBye;
-    m.rank = options_.self;
-    const Frame f = encode(m);
-    for (const Link& l : links)
-      if (!l.connecting) send_frame(l.fd, f);
+  void accept_all() {
+    for (;;) {
+      const int fd = ::accept4(node_.listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      links_.push_back({fd, -1, false, false, {}, {}});
+    }
   }
-  for (const Link& l : links) ::close(l.fd);
-  if (probe.fd >= 0) ::close(probe.fd);
+
+  void finish_probe(short revents, TimePoint t) {
+    const int err = connect_result(probe_.fd, revents, t, probe_.deadline);
+    if (err < 0) return;
+    ::close(probe_.fd);
+    ring_.probed(probe_.rank, probe_of(err), t);
+    probe_ = {};
+  }
+
+  // A connect() in progress; false when the link must be dropped.
+  bool finish_connect(Link& l, short revents, TimePoint t) {
+    const int err = connect_result(l.fd, revents, t, l.connect_deadline);
+    if (err == 0) {
+      l.connecting = false;
+      // The rank we connected to counts as heard: it accepted.
+      ring_.heard(l.rank, t);
+      return send_frame(l.fd, hello()) && send_verdicts(l.fd);
+    }
+    if (err > 0) {
+      ring_.connect_failed(l.rank, probe_of(err), t);
+      return false;
+    }
+    return true;
+  }
+
+  // Reads what arrived on a link; false when the link must be dropped.
+  bool read_link(Link& l, TimePoint t) {
+    uint8_t buf[4096];
+    const ssize_t got = ::recv(l.fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+      if (l.rank >= 0) ring_.closed(l.rank, t);
+      return false;
+    }
+    if (got < 0) return true;
+    l.in.insert(l.in.end(), buf, buf + got);
+    size_t at = 0;
+    bool ok = true;
+    for (; ok && l.in.size() - at >= kFrameBytes; at += kFrameBytes) {
+      Frame f;
+      std::copy_n(l.in.begin() + static_cast<std::ptrdiff_t>(at), kFrameBytes, f.begin());
+      ok = handle_frame(l, decode(f), t);
+    }
+    l.in.erase(l.in.begin(), l.in.begin() + static_cast<std::ptrdiff_t>(at));
+    return ok;
+  }
+
+  // One frame from a link; false for one that is not this job's heartbeat.
+  bool handle_frame(Link& l, const std::optional<Message>& m, TimePoint t) {
+    if (!m || m->rank < 0 || m->rank >= o_.world) return false;
+    switch (m->type) {
+      case FrameType::kHello:
+        if (m->tag != o_.tag) return false;
+        if (l.rank < 0) {
+          l.rank = m->rank;
+          // Answered, so that the rank that connected learns this one's position at once.
+          if (!l.outgoing && !(send_frame(l.fd, hello()) && send_verdicts(l.fd))) return false;
+        }
+        ring_.heard(m->rank, t, m->position);
+        break;
+      case FrameType::kBeat:
+        if (l.rank >= 0) ring_.heard(l.rank, t, m->position);
+        break;
+      case FrameType::kVerdict:
+        if (l.rank >= 0) ring_.heard(l.rank, t);
+        ring_.receive(m->verdict, t);
+        break;
+      case FrameType::kBye:
+        if (l.rank >= 0) ring_.departed(l.rank, t);
+        l.rank = -1;  // its EOF that follows is no loss
+        break;
+    }
+    return true;
+  }
+
+  Node& node_;
+  NodeOptions& o_;
+  Ring ring_;
+  std::vector<Link> links_;
+  ProbeState probe_;
+  TimePoint next_beat_;
+  bool connect_pending_ = false;
+};
+
+void Node::run() {
+  Loop(*this).run();
 }
 
 }  // namespace dtlaunch::heartbeat

@@ -57,7 +57,8 @@ struct NodeOptions {
   Settings settings;
   uint64_t tag = 0;  // the job's identity; connections carrying another are refused
   // Endpoints known to this rank, by rank: at least its successor's, better the next few.
-  // A rank whose endpoint is unknown is not watched (its own predecessor further back is).
+  // A rank whose endpoint is unknown is not watched (it counts as heard) until add_endpoints()
+  // brings it: a rank that has not started yet is the start-up's business, not a loss.
   std::map<int, Endpoint> endpoints;
   // This rank's position, sent with each heartbeat; called on the heartbeat thread.
   std::function<Position()> position;
@@ -80,9 +81,18 @@ class Node {
   bool any_lost() const noexcept { return lost_.load(std::memory_order_acquire); }
   // Frames sent and received so far (for the benchmarks).
   uint64_t frames_sent() const noexcept { return sent_.load(std::memory_order_relaxed); }
+  // More endpoints, as they become known (a rank publishes its own once it has started): the
+  // thread watches a successor as soon as its endpoint arrives. Thread-safe.
+  void add_endpoints(const std::map<int, Endpoint>& more);
+  // The heartbeat's own descriptors (listener, links, probe), as they were when the thread last
+  // handed out a verdict: an on_verdict callback uses it to spare them when it shuts down the
+  // process's other sockets. Thread-safe.
+  std::vector<int> own_sockets() const;
 
  private:
+  class Loop;  // the thread's state and its steps (node.cpp)
   void run();
+  void wake();
 
   NodeOptions options_;
   int listen_fd_;
@@ -93,6 +103,8 @@ class Node {
   std::atomic<uint64_t> sent_{0};
   mutable std::mutex mutex_;
   std::vector<Verdict> verdicts_;
+  std::map<int, Endpoint> new_endpoints_;  // from add_endpoints(), not yet taken by the thread
+  std::vector<int> own_sockets_;
   std::thread thread_;
 };
 

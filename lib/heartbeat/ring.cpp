@@ -65,7 +65,7 @@ void Ring::watch_next(TimePoint now) {
   watch_start_ = after_loss ? now - settings_.timeout / 2 : now;
   last_heard_ = watch_start_;
   // At start-up the successor's heartbeat thread may start a little later than this one (its
-  // rank still finishing init): until it first speaks, it has three timeouts.
+  // rank still finishing init): until it first speaks, it has Settings::startup_timeouts.
   startup_ = !after_loss;
   answered_ = false;
   probe_started_ = false;
@@ -158,7 +158,8 @@ TimePoint Ring::next_deadline() const {
 }
 
 milliseconds Ring::limit() const {
-  return startup_ && !answered_ ? 3 * settings_.timeout : settings_.timeout;
+  return startup_ && !answered_ ? std::max(1, settings_.startup_timeouts) * settings_.timeout
+                                : settings_.timeout;
 }
 
 std::vector<Verdict> Ring::take_news() {

@@ -22,6 +22,11 @@ using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
 using std::chrono::milliseconds;
 
+// How many ranks ahead on the ring a rank knows the endpoints of (the DDP runtime reads them from
+// the store, dtlaunch --watch gets them from rank 0's exchange): it can skip this many lost ranks
+// in a row and still watch the next one.
+inline constexpr int kEndpointWindow = 8;
+
 enum class How : uint8_t {
   kExited = 1,       // its connection closed, or a connect() to it was refused
   kFrozen = 2,       // silent for the timeout while its host still completes a TCP handshake
@@ -47,6 +52,11 @@ struct Verdict {
 struct Settings {
   milliseconds interval{1000};  // between two heartbeats on a link
   milliseconds timeout{10000};  // silence after which a watched rank is lost
+  // How many timeouts the first successor has until its heartbeat thread first speaks: 3 where
+  // a rank's endpoint may be published before its thread starts (dtlaunch --watch exchanges the
+  // endpoints first), 1 where the thread starts before its endpoint is published (the DDP
+  // runtime), so that a hello is due as soon as the watcher connects.
+  int startup_timeouts = 3;
   // How long before the timeout the shell probes a silent rank with a fresh connect(): the
   // probe's result says frozen or unreachable at the deadline.
   milliseconds probe_lead() const;
@@ -75,8 +85,8 @@ class Ring {
 
   // --- events, each with the time it happened ---
   // Any message from `rank` (a heartbeat or hello carries its position; a TCP handshake, which a
-  // frozen process's kernel completes too, does not). The first successor has three timeouts
-  // until it first sends its position: its heartbeat thread may start a little later.
+  // frozen process's kernel completes too, does not). The first successor has
+  // Settings::startup_timeouts until it first sends its position.
   void heard(int rank, TimePoint now, std::optional<Position> position = std::nullopt);
   // The connection to or from `rank` closed (EOF, RST): it exited.
   void closed(int rank, TimePoint now);

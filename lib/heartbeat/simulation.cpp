@@ -21,148 +21,111 @@ struct Event {
   bool operator>(const Event& o) const { return at != o.at ? at > o.at : order > o.order; }
 };
 
-}  // namespace
-
-SimulationResult simulate(const SimulationSetup& setup) {
-  const int world = setup.world;
-  const TimePoint t0{};
-  std::vector<std::unique_ptr<Ring>> rings;
-  rings.reserve(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r)
-    rings.push_back(std::make_unique<Ring>(r, world, setup.settings, t0));
-  std::vector<Fault> state(static_cast<size_t>(world), Fault::kNone);
-  std::vector<TimePoint> next_beat(static_cast<size_t>(world), t0);
-  std::vector<TimePoint> wake_at(static_cast<size_t>(world), TimePoint::max());
-  std::vector<uint64_t> received(static_cast<size_t>(world), 0);
-  SimulationResult out;
-  out.verdicts.resize(static_cast<size_t>(world));
-  out.first_verdict_ms.assign(static_cast<size_t>(world), -1);
-  out.all_verdicts_ms.assign(static_cast<size_t>(world), -1);
-  TimePoint first_fault = TimePoint::max();
-
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> queue;
-  uint64_t order = 0;
-  auto push = [&](Event e) {
-    e.order = order++;
-    queue.push(std::move(e));
-  };
-  const TimePoint end = t0 + setup.duration;
-  for (const auto& f : setup.faults) {
-    Event e{};
-    e.at = t0 + f.at;
-    e.kind = Kind::kFault;
-    e.to = f.rank;
-    e.fault = f.fault;
-    push(e);
-    first_fault = std::min(first_fault, e.at);
+// The ring's state and the event queue, one step per kind of event.
+class Simulation {
+ public:
+  explicit Simulation(const SimulationSetup& setup)
+      : setup_(setup),
+        world_(setup.world),
+        end_(TimePoint{} + setup.duration),
+        state_(static_cast<size_t>(world_), Fault::kNone),
+        next_beat_(static_cast<size_t>(world_), TimePoint{}),
+        wake_at_(static_cast<size_t>(world_), TimePoint::max()),
+        received_(static_cast<size_t>(world_), 0) {
+    rings_.reserve(static_cast<size_t>(world_));
+    for (int r = 0; r < world_; ++r)
+      rings_.push_back(std::make_unique<Ring>(r, world_, setup.settings, TimePoint{}));
+    out_.verdicts.resize(static_cast<size_t>(world_));
+    out_.first_verdict_ms.assign(static_cast<size_t>(world_), -1);
+    out_.all_verdicts_ms.assign(static_cast<size_t>(world_), -1);
+    for (const auto& f : setup.faults) {
+      Event e{};
+      e.at = TimePoint{} + f.at;
+      e.kind = Kind::kFault;
+      e.to = f.rank;
+      e.fault = f.fault;
+      push(e);
+      first_fault_ = std::min(first_fault_, e.at);
+    }
   }
-  auto alive = [&](int r) { return state[static_cast<size_t>(r)] == Fault::kNone; };
-  auto send = [&](Kind kind, int from, int to, TimePoint now, const Verdict& v = {}) {
-    ++out.messages;
+
+  SimulationResult run() {
+    for (int r = 0; r < world_; ++r) step(r, TimePoint{});
+    while (!queue_.empty() && queue_.top().at <= end_) {
+      const Event e = queue_.top();
+      queue_.pop();
+      ++out_.events;
+      if (e.kind == Kind::kFault) {
+        inject(e);
+        continue;
+      }
+      if (!alive(e.to) || !deliver(e)) continue;
+      step(e.to, e.at);
+    }
+    out_.max_received_by_one = *std::max_element(received_.begin(), received_.end());
+    return std::move(out_);
+  }
+
+ private:
+  void push(Event e) {
+    e.order = order_++;
+    queue_.push(std::move(e));
+  }
+  bool alive(int r) const { return state_[static_cast<size_t>(r)] == Fault::kNone; }
+  void send(Kind kind, int from, int to, TimePoint now, const Verdict& v = {}) {
+    ++out_.messages;
     if (!alive(from)) return;
     Event e{};
-    e.at = now + setup.latency;
+    e.at = now + setup_.latency;
     e.kind = kind;
     e.to = to;
     e.from = from;
     e.verdict = v;
     push(e);
-  };
-  auto schedule_wake = [&](int r, TimePoint at) {
-    if (at >= wake_at[static_cast<size_t>(r)]) return;
-    wake_at[static_cast<size_t>(r)] = at;
+  }
+  void schedule_wake(int r, TimePoint at) {
+    if (at >= wake_at_[static_cast<size_t>(r)]) return;
+    wake_at_[static_cast<size_t>(r)] = at;
     Event e{};
     e.at = at;
     e.kind = Kind::kWake;
     e.to = r;
     push(e);
-  };
-  // What the shell does after any event at rank r: connect, probe, decide, flood, beat.
-  auto step = [&](int r, TimePoint now) {
-    Ring& ring = *rings[static_cast<size_t>(r)];
-    ring.tick(now);
-    for (;;) {
-      if (ring.take_watch_changed()) {
-        const int w = ring.watched();
-        if (w >= 0 && state[static_cast<size_t>(w)] == Fault::kExit) {
-          Event e{};
-          e.at = now + setup.latency;
-          e.kind = Kind::kConnectFailed;
-          e.to = r;
-          e.from = w;
-          e.probe = Probe::kRefused;
-          push(e);
-        }
-      }
-      const auto news = ring.take_news();
-      if (news.empty()) break;
-      for (const Verdict& v : news) {
-        out.verdicts[static_cast<size_t>(r)].push_back(v);
-        out.all_verdicts_ms[static_cast<size_t>(r)] =
-            std::chrono::duration_cast<milliseconds>(now - first_fault).count();
-        if (out.first_verdict_ms[static_cast<size_t>(r)] < 0)
-          out.first_verdict_ms[static_cast<size_t>(r)] =
-              std::chrono::duration_cast<milliseconds>(now - first_fault).count();
-        for (const int n : ring.neighbours()) send(Kind::kVerdict, r, n, now, v);
-      }
-    }
-    if (const auto p = ring.probe_due(now)) {
-      const Fault f = state[static_cast<size_t>(*p)];
-      Event e{};
-      e.kind = Kind::kProbed;
-      e.to = r;
-      e.from = *p;
-      e.probe = f == Fault::kPartition ? Probe::kTimedOut
-                : f == Fault::kExit    ? Probe::kRefused
-                                       : Probe::kAccepted;
-      e.at = now + (f == Fault::kPartition ? setup.settings.probe_lead() : 2 * setup.latency);
-      push(e);
-    }
-    if (now >= next_beat[static_cast<size_t>(r)]) {
-      for (const int n : ring.neighbours()) send(Kind::kBeat, r, n, now);
-      next_beat[static_cast<size_t>(r)] = now + setup.settings.interval;
-    }
-    schedule_wake(r, std::min(next_beat[static_cast<size_t>(r)], ring.next_deadline()));
-  };
+  }
 
-  for (int r = 0; r < world; ++r) step(r, t0);
-  while (!queue.empty() && queue.top().at <= end) {
-    const Event e = queue.top();
-    queue.pop();
-    ++out.events;
-    const size_t to = static_cast<size_t>(e.to);
-    if (e.kind == Kind::kFault) {
-      state[to] = e.fault;
-      if (e.fault == Fault::kExit) {
-        // The kernel closes its connections: its neighbours see EOF.
-        for (int r = 0; r < world; ++r) {
-          if (r == e.to || !alive(r)) continue;
-          const auto n = rings[static_cast<size_t>(r)]->neighbours();
-          if (std::find(n.begin(), n.end(), e.to) == n.end()) continue;
-          Event c{};
-          c.at = e.at + setup.latency;
-          c.kind = Kind::kClosed;
-          c.to = r;
-          c.from = e.to;
-          push(c);
-        }
-      }
-      continue;
+  void inject(const Event& e) {
+    state_[static_cast<size_t>(e.to)] = e.fault;
+    if (e.fault != Fault::kExit) return;
+    // The kernel closes its connections: its neighbours see EOF.
+    for (int r = 0; r < world_; ++r) {
+      if (r == e.to || !alive(r)) continue;
+      const auto n = rings_[static_cast<size_t>(r)]->neighbours();
+      if (std::find(n.begin(), n.end(), e.to) == n.end()) continue;
+      Event c{};
+      c.at = e.at + setup_.latency;
+      c.kind = Kind::kClosed;
+      c.to = r;
+      c.from = e.to;
+      push(c);
     }
-    if (!alive(e.to)) continue;
-    Ring& ring = *rings[to];
+  }
+
+  // Hands an event to its rank's core; false for a wake-up that was superseded.
+  bool deliver(const Event& e) {
+    const size_t to = static_cast<size_t>(e.to);
+    Ring& ring = *rings_[to];
     switch (e.kind) {
       case Kind::kWake:
-        if (wake_at[to] != e.at) continue;  // superseded
-        wake_at[to] = TimePoint::max();
+        if (wake_at_[to] != e.at) return false;
+        wake_at_[to] = TimePoint::max();
         break;
       case Kind::kBeat:
-        ++received[to];
+        ++received_[to];
         ring.heard(e.from, e.at,
                    Position{static_cast<uint64_t>(e.at.time_since_epoch().count() / 1000000), 1});
         break;
       case Kind::kVerdict:
-        ++received[to];
+        ++received_[to];
         ring.heard(e.from, e.at);
         ring.receive(e.verdict, e.at);
         break;
@@ -178,10 +141,87 @@ SimulationResult simulate(const SimulationSetup& setup) {
       case Kind::kFault:
         break;
     }
-    step(e.to, e.at);
+    return true;
   }
-  out.max_received_by_one = *std::max_element(received.begin(), received.end());
-  return out;
+
+  // A newly watched rank that has exited refuses the connection.
+  void connect_to_watched(int r, TimePoint now) {
+    Ring& ring = *rings_[static_cast<size_t>(r)];
+    if (!ring.take_watch_changed()) return;
+    const int w = ring.watched();
+    if (w < 0 || state_[static_cast<size_t>(w)] != Fault::kExit) return;
+    Event e{};
+    e.at = now + setup_.latency;
+    e.kind = Kind::kConnectFailed;
+    e.to = r;
+    e.from = w;
+    e.probe = Probe::kRefused;
+    push(e);
+  }
+
+  // Records and floods rank r's new verdicts; false when there were none.
+  bool spread_news(int r, TimePoint now) {
+    Ring& ring = *rings_[static_cast<size_t>(r)];
+    const auto news = ring.take_news();
+    const int64_t since_fault =
+        std::chrono::duration_cast<milliseconds>(now - first_fault_).count();
+    for (const Verdict& v : news) {
+      out_.verdicts[static_cast<size_t>(r)].push_back(v);
+      out_.all_verdicts_ms[static_cast<size_t>(r)] = since_fault;
+      if (out_.first_verdict_ms[static_cast<size_t>(r)] < 0)
+        out_.first_verdict_ms[static_cast<size_t>(r)] = since_fault;
+      for (const int n : ring.neighbours()) send(Kind::kVerdict, r, n, now, v);
+    }
+    return !news.empty();
+  }
+
+  void probe(int r, TimePoint now) {
+    const auto p = rings_[static_cast<size_t>(r)]->probe_due(now);
+    if (!p) return;
+    const Fault f = state_[static_cast<size_t>(*p)];
+    Event e{};
+    e.kind = Kind::kProbed;
+    e.to = r;
+    e.from = *p;
+    e.probe = f == Fault::kPartition ? Probe::kTimedOut
+              : f == Fault::kExit    ? Probe::kRefused
+                                     : Probe::kAccepted;
+    e.at = now + (f == Fault::kPartition ? setup_.settings.probe_lead() : 2 * setup_.latency);
+    push(e);
+  }
+
+  // What the shell does after any event at rank r: connect, probe, decide, flood, beat.
+  void step(int r, TimePoint now) {
+    Ring& ring = *rings_[static_cast<size_t>(r)];
+    ring.tick(now);
+    do connect_to_watched(r, now);
+    while (spread_news(r, now));
+    probe(r, now);
+    if (now >= next_beat_[static_cast<size_t>(r)]) {
+      for (const int n : ring.neighbours()) send(Kind::kBeat, r, n, now);
+      next_beat_[static_cast<size_t>(r)] = now + setup_.settings.interval;
+    }
+    schedule_wake(r, std::min(next_beat_[static_cast<size_t>(r)], ring.next_deadline()));
+  }
+
+  const SimulationSetup& setup_;
+  const int world_;
+  const TimePoint end_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+  std::vector<Fault> state_;
+  std::vector<TimePoint> next_beat_;
+  std::vector<TimePoint> wake_at_;
+  std::vector<uint64_t> received_;
+  SimulationResult out_;
+  TimePoint first_fault_ = TimePoint::max();
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> queue_;
+  uint64_t order_ = 0;
+};
+
+}  // namespace
+
+SimulationResult simulate(const SimulationSetup& setup) {
+  return Simulation(setup).run();
 }
 
 }  // namespace dtlaunch::heartbeat

@@ -12,8 +12,9 @@
 //   ddp_worker kill          collectives until rank DDP_TEST_VICTIM SIGKILLs itself after #5
 //   ddp_worker check-shape   rank 1's 3rd all_reduce has another shape (DTLAUNCH_DDP_CHECK=1)
 //   ddp_worker check-op      rank 1 calls all_gather where the others call all_reduce
-//   ddp_worker late          rank DDP_TEST_LATE_RANK comes 1.5 s late; then a barrier
-//   ddp_worker straggle      60 steps of 3 all_reduces; rank DDP_TEST_STRAGGLER (if set) sleeps
+//   ddp_worker late          rank DDP_TEST_LATE_RANK comes 1.5 s (DDP_TEST_LATE_MS) late; then a
+//   barrier ddp_worker straggle      60 steps of 3 all_reduces; rank DDP_TEST_STRAGGLER (if set)
+//   sleeps
 //                            20 ms before each step
 //   ddp_worker dump          60 all_reduces; each rank sends itself SIGUSR2 before the 30th and
 //                            goes on; at the end it waits for its dump file in
@@ -77,6 +78,8 @@ std::shared_ptr<ddp::ProcessGroup> init(ddp::Backend backend) {
   o.timeout = timeout_from_env();
   if (const char* ms = std::getenv("DDP_TEST_PROGRESS_MS"))
     o.progress_every = std::chrono::milliseconds(std::atol(ms));
+  if (const char* ms = std::getenv("DDP_TEST_RENDEZVOUS_TIMEOUT_MS"))
+    o.rendezvous_timeout = std::chrono::milliseconds(std::atol(ms));
   // The default 2 Gloo threads: buckets then really run concurrently, and their tags must match.
   return ddp::init_process_group(o);
 }
@@ -658,6 +661,31 @@ void small_shm_if_asked() {
   std::cout << "small-shm: mounted" << std::endl;
 }
 
+// DDP_TEST_STARTUP_FAULT=kill|freeze: rank DDP_TEST_VICTIM SIGKILLs or SIGSTOPs itself
+// DDP_TEST_FAULT_DELAY_MS after it called init_process_group, from a thread of its own, while
+// init is still under way (the test keeps a rank away so that the rendezvous cannot complete).
+// A frozen victim is ended DDP_TEST_FREEZE_SECONDS (8) later by a child of its own.
+void fault_during_startup_if_asked() {
+  const char* fault = std::getenv("DDP_TEST_STARTUP_FAULT");
+  if (fault == nullptr ||
+      std::atoi(std::getenv("DDP_TEST_VICTIM")) != std::atoi(std::getenv("RANK")))
+    return;
+  const std::string how = fault;
+  const int delay_ms = std::atoi(std::getenv("DDP_TEST_FAULT_DELAY_MS"));
+  const char* freeze = std::getenv("DDP_TEST_FREEZE_SECONDS");
+  const unsigned frozen_for = freeze != nullptr ? static_cast<unsigned>(std::atoi(freeze)) : 8;
+  std::thread([how, delay_ms, frozen_for] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    const pid_t self = ::getpid();
+    if (how == "freeze" && ::fork() == 0) {
+      ::sleep(frozen_for);
+      ::kill(self, SIGKILL);
+      ::_exit(0);
+    }
+    ::kill(self, how == "freeze" ? SIGSTOP : SIGKILL);
+  }).detach();
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "usage: ddp_worker collectives|train|unused|rendezvous|nccl\n";
@@ -671,8 +699,11 @@ int main(int argc, char** argv) {
   if (scenario == "nccl-init-lost") return nccl_init_lost();
   try {
     if (const char* late = std::getenv("DDP_TEST_LATE_RANK"))
-      if (std::getenv("RANK") && std::atoi(late) == std::atoi(std::getenv("RANK")))
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      if (std::getenv("RANK") && std::atoi(late) == std::atoi(std::getenv("RANK"))) {
+        const char* ms = std::getenv("DDP_TEST_LATE_MS");
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms ? std::atoi(ms) : 1500));
+      }
+    fault_during_startup_if_asked();
     auto pg = init(scenario == "nccl" ? ddp::Backend::kNccl : ddp::Backend::kGloo);
     std::cout << "shm-segment: " << shm_segment_mapping() << std::endl;
     if (scenario == "collectives") {

@@ -505,6 +505,32 @@ std::map<std::string, std::string> heartbeat_env(std::map<std::string, std::stri
   return extra;
 }
 
+// Load: `n` busy processes, each spinning on a core, until stop() or the end of the scope.
+class BusyProcesses {
+ public:
+  explicit BusyProcesses(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t p = ::fork();
+      if (p == 0) {
+        std::atomic<uint64_t> count{0};
+        for (;;) count.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (p > 0) pids_.push_back(p);
+    }
+  }
+  ~BusyProcesses() { stop(); }
+  BusyProcesses(const BusyProcesses&) = delete;
+  BusyProcesses& operator=(const BusyProcesses&) = delete;
+  void stop() {
+    for (const pid_t p : pids_) ::kill(p, SIGKILL);
+    for (const pid_t p : pids_) ::waitpid(p, nullptr, 0);
+    pids_.clear();
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -691,22 +717,12 @@ TEST_CASE("heartbeat: a rank frozen in a shared-memory all_reduce is named withi
 TEST_CASE("heartbeat: no false alarm — 60 s without collectives, a slow checkpoint, load 10",
           "[ddp][proc][heartbeat]") {
   dtlaunch_test::TempDir dir("ddp-heartbeat");
-  // Load: 10 busy processes on this machine (2 cores in CI) for the whole run.
-  std::vector<pid_t> hogs;
-  for (int i = 0; i < 10; ++i) {
-    const pid_t p = ::fork();
-    if (p == 0) {
-      std::atomic<uint64_t> n{0};
-      for (;;) n.fetch_add(1, std::memory_order_relaxed);
-    }
-    hogs.push_back(p);
-  }
+  BusyProcesses load(10);  // on this machine (2 cores in CI), for the whole run
   auto run = run_ranks(DDP_WORKER, {"quiet"}, 3, all_ranks(3),
                        heartbeat_env({{"DDP_TEST_QUIET_SECONDS", "60"},
                                       {"DDP_TEST_CHECKPOINT", dir.path() + "/checkpoint"}}),
                        std::chrono::seconds(150));
-  for (const pid_t p : hogs) ::kill(p, SIGKILL);
-  for (const pid_t p : hogs) ::waitpid(p, nullptr, 0);
+  load.stop();
   INFO(describe(run));
   REQUIRE(run.ranks.size() == 3);
   for (const auto& r : run.ranks) {
@@ -881,7 +897,8 @@ std::string start_ticks_of(pid_t pid) {
 
 // Issue 26 item 20: a rank 0 SIGKILLed between creating its segment and unlinking it leaves the
 // segment behind; it is named after that rank 0's pid and start time, and the next run's rank 0
-// on the node removes it once that process is gone. A live process's segment stays.
+// on the node removes it once that process is gone. A live process's segment stays, and so does
+// another user's.
 TEST_CASE("shm all_reduce: a segment left by a dead rank 0 is removed by the next run",
           "[ddp][proc][shm]") {
   const pid_t dead = ::fork();
@@ -892,16 +909,23 @@ TEST_CASE("shm all_reduce: a segment left by a dead rank 0 is removed by the nex
       "/dev/shm/dtlaunch-ddp-" + std::to_string(dead) + "-12345-00000000deadbeef";
   const std::string live = "/dev/shm/dtlaunch-ddp-" + std::to_string(::getpid()) + "-" +
                            start_ticks_of(::getpid()) + "-00000000feedf00d";
+  // Another user's, of a dead process too: not this user's to remove (root could).
+  const std::string foreign =
+      "/dev/shm/dtlaunch-ddp-" + std::to_string(dead) + "-12345-00000000f0e1d2c3";
   std::ofstream(stale) << "stale";
   std::ofstream(live) << "live";
+  std::ofstream(foreign) << "another user's";
+  const bool other_owner = ::chown(foreign.c_str(), ::geteuid() + 1, ::getegid()) == 0;
   REQUIRE(std::filesystem::exists(stale));
   auto run = run_ranks(DDP_WORKER, {"collectives"}, 2, all_ranks(2), {});
   require_all_ok(run);
   check_shm_segments(run, true);
   CHECK(!std::filesystem::exists(stale));
   CHECK(std::filesystem::exists(live));
+  if (other_owner) CHECK(std::filesystem::exists(foreign));
   std::filesystem::remove(live);
   std::filesystem::remove(stale);
+  std::filesystem::remove(foreign);
 }
 
 TEST_CASE("shm all_reduce: 500 back-to-back async all_reduces, Gloo collectives in between",
@@ -1010,5 +1034,108 @@ TEST_CASE(
       CHECK(!has(run.ranks[1].output, "shared-memory all_reduce unavailable"));
       for (const auto& r : run.ranks) CHECK(has(r.output, "checks, 0 failed"));
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The heartbeat during start-up (issue 21: "it holds during the rendezvous and during training
+// alike"). 4 ranks, of which rank 2 never starts, so that the rendezvous cannot complete while
+// the victim is lost in it: 1.5 s after its call into the runtime it SIGKILLs or SIGSTOPs itself.
+// The two other ranks must name it as they would in training, long before the rendezvous
+// timeout (8 s).
+
+namespace {
+
+constexpr double kStartupFaultSeconds = 1.5;
+
+ddp_test::RankRun run_startup_fault(const std::string& fault, int victim) {
+  return run_ranks(DDP_WORKER, {"rendezvous"}, 4, {0, 1, 3},
+                   heartbeat_env({{"DDP_TEST_STARTUP_FAULT", fault},
+                                  {"DDP_TEST_VICTIM", std::to_string(victim)},
+                                  {"DDP_TEST_FREEZE_SECONDS", "5"},
+                                  {"DDP_TEST_RENDEZVOUS_TIMEOUT_MS", "8000"}}),
+                   std::chrono::seconds(60));
+}
+
+// The survivors that were in the rendezvous named the victim, how, within `within` seconds of
+// their call into the runtime.
+void check_named_in_startup(const ddp_test::RankRun& run, int victim, const std::string& how,
+                            double within) {
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 3);
+  for (const auto& r : run.ranks) {
+    if (r.rank == victim) continue;
+    INFO("rank " << r.rank);
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "error-kind: peer-lost"));
+    CHECK(
+        has(r.output, "peer lost (heartbeat, timeout 3s): rank " + std::to_string(victim) + " ("));
+    CHECK(has(r.output, how));
+    CHECK(has(r.output, ", during start-up"));
+    if (victim == 0) CHECK(has(r.output, "which hosted the store"));
+    CHECK(error_after_seconds(r.output) < within);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("heartbeat: a rank or rank 0 killed during the rendezvous is named at once",
+          "[ddp][proc][heartbeat]") {
+  const int victim = GENERATE(1, 0);
+  auto run = run_startup_fault("kill", victim);
+  // The fault, the verdict's 0.3 s gathering, 2 s of slack for a loaded machine.
+  check_named_in_startup(run, victim, "exited (its connection closed)",
+                         kStartupFaultSeconds + 0.3 + 2.0);
+}
+
+TEST_CASE("heartbeat: a rank or rank 0 frozen during the rendezvous is named within the timeout",
+          "[ddp][proc][heartbeat]") {
+  const int victim = GENERATE(1, 0);
+  auto run = run_startup_fault("freeze", victim);
+  check_named_in_startup(run, victim, "frozen (silent for 3",
+                         kStartupFaultSeconds + kHeartbeatSeconds + 0.3 + 2.0);
+}
+
+// The backend's connect: rank 2 comes 2.5 s late, after rank 1 froze (1.5 s) and before the
+// verdict is due (4.5 s), so the rendezvous completes and the survivors wait in Gloo's connect for
+// the frozen rank: all three must name it.
+TEST_CASE("heartbeat: a rank frozen during the backend's connect is named within the timeout",
+          "[ddp][proc][heartbeat]") {
+  auto run = run_ranks(DDP_WORKER, {"rendezvous"}, 4, all_ranks(4),
+                       heartbeat_env({{"DDP_TEST_STARTUP_FAULT", "freeze"},
+                                      {"DDP_TEST_VICTIM", "1"},
+                                      {"DDP_TEST_LATE_RANK", "2"},
+                                      {"DDP_TEST_LATE_MS", "2500"},
+                                      {"DDP_TEST_FREEZE_SECONDS", "6"},
+                                      {"DDP_TEST_RENDEZVOUS_TIMEOUT_MS", "8000"}}),
+                       std::chrono::seconds(60));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 4);
+  for (const auto& r : run.ranks) {
+    if (r.rank == 1) continue;
+    INFO("rank " << r.rank);
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "error-kind: peer-lost"));
+    CHECK(has(r.output, "peer lost (heartbeat, timeout 3s): rank 1 ("));
+    CHECK(has(r.output, "frozen (silent for 3"));
+    CHECK(error_after_seconds(r.output) < kStartupFaultSeconds + kHeartbeatSeconds + 0.3 + 2.0);
+  }
+}
+
+// No false alarm: a rank that starts 10 s late (over three heartbeat timeouts, within the
+// rendezvous timeout) on a machine at load 10 is waited for, not declared lost.
+TEST_CASE("heartbeat: a rank that starts 10 s late under load is no false alarm",
+          "[ddp][proc][heartbeat]") {
+  BusyProcesses load(10);
+  auto run = run_ranks(DDP_WORKER, {"late"}, 3, all_ranks(3),
+                       heartbeat_env({{"DDP_TEST_LATE_RANK", "1"},
+                                      {"DDP_TEST_LATE_MS", "10000"},
+                                      {"DDP_TEST_RENDEZVOUS_TIMEOUT_MS", "40000"}}),
+                       std::chrono::seconds(60));
+  load.stop();
+  require_all_ok(run);
+  for (const auto& r : run.ranks) {
+    CHECK(has(r.output, "late ok rank " + std::to_string(r.rank)));
+    CHECK_FALSE(has(r.output, "peer lost"));
   }
 }

@@ -115,3 +115,34 @@ TEST_CASE("a frozen process is seen frozen after the timeout, not before", "[pro
     CHECK(vs[0].seen_by == 1);
   }
 }
+
+// During start-up a rank knows a successor's endpoint only once that rank has published it: until
+// then the successor is not watched (no alarm however long it takes), and from then on its loss
+// is seen.
+TEST_CASE("a successor whose endpoint comes late is watched from then on", "[proc]") {
+  Cluster c(3);
+  auto without = [&](int rank, std::initializer_list<int> unknown) {
+    NodeOptions o = c.options(rank, 1000);
+    for (const int r : unknown) o.endpoints.erase(r);
+    return o;
+  };
+  Node n0(without(0, {1, 2}), std::move(c.listeners[0]));
+  Node n2(without(2, {1}), std::move(c.listeners[2]));
+  std::this_thread::sleep_for(milliseconds(2500));  // 2.5 timeouts: rank 1 has not started
+  CHECK_FALSE(n0.any_lost());
+  CHECK_FALSE(n2.any_lost());
+  auto n1 = std::make_unique<Node>(without(1, {}), std::move(c.listeners[1]));
+  n0.add_endpoints({{1, c.endpoints[1]}, {2, c.endpoints[2]}});
+  n2.add_endpoints({{1, c.endpoints[1]}});
+  std::this_thread::sleep_for(milliseconds(300));
+  CHECK_FALSE(n0.any_lost());
+  n1->stop(false);
+  const auto took = wait_for_verdicts({&n0, &n2}, milliseconds(3000));
+  CHECK(took < milliseconds(1000));
+  for (const Node* n : {&n0, &n2}) {
+    const auto vs = n->verdicts();
+    REQUIRE(vs.size() == 1);
+    CHECK(vs[0].rank == 1);
+    CHECK(vs[0].how == How::kExited);
+  }
+}

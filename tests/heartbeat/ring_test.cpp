@@ -101,6 +101,19 @@ TEST_CASE("at start-up the successor has three timeouts until it first speaks") 
   CHECK(spoke.verdicts().size() == 1);
 }
 
+TEST_CASE("with one start-up timeout the first successor is lost after one timeout of silence") {
+  // The DDP runtime starts a rank's heartbeat thread before it publishes its endpoint.
+  Settings s = settings(3000);
+  s.startup_timeouts = 1;
+  Ring ring(0, 3, s, at(0));
+  ring.heard(1, at(100));  // the TCP handshake of a process frozen since it published
+  CHECK(ring.probe_due(at(2350)) == 1);
+  ring.probed(1, Probe::kAccepted, at(2360));
+  ring.tick(at(3100));
+  REQUIRE(ring.verdicts().size() == 1);
+  CHECK(ring.verdicts()[0].how == How::kFrozen);
+}
+
 TEST_CASE("a beat after the probe clears the silence") {
   Ring ring(0, 3, settings(3000), at(0));
   ring.heard(1, at(0), Position{});

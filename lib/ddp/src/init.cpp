@@ -56,11 +56,10 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   auto peer_watch = detail::PeerWatch::prepare(env, settings.heartbeat_timeout);
   auto store = detail::rendezvous(
       env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
-      options.progress_every, phases, agreed);
+      options.progress_every, phases, agreed, peer_watch.get());
   // The rendezvous bounded the store's waits by its own timeout; Gloo and NCCL use the store
   // afterwards under the collectives' timeout.
   store->setTimeout(options.timeout);
-  if (peer_watch) peer_watch->publish(*store);
   auto monitor = std::make_shared<detail::Monitor>(env, store, options.timeout, settings);
   std::shared_ptr<ProcessGroup> group;
   try {
@@ -73,11 +72,16 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
       group = detail::make_gloo_group(env, resolved, store, monitor,
                                       peer_watch ? peer_watch->abort_flag() : nullptr);
   } catch (const Error& e) {
+    // A rank lost during the backend's connect: the heartbeat's verdict shut the connections
+    // down, or the backend saw the loss a moment before it.
+    if (peer_watch && e.kind() != ErrorKind::kConfig &&
+        peer_watch->wait_lost(std::chrono::milliseconds(1500)))
+      throw monitor->record(peer_watch->error());
     throw monitor->record(e);
   }
   monitor->start_watcher();
   if (peer_watch) {
-    peer_watch->start(*store, monitor);
+    peer_watch->start(monitor);
     detail::attach_peer_watch(*group, peer_watch);
   }
   phases.backend_ready = std::chrono::steady_clock::now();

@@ -24,12 +24,16 @@ ErrorKind classify_backend_failure(const std::string& message);
 // arrived, the missing ranks and the address, or both identities. Prints a progress line to
 // stderr every `progress_every` (0: never) while it waits. `agreed_settings` ("NAME=VALUE ...",
 // the variables every rank must set alike) is compared with rank 0's: a difference fails every
-// rank with one kConfig line naming the ranks.
+// rank with one kConfig line naming the ranks. With `watch` (the heartbeat, peer_watch.hpp), this
+// rank's heartbeat starts once it has claimed its place, and a rank lost from then on fails the
+// rendezvous with the heartbeat's kPeerLost naming it.
 struct StartupPhases;
+class PeerWatch;
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::milliseconds timeout,
                                            std::chrono::milliseconds progress_every,
                                            StartupPhases& phases,
-                                           const std::string& agreed_settings);
+                                           const std::string& agreed_settings,
+                                           PeerWatch* watch = nullptr);
 
 // Another client connection to the store that rank 0 hosts (a client is for one thread at a
 // time), on the server kind env asks for, as the rendezvous opens it.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "heartbeat/node.hpp"
@@ -16,10 +17,6 @@
 
 namespace dtlaunch::ddp::detail {
 namespace {
-
-// How many ranks ahead on the ring each rank knows the endpoint of: it can skip up to this many
-// lost ranks in a row and still watch the next one.
-constexpr int kWindow = 8;
 
 // How long after the first verdict the error waits for others (the rest of a node's ranks).
 constexpr std::chrono::milliseconds kGatherVerdicts{300};
@@ -82,55 +79,85 @@ PeerWatch::PeerWatch(const WorkerEnv& env, std::chrono::milliseconds timeout)
                     " cannot open its heartbeat endpoint: " + e.what() +
                     " (DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=0 turns the heartbeat off)");
   }
+  listener_fd_ = listener_->fd();
   hosts_.assign(static_cast<size_t>(env.world_size), "");
   hosts_[static_cast<size_t>(env.rank)] = host_;
+  // Until its endpoint is read (a rank not yet started may stand before it on the ring): rank 0
+  // runs where the store is.
+  if (env.rank != 0) hosts_[0] = env.master_addr;
 }
 
 PeerWatch::~PeerWatch() = default;
 
-void PeerWatch::publish(c10d::Store& store) {
-  std::string address = heartbeat::local_address_towards(env_.master_addr);
-  if (address.empty()) address = host_;
-  const std::string record = heartbeat::format_endpoint({address, listener_->port(), host_});
-  store.set(endpoint_key(env_.rank), std::vector<uint8_t>(record.begin(), record.end()));
-}
-
-void PeerWatch::start(c10d::Store& store, std::shared_ptr<Monitor> monitor) {
-  monitor_ = std::move(monitor);
+void PeerWatch::join(c10d::Store& store) {
   heartbeat::NodeOptions o;
   o.self = env_.rank;
   o.world = env_.world_size;
   o.settings.timeout = timeout_;
   o.settings.interval = std::min(std::chrono::milliseconds(1000), timeout_ / 5);
+  // This rank's thread runs before its endpoint is published: its watcher's first hello is
+  // answered at once, so one timeout of silence is a loss from the start.
+  o.settings.startup_timeouts = 1;
   o.tag = job_tag(env_);
-  const int ahead = std::min(kWindow, env_.world_size - 1);
-  for (int i = 1; i <= ahead; ++i) {
-    const int r = (env_.rank + i) % env_.world_size;
-    const auto bytes = store.get(endpoint_key(r));
-    try {
-      o.endpoints[r] = heartbeat::parse_endpoint(std::string(bytes.begin(), bytes.end()));
-      hosts_[static_cast<size_t>(r)] = o.endpoints[r].host;
-    } catch (const std::invalid_argument& e) {
-      throw Error(ErrorKind::kBackend, std::string("dtlaunch ddp: rank ") + std::to_string(r) +
-                                           "'s heartbeat endpoint: " + e.what());
-    }
-  }
-  // The connections the runtime opened since prepare(): the store's and the backend's. The
-  // heartbeat's own are opened by its thread, after this.
-  for (const auto& s : process_sockets())
-    if (!sockets_before_.count(s) && s.first != listener_->fd()) runtime_sockets_.insert(s);
-  Monitor* m = monitor_.get();
-  o.position = [m] {
+  o.position = [this] {
+    const Monitor* m = monitor_for_position_.load(std::memory_order_acquire);
+    if (m == nullptr) return heartbeat::Position{};
     const CollectiveRecord r = m->recorder().last();
     return heartbeat::Position{r.seq, static_cast<uint8_t>(static_cast<uint8_t>(r.op) + 1)};
   };
   o.on_verdict = [this](const heartbeat::Verdict& v) { on_verdict(v); };
-  node_ = std::make_unique<heartbeat::Node>(std::move(o), std::move(*listener_));
+  const uint16_t port = listener_->port();
+  try {
+    std::lock_guard<std::mutex> lock(node_mutex_);
+    node_ = std::make_unique<heartbeat::Node>(std::move(o), std::move(*listener_));
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::kBackend, "dtlaunch ddp: rank " + std::to_string(env_.rank) +
+                                         " cannot start its heartbeat: " + e.what());
+  }
+  std::string address = heartbeat::local_address_towards(env_.master_addr);
+  if (address.empty()) address = host_;
+  const std::string record = heartbeat::format_endpoint({address, port, host_});
+  store.set(endpoint_key(env_.rank), std::vector<uint8_t>(record.begin(), record.end()));
+}
+
+void PeerWatch::fetch_endpoints(c10d::Store& store, bool all_published) {
+  if (!node_) return;
+  const int ahead = std::min(heartbeat::kEndpointWindow, env_.world_size - 1);
+  std::map<int, heartbeat::Endpoint> found;
+  for (; fetched_ahead_ < ahead; ++fetched_ahead_) {
+    const int r = (env_.rank + fetched_ahead_ + 1) % env_.world_size;
+    // The ring's order: a rank further ahead is watched only once the nearer ones are lost, and
+    // they are watched only once known, so one request per poll is enough.
+    if (!all_published && !store.check({endpoint_key(r)})) break;
+    const auto bytes = store.get(endpoint_key(r));
+    try {
+      found[r] = heartbeat::parse_endpoint(std::string(bytes.begin(), bytes.end()));
+    } catch (const std::invalid_argument& e) {
+      throw Error(ErrorKind::kBackend, std::string("dtlaunch ddp: rank ") + std::to_string(r) +
+                                           "'s heartbeat endpoint: " + e.what());
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    hosts_[static_cast<size_t>(r)] = found[r].host;
+  }
+  if (!found.empty()) node_->add_endpoints(found);
+}
+
+void PeerWatch::start(std::shared_ptr<Monitor> monitor) {
+  monitor_ = std::move(monitor);
+  monitor_for_position_.store(monitor_.get(), std::memory_order_release);
+  // The connections the runtime opened since prepare(): the store's and the backend's. A
+  // program's own sockets opened later are not the runtime's to shut down.
+  std::lock_guard<std::mutex> lock(node_mutex_);
+  runtime_sockets_ = sockets_since_prepare();
 }
 
 void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
   std::string who = "rank " + std::to_string(v.rank);
-  const std::string& host = hosts_[static_cast<size_t>(v.rank)];
+  std::string host;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    host = hosts_[static_cast<size_t>(v.rank)];
+  }
   if (v.rank == env_.rank) {
     // The others declared this rank lost: it is cut off from them, or was stopped.
     who = "this rank " + std::to_string(v.rank) + " (" + host_ + ") was declared lost by rank " +
@@ -140,7 +167,7 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
     if (v.rank == 0) who += ", which hosted the store,";
     who += " " + heartbeat::describe_how(v) + ", seen by rank " + std::to_string(v.seen_by);
     if (v.last.seq == 0 || v.last.op == 0)
-      who += ", before any collective";
+      who += monitor_for_position_.load() ? ", before any collective" : ", during start-up";
     else
       who += ", last in " + std::string(op_name(static_cast<Op>(v.last.op - 1))) + " #" +
              std::to_string(v.last.seq);
@@ -157,18 +184,30 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
   abort_connections();
   lost_.store(true, std::memory_order_release);
   std::fprintf(stderr, "dtlaunch ddp: rank %d: peer lost: %s\n", env_.rank, who.c_str());
-  if (monitor_) monitor_->write_file("peer lost: " + who);
+  if (Monitor* m = monitor_for_position_.load()) m->write_file("peer lost: " + who);
+}
+
+// The sockets opened since prepare(): the runtime's, and the heartbeat's own.
+std::set<std::pair<int, unsigned long>> PeerWatch::sockets_since_prepare() const {
+  std::set<std::pair<int, unsigned long>> out;
+  for (const auto& s : process_sockets())
+    if (!sockets_before_.count(s) && s.first != listener_fd_) out.insert(s);
+  return out;
 }
 
 void PeerWatch::abort_connections() {
   // As ncclCommAbort does for NCCL: every connection of the group fails now, so that a
   // collective blocked on the lost rank returns, and the backend's threads can be joined.
   // Listening sockets stay: the store's server thread ends the process on an error of its own.
+  // During start-up, the connections are those open now: the store's, the backend's so far.
+  // The heartbeat's own stay, to pass the verdict on (this runs on its thread: they are current).
+  std::lock_guard<std::mutex> lock(node_mutex_);
+  const std::vector<int> own = node_ ? node_->own_sockets() : std::vector<int>{};
   const auto now = process_sockets();
-  for (const auto& s : runtime_sockets_) {
+  for (const auto& s : runtime_sockets_ ? *runtime_sockets_ : sockets_since_prepare()) {
     int listening = 0;
     socklen_t len = sizeof listening;
-    if (!now.count(s) ||
+    if (!now.count(s) || std::find(own.begin(), own.end(), s.first) != own.end() ||
         (::getsockopt(s.first, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening))
       continue;
     ::shutdown(s.first, SHUT_RDWR);

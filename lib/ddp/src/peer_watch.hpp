@@ -39,11 +39,17 @@ class PeerWatch {
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
-  // After the rendezvous, before the backend connects: one store key with this rank's endpoint.
-  void publish(c10d::Store& store);
-  // Once the backend is connected (so every rank has published): reads the endpoints of the
-  // next few ranks on the ring and starts the heartbeat thread.
-  void start(c10d::Store& store, std::shared_ptr<Monitor> monitor);
+  // As soon as the store is known to be this job's, before this rank checks in: starts the
+  // heartbeat thread, then publishes this rank's endpoint (one store key), so that a rank lost
+  // from here on is named like a loss during training.
+  void join(c10d::Store& store);
+  // While the others arrive: reads the endpoints of the next few ranks on the ring that have
+  // published theirs (one store request for the first one missing). With `all_published` (the
+  // rendezvous is complete: every rank published before it checked in) it reads all of them.
+  void fetch_endpoints(c10d::Store& store, bool all_published);
+  // Once the backend is connected: the last collective of `monitor` goes with the heartbeats,
+  // and the connections to shut down on a loss are those open now.
+  void start(std::shared_ptr<Monitor> monitor);
 
   bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
   // Set with the first verdict: backends that poll (NCCL) abort on it.
@@ -57,20 +63,28 @@ class PeerWatch {
   PeerWatch(const WorkerEnv& env, std::chrono::milliseconds timeout);
   void on_verdict(const heartbeat::Verdict& v);
   void abort_connections();
+  std::set<std::pair<int, unsigned long>> sockets_since_prepare() const;
 
   WorkerEnv env_;
   std::chrono::milliseconds timeout_;
   std::string host_;
   std::unique_ptr<heartbeat::Listener> listener_;
+  int listener_fd_ = -1;
   std::set<std::pair<int, unsigned long>> sockets_before_;  // (fd, inode)
-  std::set<std::pair<int, unsigned long>> runtime_sockets_;
-  std::vector<std::string> hosts_;  // by rank, where known ("" otherwise)
+  // Once start()ed, the runtime's connections (and the heartbeat's, spared at the verdict);
+  // until then they are found at the verdict.
+  std::optional<std::set<std::pair<int, unsigned long>>> runtime_sockets_;
+  int fetched_ahead_ = 0;  // the next this many ranks' endpoints are known
   std::shared_ptr<Monitor> monitor_;
+  std::atomic<Monitor*> monitor_for_position_{nullptr};
   std::atomic<bool> lost_{false};
   std::shared_ptr<std::atomic<bool>> abort_flag_ = std::make_shared<std::atomic<bool>>(false);
   std::atomic<std::chrono::steady_clock::time_point> first_verdict_at_{};
   mutable std::mutex mutex_;
+  std::vector<std::string> hosts_;  // by rank, where known ("" otherwise)
   std::vector<std::string> lines_;  // one per lost rank
+  // Held while node_ is being set, so that a verdict at once waits for it.
+  mutable std::mutex node_mutex_;
   std::unique_ptr<heartbeat::Node> node_;
 };
 

@@ -41,6 +41,7 @@
 #include "core/text.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "peer_watch.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
@@ -168,10 +169,17 @@ std::set<SocketId> sockets_to(int port) {
   return out;
 }
 
+// `abort`, when set (the heartbeat's verdict on a lost peer), is a cut-off at once: a store
+// call blocked on a frozen rank 0 then fails within 0.1 s.
 class StoreWatchdog {
  public:
-  StoreWatchdog(int port, Clock::time_point cutoff)
-      : port_(port), before_(sockets_to(-1)), cutoff_(cutoff), thread_([this] { run(); }) {}
+  StoreWatchdog(int port, Clock::time_point cutoff,
+                std::shared_ptr<const std::atomic<bool>> abort = nullptr)
+      : port_(port),
+        before_(sockets_to(-1)),
+        cutoff_(cutoff),
+        abort_(std::move(abort)),
+        thread_([this] { run(); }) {}
   ~StoreWatchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -198,10 +206,12 @@ class StoreWatchdog {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       const auto cutoff = cutoff_;
-      if (cv_.wait_until(lock, cutoff, [&] { return stop_ || cutoff_ != cutoff; })) {
+      const auto until = abort_ ? std::min(cutoff, Clock::now() + milliseconds(100)) : cutoff;
+      if (cv_.wait_until(lock, until, [&] { return stop_ || cutoff_ != cutoff; })) {
         if (stop_) return;
         continue;
       }
+      if (Clock::now() < cutoff && !(abort_ && abort_->load(std::memory_order_acquire))) continue;
       // Past the cut-off every new connection to the port is cut as soon as it appears:
       // LibTorch 2.x's client reconnects and pings again after a failed receive, and would
       // otherwise block anew on the same silent peer.
@@ -223,6 +233,7 @@ class StoreWatchdog {
   Clock::time_point cutoff_;
   bool stop_ = false;
   std::atomic<bool> fired_{false};
+  const std::shared_ptr<const std::atomic<bool>> abort_;
   std::thread thread_;
 };
 
@@ -433,282 +444,347 @@ std::string store_host_gone(const WorkerEnv& env, milliseconds within) {
          env.master_addr + ", the store's host) is gone";
 }
 
-c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds timeout,
-                                           milliseconds progress_every, StartupPhases& phases,
-                                           const std::string& agreed_settings) {
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  Progress progress(start, timeout, progress_every);
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<std::uint16_t>(env.master_port);
-  so.isServer = env.rank == 0;
-  so.waitWorkers = false;
-  so.timeout = timeout;
-  const Identity mine{env.run_id, env.world_size};
-  const std::string me = "rank " + std::to_string(env.rank);
-  const std::string where = "dtlaunch ddp: rendezvous at " + address(env);
+namespace {
 
-  auto unreachable = [&](const std::string& reason) {
+// One rank's rendezvous, in the order it happens: reach the store, claim this rank under this
+// job's identity, check in, wait for the others (rank 0 verifies them), and on failure make every
+// rank that came report the same thing.
+class Rendezvous {
+ public:
+  Rendezvous(const WorkerEnv& env, milliseconds timeout, milliseconds progress_every,
+             StartupPhases& phases, const std::string& agreed_settings, PeerWatch* watch)
+      : env_(env),
+        timeout_(timeout),
+        deadline_(Clock::now() + timeout),
+        progress_(Clock::now(), timeout, progress_every),
+        phases_(phases),
+        agreed_(agreed_settings),
+        watch_(watch),
+        mine_{env.run_id, env.world_size},
+        me_("rank " + std::to_string(env.rank)),
+        where_("dtlaunch ddp: rendezvous at " + address(env)),
+        first_answer_(std::min<milliseconds>(timeout, std::chrono::seconds(10))) {}
+
+  c10::intrusive_ptr<c10d::Store> run() {
+    reach_store();
+    try {
+      if (env_.rank == 0)
+        claim_as_host();
+      else
+        claim();
+      check_in();
+      wait_for_all();
+    } catch (const Error&) {
+      if (watch_ && watch_->lost()) throw watch_->error();
+      throw;
+    } catch (const std::exception& e) {
+      // Once this rank's heartbeat runs (it has claimed its place), a store that fails may be
+      // a rank 0 that died: its verdict names it.
+      if (watch_ && joined_ && watch_->wait_lost(kVerdictGrace)) throw watch_->error();
+      throw translate(e);
+    }
+    phases_.all_checked_in = Clock::now();
+    return store_;
+  }
+
+ private:
+  // A store failure that comes a moment before the heartbeat's verdict (rank 0 killed) waits
+  // this long for it, so that the error names the lost rank.
+  static constexpr milliseconds kVerdictGrace{1500};
+
+  Error unreachable(const std::string& reason) const {
     return Error(ErrorKind::kTimeout,
-                 where + " failed: " + me + " could not reach the store that rank 0 hosts within " +
-                     seconds_text(timeout) +
+                 where_ + " failed: " + me_ +
+                     " could not reach the store that rank 0 hosts within " +
+                     seconds_text(timeout_) +
                      " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + reason);
-  };
-  if (env.rank == 0) {
-    // Rank 0's own TCPStore client connects to MASTER_ADDR too; with a name that does not
-    // resolve it would retry, one warning a second, to the deadline.
-    std::string reason;
-    resolve(env, reason);
-  } else if (std::string reason = wait_for_listener(env, deadline, progress); !reason.empty()) {
-    throw unreachable(reason);
+  }
+  Error silent_peer(const std::exception& e) const {
+    return Error(ErrorKind::kTimeout, where_ + " failed: " + me_ +
+                                          " connected, but the peer there did not answer within " +
+                                          seconds_text(first_answer_) +
+                                          " (is MASTER_PORT another program's port, or is rank 0 "
+                                          "stopped?): " +
+                                          first_line(e));
   }
 
-  // A real store answers each request at once; one that has not answered the first within this
-  // is not a TCPStore (or its process is stopped).
-  const milliseconds first_answer = std::min<milliseconds>(timeout, std::chrono::seconds(10));
-  // Rank 0 lingers up to 2 s past the deadline so that the others can read its diagnosis.
-  StoreWatchdog watchdog(env.master_port,
-                         std::min(deadline, Clock::now() + first_answer) +
-                             (env.rank == 0 ? std::chrono::seconds(4) : std::chrono::seconds(0)));
-
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = open_store(env, so);
-  } catch (const std::exception& e) {
-    if (env.rank == 0)
-      throw Error(ErrorKind::kBackend,
-                  "dtlaunch ddp: rank 0 could not host the rendezvous store at " + address(env) +
-                      ": " + first_line(e));
-    // LibTorch 2.x pings the server in the constructor: a silent peer is found here, and is
-    // worded as when 1.13 finds it at the first request below.
-    if (watchdog.fired())
-      throw Error(ErrorKind::kTimeout, where + " failed: " + me +
-                                           " connected, but the peer there did not answer within " +
-                                           seconds_text(first_answer) +
-                                           " (is MASTER_PORT another program's port, or is rank 0 "
-                                           "stopped?): " +
-                                           first_line(e));
-    throw unreachable(first_line(e));
+  // Connects to (or, on rank 0, hosts) the store, with the watchdog bounding its first answer.
+  void reach_store() {
+    if (env_.rank == 0) {
+      // Rank 0's own TCPStore client connects to MASTER_ADDR too; with a name that does not
+      // resolve it would retry, one warning a second, to the deadline.
+      std::string reason;
+      resolve(env_, reason);
+    } else if (std::string reason = wait_for_listener(env_, deadline_, progress_);
+               !reason.empty()) {
+      throw unreachable(reason);
+    }
+    // A real store answers each request at once; one that has not answered the first within
+    // first_answer_ is not a TCPStore (or its process is stopped). Rank 0 lingers up to 2 s past
+    // the deadline so that the others can read its diagnosis.
+    watchdog_.emplace(env_.master_port,
+                      std::min(deadline_, Clock::now() + first_answer_) +
+                          (env_.rank == 0 ? std::chrono::seconds(4) : std::chrono::seconds(0)),
+                      watch_ ? watch_->abort_flag() : nullptr);
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(env_.master_port);
+    so.isServer = env_.rank == 0;
+    so.waitWorkers = false;
+    so.timeout = timeout_;
+    try {
+      store_ = open_store(env_, so);
+    } catch (const std::exception& e) {
+      if (env_.rank == 0)
+        throw Error(ErrorKind::kBackend,
+                    "dtlaunch ddp: rank 0 could not host the rendezvous store at " + address(env_) +
+                        ": " + first_line(e));
+      // LibTorch 2.x pings the server in the constructor: a silent peer is found here, and is
+      // worded as when 1.13 finds it at the first request below.
+      if (watchdog_->fired()) throw silent_peer(e);
+      throw unreachable(first_line(e));
+    }
   }
 
-  int64_t arrived = 0;
-  bool answered = false;
+  // Rank 0 has just started its server: a count above 1 means its client reached another rank
+  // 0's store (MASTER_ADDR names another host, where another job listens).
+  void claim_as_host() {
+    if (store_->add(kHostsKey, 1) != 1) {
+      std::string host = "another job";
+      if (store_->check({kIdentityKey}))
+        if (auto other = parse_record(text(store_->get(kIdentityKey)))) host = describe(*other);
+      throw Error(ErrorKind::kConfig,
+                  "dtlaunch ddp: rank 0 of " + describe(mine_) + " found the rendezvous at " +
+                      address(env_) + " already hosted by " + host +
+                      ": two jobs share MASTER_ADDR:MASTER_PORT, or MASTER_ADDR is not the host "
+                      "of rank 0");
+    }
+    answered_ = true;
+    watchdog_->set_cutoff(deadline_ + std::chrono::seconds(4));
+    store_->set(kIdentityKey, bytes(record(mine_)));
+  }
+
+  // The identity first: nothing of this rank is written to a store of another job.
+  void claim() {
+    auto pause = milliseconds(5);
+    for (;;) {
+      const bool published = store_->check({kIdentityKey});
+      if (!answered_) {
+        answered_ = true;
+        watchdog_->set_cutoff(deadline_ + std::chrono::seconds(1));
+      }
+      if (published) break;
+      if (Clock::now() >= deadline_)
+        throw Error(ErrorKind::kTimeout,
+                    where_ + " timed out after " + seconds_text(timeout_) + ": " + me_ +
+                        " reached a store there, but no dtlaunch rank 0 published its identity in "
+                        "it (is MASTER_PORT another program's TCPStore, or a rank 0 of an older "
+                        "dtlaunch?)");
+      if (progress_.due())
+        progress_.print(me_ + " reached the store at " + address(env_) +
+                        "; waiting for rank 0 to publish its identity there");
+      sleep_a_little(pause);
+    }
+    const auto host = parse_record(text(store_->get(kIdentityKey)));
+    if (!host)
+      throw Error(ErrorKind::kConfig, where_ + ": " + me_ +
+                                          " found a store whose identity record is not dtlaunch's: "
+                                          "is MASTER_PORT another program's port?");
+    if (!(*host == mine_)) {
+      const std::string msg = foreign_message(env_, env_.rank, mine_, *host);
+      store_->set(foreign_key(store_->add(kForeignCountKey, 1)), bytes(msg));
+      throw Error(ErrorKind::kConfig, msg);
+    }
+    if (store_->add(claim_key(env_.rank), 1) != 1) {
+      const std::string msg = "dtlaunch ddp: " + me_ + " of " + describe(mine_) +
+                              " reached the rendezvous at " + address(env_) +
+                              ", where another process has already checked in as " + me_ +
+                              ": two jobs share MASTER_ADDR:MASTER_PORT, or RANK is set wrong";
+      store_->set(kDuplicateKey, bytes(msg));
+      throw Error(ErrorKind::kConfig, msg);
+    }
+  }
+
+  void check_in() {
+    phases_.store_connected = Clock::now();
+    // The store is this job's: from here on this rank's heartbeat runs and its endpoint is
+    // published before it counts itself, so that a complete rendezvous has every endpoint.
+    if (watch_) {
+      watch_->join(*store_);
+      joined_ = true;
+    }
+    // For rank 0's startup line and the reports: where this rank runs, and when it came.
+    store_->set(checkin_key(env_.rank), bytes(checkin_record(env_)));
+    store_->set(rank_key(env_.rank), bytes(record(mine_)));
+    store_->set(settings_key(env_.rank), bytes(agreed_));
+    store_->add(kCountKey, 1);
+    checked_in_ = Clock::now();
+  }
+
+  // Polling an add(0) or a check rather than a blocking wait(): a TCPStore wait that times out
+  // leaves its reply pending on the socket, and the diagnosis needs the socket afterwards.
+  void wait_for_all() {
+    auto pause = milliseconds(5);
+    for (;;) {
+      if (watch_) {
+        if (watch_->lost()) throw watch_->error();
+        watch_->fetch_endpoints(*store_, false);
+      }
+      if (env_.rank == 0 ? all_arrived() : others_done()) break;
+      if (Clock::now() >= deadline_) throw timed_out();
+      if (progress_.due()) print_progress();
+      sleep_a_little(pause);
+    }
+    if (watch_) watch_->fetch_endpoints(*store_, true);
+  }
+
+  bool others_done() {
+    if (store_->check({kDoneKey})) return true;
+    if (store_->check({kFailedKey})) {
+      // Rank 0's diagnosis, published before it gave up.
+      auto rec = text(store_->get(kFailedKey));
+      store_->add(kAckKey, 1);
+      throw from_failure_record(rec);
+    }
+    return false;
+  }
+
+  bool all_arrived() {
+    arrived_ = store_->add(kCountKey, 0);
+    if (store_->check({kDuplicateKey}))
+      throw fail_all(Error(ErrorKind::kConfig, one_line(text(store_->get(kDuplicateKey)))));
+    log_foreign_ranks();
+    if (arrived_ < env_.world_size) return false;
+    verify_identities();
+    verify_settings();
+    store_->set(kDoneKey, bytes("1"));
+    phases_.rank0_waited = std::chrono::duration_cast<milliseconds>(Clock::now() - checked_in_);
+    return true;
+  }
+
+  // Ranks of other jobs were refused on their side; one line each here, then on.
+  void log_foreign_ranks() {
+    for (const int64_t refused = store_->add(kForeignCountKey, 0); foreign_logged_ < refused;) {
+      const int64_t n = foreign_logged_ + 1;
+      std::string line = "(its message did not arrive)";
+      if (store_->check({foreign_key(n)})) {
+        line = one_line(text(store_->get(foreign_key(n))));
+      } else if (n <= kForeignLinesShown) {
+        // It sets its line right after it counts itself: wait a moment for it.
+        if (foreign_since_ == Clock::time_point{}) foreign_since_ = Clock::now();
+        if (Clock::now() - foreign_since_ < std::chrono::seconds(1)) break;
+      }
+      foreign_since_ = {};
+      foreign_logged_ = n;
+      if (n <= kForeignLinesShown)
+        std::fprintf(stderr,
+                     "dtlaunch ddp: rank 0 refused a rank of another job: %s; still waiting for "
+                     "this job's ranks\n",
+                     line.c_str());
+      else if (n == refused)
+        std::fprintf(stderr,
+                     "dtlaunch ddp: rank 0 has refused %lld ranks of other jobs (lines after the "
+                     "first %lld not shown); still waiting for this job's ranks\n",
+                     static_cast<long long>(refused), static_cast<long long>(kForeignLinesShown));
+      std::fflush(stderr);
+    }
+  }
+
+  // Every rank checked in with this run's identity: the clients checked it already; this
+  // catches a peer that wrote its rank key without doing so.
+  void verify_identities() {
+    for (int r = 1; r < env_.world_size; ++r) {
+      const auto theirs = parse_record(text(store_->get(rank_key(r))));
+      if (!theirs || !(*theirs == mine_))
+        throw fail_all(Error(ErrorKind::kConfig,
+                             theirs ? foreign_message(env_, r, *theirs, mine_)
+                                    : where_ + ": rank " + std::to_string(r) +
+                                          " checked in without a dtlaunch identity (another "
+                                          "program, or an older dtlaunch, on MASTER_PORT?)"));
+    }
+  }
+
+  // Settings a collective depends on (DTLAUNCH_DDP_CHECK): one rank that checks and one that
+  // does not would deadlock at the first collective, so they must agree here.
+  void verify_settings() {
+    std::vector<int> differ;
+    std::string theirs_text;
+    for (int r = 1; r < env_.world_size; ++r) {
+      const std::string theirs = text(store_->get(settings_key(r)));
+      if (theirs == agreed_) continue;
+      if (differ.empty()) theirs_text = theirs;
+      differ.push_back(r);
+    }
+    if (!differ.empty())
+      throw fail_all(
+          Error(ErrorKind::kConfig,
+                "dtlaunch ddp: the ranks' settings differ: rank 0 has '" + excerpt(agreed_, 200) +
+                    "', rank" + (differ.size() > 1 ? "s " : " ") + format_ranks(differ) + " '" +
+                    excerpt(theirs_text, 200) + "'; set these variables the same on every rank"));
+  }
+
+  Error timed_out() {
+    arrived_ = store_->add(kCountKey, 0);
+    const std::string msg = where_ + " timed out after " + seconds_text(timeout_) + ": " +
+                            std::to_string(arrived_) + " of " + std::to_string(env_.world_size) +
+                            " ranks arrived; missing ranks: " + format_ranks(missing_ranks());
+    if (env_.rank == 0) return fail_all(Error(ErrorKind::kTimeout, msg));
+    store_->add(kAckKey, 1);
+    return Error(ErrorKind::kTimeout, msg);
+  }
+
+  void print_progress() {
+    if (env_.rank == 0)
+      progress_.print("rendezvous at " + address(env_) + ": " + std::to_string(arrived_) + " of " +
+                      std::to_string(env_.world_size) + " ranks arrived; waiting for ranks " +
+                      format_ranks(missing_ranks()));
+    else
+      progress_.print("rendezvous at " + address(env_) + ": " + me_ + " checked in; " +
+                      std::to_string(store_->add(kCountKey, 0)) + " of " +
+                      std::to_string(env_.world_size) + " ranks arrived");
+  }
+
   // Rank 0 publishes its diagnosis before it gives up, and with it goes the store: so the other
   // ranks report the same thing instead of a broken pipe. It lingers, briefly, until the ranks
   // that came have read it.
-  auto fail_all = [&](const Error& e) -> Error {
-    store->set(kFailedKey, bytes(failure_record(e)));
+  Error fail_all(const Error& e) {
+    store_->set(kFailedKey, bytes(failure_record(e)));
     const auto linger_end = Clock::now() + std::chrono::seconds(2);
-    while (store->add(kAckKey, 0) < arrived - 1 && Clock::now() < linger_end)
+    while (store_->add(kAckKey, 0) < arrived_ - 1 && Clock::now() < linger_end)
       std::this_thread::sleep_for(milliseconds(10));
     return e;
-  };
-  auto check_failed = [&] {
-    if (env.rank != 0 && store->check({kFailedKey})) {
-      auto rec = text(store->get(kFailedKey));
-      store->add(kAckKey, 1);
-      throw from_failure_record(rec);
-    }
-  };
-  auto missing_ranks = [&] {
+  }
+
+  std::vector<int> missing_ranks() {
     std::vector<int> missing;
-    for (int r = 0; r < env.world_size; ++r)
-      if (!store->check({rank_key(r)})) missing.push_back(r);
+    for (int r = 0; r < env_.world_size; ++r)
+      if (!store_->check({rank_key(r)})) missing.push_back(r);
     return missing;
-  };
-  auto sleep_a_little = [&](milliseconds& pause) {
+  }
+
+  void sleep_a_little(milliseconds& pause) const {
     std::this_thread::sleep_for(std::min<milliseconds>(
         pause,
-        std::chrono::duration_cast<milliseconds>(deadline - Clock::now()) + milliseconds(1)));
+        std::chrono::duration_cast<milliseconds>(deadline_ - Clock::now()) + milliseconds(1)));
     pause = std::min(pause * 2, milliseconds(100));
-  };
-  try {
-    if (env.rank == 0) {
-      // Rank 0 has just started its server: a count above 1 means its client reached another
-      // rank 0's store (MASTER_ADDR names another host, where another job listens).
-      if (store->add(kHostsKey, 1) != 1) {
-        std::string host = "another job";
-        if (store->check({kIdentityKey}))
-          if (auto other = parse_record(text(store->get(kIdentityKey)))) host = describe(*other);
-        throw Error(ErrorKind::kConfig,
-                    "dtlaunch ddp: rank 0 of " + describe(mine) + " found the rendezvous at " +
-                        address(env) + " already hosted by " + host +
-                        ": two jobs share MASTER_ADDR:MASTER_PORT, or MASTER_ADDR is not the "
-                        "host of rank 0");
-      }
-      answered = true;
-      watchdog.set_cutoff(deadline + std::chrono::seconds(4));
-      store->set(kIdentityKey, bytes(record(mine)));
-    } else {
-      // The identity first: nothing of this rank is written to a store of another job.
-      auto pause = milliseconds(5);
-      for (;;) {
-        const bool published = store->check({kIdentityKey});
-        if (!answered) {
-          answered = true;
-          watchdog.set_cutoff(deadline + std::chrono::seconds(1));
-        }
-        if (published) break;
-        if (Clock::now() >= deadline)
-          throw Error(ErrorKind::kTimeout,
-                      where + " timed out after " + seconds_text(timeout) + ": " + me +
-                          " reached a store there, but no dtlaunch rank 0 published its identity "
-                          "in it (is MASTER_PORT another program's TCPStore, or a rank 0 of an "
-                          "older dtlaunch?)");
-        if (progress.due())
-          progress.print(me + " reached the store at " + address(env) +
-                         "; waiting for rank 0 to publish its identity there");
-        sleep_a_little(pause);
-      }
-      const std::string rec = text(store->get(kIdentityKey));
-      const auto host = parse_record(rec);
-      if (!host)
-        throw Error(ErrorKind::kConfig, where + ": " + me +
-                                            " found a store whose identity record is not "
-                                            "dtlaunch's: is MASTER_PORT another program's port?");
-      if (!(*host == mine)) {
-        const std::string msg = foreign_message(env, env.rank, mine, *host);
-        store->set(foreign_key(store->add(kForeignCountKey, 1)), bytes(msg));
-        throw Error(ErrorKind::kConfig, msg);
-      }
-      if (store->add(claim_key(env.rank), 1) != 1) {
-        const std::string msg = "dtlaunch ddp: " + me + " of " + describe(mine) +
-                                " reached the rendezvous at " + address(env) +
-                                ", where another process has already checked in as " + me +
-                                ": two jobs share MASTER_ADDR:MASTER_PORT, or RANK is set wrong";
-        store->set(kDuplicateKey, bytes(msg));
-        throw Error(ErrorKind::kConfig, msg);
-      }
-    }
-    phases.store_connected = Clock::now();
-    // For rank 0's startup line and the reports: where this rank runs, and when it came.
-    store->set(checkin_key(env.rank), bytes(checkin_record(env)));
-    store->set(rank_key(env.rank), bytes(record(mine)));
-    store->set(settings_key(env.rank), bytes(agreed_settings));
-    store->add(kCountKey, 1);
-    const auto checked_in = Clock::now();
+  }
 
-    // Polling an add(0) or a check rather than a blocking wait(): a TCPStore wait that times out
-    // leaves its reply pending on the socket, and the diagnosis below needs the socket afterwards.
-    auto pause = milliseconds(5);
-    int64_t foreign_logged = 0;
-    Clock::time_point foreign_since{};
-    for (;;) {
-      if (env.rank == 0) {
-        arrived = store->add(kCountKey, 0);
-        if (store->check({kDuplicateKey}))
-          throw fail_all(Error(ErrorKind::kConfig, one_line(text(store->get(kDuplicateKey)))));
-        // Ranks of other jobs were refused on their side; one line each here, then on.
-        for (const int64_t refused = store->add(kForeignCountKey, 0); foreign_logged < refused;) {
-          const int64_t n = foreign_logged + 1;
-          std::string line = "(its message did not arrive)";
-          if (store->check({foreign_key(n)})) {
-            line = one_line(text(store->get(foreign_key(n))));
-          } else if (n <= kForeignLinesShown) {
-            // It sets its line right after it counts itself: wait a moment for it.
-            if (foreign_since == Clock::time_point{}) foreign_since = Clock::now();
-            if (Clock::now() - foreign_since < std::chrono::seconds(1)) break;
-          }
-          foreign_since = {};
-          foreign_logged = n;
-          if (n <= kForeignLinesShown)
-            std::fprintf(stderr,
-                         "dtlaunch ddp: rank 0 refused a rank of another job: %s; still waiting "
-                         "for this job's ranks\n",
-                         line.c_str());
-          else if (n == refused)
-            std::fprintf(stderr,
-                         "dtlaunch ddp: rank 0 has refused %lld ranks of other jobs (lines after "
-                         "the first %lld not shown); still waiting for this job's ranks\n",
-                         static_cast<long long>(refused),
-                         static_cast<long long>(kForeignLinesShown));
-          std::fflush(stderr);
-        }
-        if (arrived >= env.world_size) {
-          // Every rank checked in with this run's identity: the clients checked it already;
-          // this catches a peer that wrote its rank key without doing so.
-          for (int r = 1; r < env.world_size; ++r) {
-            const auto theirs = parse_record(text(store->get(rank_key(r))));
-            if (!theirs || !(*theirs == mine))
-              throw fail_all(Error(
-                  ErrorKind::kConfig,
-                  theirs ? foreign_message(env, r, *theirs, mine)
-                         : where + ": rank " + std::to_string(r) +
-                               " checked in without a dtlaunch identity (another program, or an "
-                               "older dtlaunch, on MASTER_PORT?)"));
-          }
-          // Settings a collective depends on (DTLAUNCH_DDP_CHECK): one rank that checks and
-          // one that does not would deadlock at the first collective, so they must agree here.
-          std::vector<int> differ;
-          std::string theirs_text;
-          for (int r = 1; r < env.world_size; ++r) {
-            const std::string theirs = text(store->get(settings_key(r)));
-            if (theirs == agreed_settings) continue;
-            if (differ.empty()) theirs_text = theirs;
-            differ.push_back(r);
-          }
-          if (!differ.empty())
-            throw fail_all(Error(ErrorKind::kConfig,
-                                 "dtlaunch ddp: the ranks' settings differ: rank 0 has '" +
-                                     excerpt(agreed_settings, 200) + "', rank" +
-                                     (differ.size() > 1 ? "s " : " ") + format_ranks(differ) +
-                                     " '" + excerpt(theirs_text, 200) +
-                                     "'; set these variables the same on every rank"));
-          store->set(kDoneKey, bytes("1"));
-          phases.rank0_waited = std::chrono::duration_cast<milliseconds>(Clock::now() - checked_in);
-          break;
-        }
-      } else {
-        if (store->check({kDoneKey})) break;
-        check_failed();
-      }
-      if (Clock::now() >= deadline) {
-        arrived = store->add(kCountKey, 0);
-        const std::string msg = where + " timed out after " + seconds_text(timeout) + ": " +
-                                std::to_string(arrived) + " of " + std::to_string(env.world_size) +
-                                " ranks arrived; missing ranks: " + format_ranks(missing_ranks());
-        if (env.rank == 0) throw fail_all(Error(ErrorKind::kTimeout, msg));
-        store->add(kAckKey, 1);
-        throw Error(ErrorKind::kTimeout, msg);
-      }
-      if (progress.due()) {
-        if (env.rank == 0) {
-          progress.print("rendezvous at " + address(env) + ": " + std::to_string(arrived) + " of " +
-                         std::to_string(env.world_size) + " ranks arrived; waiting for ranks " +
-                         format_ranks(missing_ranks()));
-        } else {
-          progress.print("rendezvous at " + address(env) + ": " + me + " checked in; " +
-                         std::to_string(store->add(kCountKey, 0)) + " of " +
-                         std::to_string(env.world_size) + " ranks arrived");
-        }
-      }
-      sleep_a_little(pause);
-    }
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    if (!answered) {
+  // A store client's own failure, as the error that says what it means.
+  Error translate(const std::exception& e) const {
+    if (!answered_) {
       // Silence is a timeout (a stopped rank 0 looks the same); an answer that is not the
       // store's protocol is a configuration error: MASTER_PORT is another program's.
-      if (watchdog.fired())
-        throw Error(ErrorKind::kTimeout, where + " failed: " + me +
-                                             " connected, but the peer there did not answer "
-                                             "within " +
-                                             seconds_text(first_answer) +
-                                             " (is MASTER_PORT another program's port, or is "
-                                             "rank 0 stopped?): " +
-                                             first_line(e));
-      throw Error(ErrorKind::kConfig, where + " failed: " + me +
-                                          " connected, but the peer there did not answer as a "
-                                          "c10d TCPStore (is MASTER_PORT another program's "
-                                          "port?): " +
-                                          excerpt(first_line(e), 200, '"'));
+      if (watchdog_->fired()) return silent_peer(e);
+      return Error(ErrorKind::kConfig, where_ + " failed: " + me_ +
+                                           " connected, but the peer there did not answer as a "
+                                           "c10d TCPStore (is MASTER_PORT another program's "
+                                           "port?): " +
+                                           excerpt(first_line(e), 200, '"'));
     }
-    if (watchdog.fired())
-      throw Error(ErrorKind::kTimeout, where + " failed on " + me +
-                                           ": the store that rank 0 hosts "
-                                           "stopped answering; gave up at the deadline (" +
-                                           seconds_text(timeout) + ")");
+    if (watchdog_->fired())
+      return Error(ErrorKind::kTimeout, where_ + " failed on " + me_ +
+                                            ": the store that rank 0 hosts stopped answering; gave "
+                                            "up at the deadline (" +
+                                            seconds_text(timeout_) + ")");
     // A reply the store client could not parse: a std::length_error or std::bad_alloc from a
     // length of 2^64-1 read out of garbage, or LibTorch's "Stop_waiting response is expected".
     // The peer there does not speak the store's protocol (a peer that closed is kPeerLost below).
@@ -716,20 +792,46 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds ti
     if (dynamic_cast<const std::length_error*>(&e) != nullptr ||
         dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
         (line.find("response") != std::string::npos && line.find("expected") != std::string::npos))
-      throw Error(ErrorKind::kConfig, where + " failed on " + me +
-                                          ": the peer there sent a reply that is not the c10d "
-                                          "TCPStore protocol (is MASTER_PORT another program's "
-                                          "port?): " +
-                                          excerpt(line, 200, '"'));
-    throw Error(ErrorKind::kPeerLost, where + " failed on " + me + " after " +
-                                          std::to_string(arrived) + " of " +
-                                          std::to_string(env.world_size) +
-                                          " ranks had arrived: lost the store that rank 0 hosts "
-                                          "(rank 0 gave up or died): " +
-                                          first_line(e));
+      return Error(ErrorKind::kConfig, where_ + " failed on " + me_ +
+                                           ": the peer there sent a reply that is not the c10d "
+                                           "TCPStore protocol (is MASTER_PORT another program's "
+                                           "port?): " +
+                                           excerpt(line, 200, '"'));
+    return Error(ErrorKind::kPeerLost, where_ + " failed on " + me_ + " after " +
+                                           std::to_string(arrived_) + " of " +
+                                           std::to_string(env_.world_size) +
+                                           " ranks had arrived: lost the store that rank 0 hosts "
+                                           "(rank 0 gave up or died): " +
+                                           line);
   }
-  phases.all_checked_in = Clock::now();
-  return store;
+
+  const WorkerEnv& env_;
+  const milliseconds timeout_;
+  const Clock::time_point deadline_;
+  Progress progress_;
+  StartupPhases& phases_;
+  const std::string& agreed_;
+  PeerWatch* const watch_;
+  const Identity mine_;
+  const std::string me_;
+  const std::string where_;
+  const milliseconds first_answer_;
+  std::optional<StoreWatchdog> watchdog_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  int64_t arrived_ = 0;
+  bool answered_ = false;
+  bool joined_ = false;  // this rank's heartbeat runs
+  Clock::time_point checked_in_{};
+  int64_t foreign_logged_ = 0;
+  Clock::time_point foreign_since_{};
+};
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds timeout,
+                                           milliseconds progress_every, StartupPhases& phases,
+                                           const std::string& agreed_settings, PeerWatch* watch) {
+  return Rendezvous(env, timeout, progress_every, phases, agreed_settings, watch).run();
 }
 
 }  // namespace dtlaunch::ddp::detail

@@ -529,8 +529,8 @@ namespace {
 
 // Segments are named /dtlaunch-ddp-PID-TICKS-NONCE after the rank 0 that created them (its pid
 // and start time). A rank 0 killed between creating one and unlinking it, once every rank has
-// mapped it, leaves it in /dev/shm; the next rank 0 on the node removes those whose creator is
-// gone (ones of other users stay: /dev/shm is sticky).
+// mapped it, leaves it in /dev/shm; the next rank 0 on the node removes those of its user whose
+// creator is gone.
 const std::string kSegmentPrefix = "dtlaunch-ddp-";
 
 void remove_stale_segments() {
@@ -544,6 +544,12 @@ void remove_stale_segments() {
     if (std::sscanf(name.c_str() + kSegmentPrefix.size(), "%d-%llu-%16llx%n", &pid, &ticks, &nonce,
                     &used) != 3 ||
         static_cast<size_t>(used) != name.size() - kSegmentPrefix.size() || pid <= 0)
+      continue;
+    // Only this user's: another user's segment is not this job's to judge (and the sticky
+    // /dev/shm would refuse anyway).
+    struct stat st {};
+    if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        st.st_uid != ::geteuid())
       continue;
     if (!process_alive(pid, ticks)) ::shm_unlink(("/" + name).c_str());
   }
@@ -574,127 +580,182 @@ std::string get_from_peer(c10d::Store& store, const std::string& key, int owner,
 
 }  // namespace
 
-std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool enabled,
-                                                   c10d::Store& store, milliseconds timeout,
-                                                   std::shared_ptr<const std::atomic<bool>> abort) {
-  if (env.world_size < 2) return nullptr;
-  const int rank = env.rank, world = env.world_size;
-  auto key = [](const std::string& what, int r) {
-    return kKeyPrefix + what + "/" + std::to_string(r);
-  };
+namespace {
+
+std::string shm_key(const std::string& what, int rank) {
+  return kKeyPrefix + what + "/" + std::to_string(rank);
+}
+
+// Every rank publishes its identity and reads the others': the same records everywhere, so
+// that every rank takes the same decision.
+std::vector<Identity> exchange_identities(const WorkerEnv& env, bool enabled, c10d::Store& store) {
   Identity me;
   me.enabled = enabled;
   me.host = this_hostname();
   me.boot_id = read_line_of("/proc/sys/kernel/random/boot_id");
   me.pid = static_cast<int>(::getpid());
   me.start_ticks = own_start_ticks();
-  std::vector<Identity> ids(static_cast<size_t>(world));
+  std::vector<Identity> ids(static_cast<size_t>(env.world_size));
   try {
-    store.set(key("id", rank), bytes(me.record()));
-    for (int r = 0; r < world; ++r) ids[r] = Identity::parse(text(store.get(key("id", r))));
+    store.set(shm_key("id", env.rank), bytes(me.record()));
+    for (int r = 0; r < env.world_size; ++r)
+      ids[r] = Identity::parse(text(store.get(shm_key("id", r))));
   } catch (const std::exception& e) {
     const std::string line = first_line(e);
     throw Error(
         classify_backend_failure(line),
-        "dtlaunch ddp: rank " + std::to_string(rank) +
+        "dtlaunch ddp: rank " + std::to_string(env.rank) +
             " could not exchange node identities for the shared-memory all_reduce: " + line);
   }
-  // Every rank sees the same records, so every rank takes the same decision here.
-  for (const Identity& id : ids)
-    if (!id.enabled || !id.same_node(ids[0])) return nullptr;
+  return ids;
+}
 
-  auto impl = std::make_unique<Impl>();
-  impl->rank = rank;
-  impl->world = world;
-  impl->timeout = timeout;
-  impl->abort = std::move(abort);
-  impl->peers = ids;
-  const Layout layout(world);
-  std::string name, problem;
-  uint64_t nonce = 0;
-  const auto deadline = Clock::now() + timeout;
-  std::vector<bool> visible(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) visible[r] = process_alive(ids[r].pid, ids[r].start_ticks);
-  auto from_peer = [&](const std::string& k, int owner) {
-    return get_from_peer(store, k, owner, ids[owner].pid, ids[owner].start_ticks, visible[owner],
-                         deadline, timeout);
-  };
-  try {
-    if (rank == 0) {
-      remove_stale_segments();
-      std::random_device random;
-      nonce = (static_cast<uint64_t>(random()) << 32) ^ random();
-      char suffix[64];
-      std::snprintf(suffix, sizeof suffix, "%d-%llu-%016llx", me.pid,
-                    static_cast<unsigned long long>(me.start_ticks),
-                    static_cast<unsigned long long>(nonce));
-      name = "/" + kSegmentPrefix + suffix;
-      problem = map_segment(name, true, layout.total, impl->mapping);
-      if (problem.empty()) {
-        auto* header = static_cast<Header*>(impl->mapping.base);
-        header->world = static_cast<uint64_t>(world);
-        header->slot_bytes = ShmAllReduce::kSlotBytes;
-        header->nonce = nonce;
-        header->magic = kMagic;
-      }
-      store.set(
-          kKeyPrefix + "segment",
-          bytes(problem.empty() ? "ok\n" + name + "\n" + std::to_string(nonce) : "no\n" + problem));
-    } else {
-      std::istringstream rec(from_peer(kKeyPrefix + "segment", 0));
-      std::string status, nonce_text;
-      std::getline(rec, status);
-      std::getline(rec, name);
-      std::getline(rec, nonce_text);
-      if (status != "ok") {
-        problem = "rank 0 did not create it";  // rank 0 names the reason itself
-      } else {
-        nonce = std::strtoull(nonce_text.c_str(), nullptr, 10);
-        problem = map_segment(name, false, layout.total, impl->mapping);
-        if (problem.empty()) {
-          const auto* header = static_cast<const Header*>(impl->mapping.base);
-          if (header->magic != kMagic || header->nonce != nonce ||
-              header->world != static_cast<uint64_t>(world))
-            problem = name + " is not the segment rank 0 created for this group";
-        }
-      }
-    }
+// The segment's set-up once every rank is known to be on this node: rank 0 creates it, the
+// others map it, all say whether they could, and its name goes at once.
+class SegmentSetup {
+ public:
+  SegmentSetup(const WorkerEnv& env, c10d::Store& store, milliseconds timeout,
+               ShmAllReduce::Impl& impl)
+      : rank_(env.rank),
+        world_(env.world_size),
+        store_(store),
+        timeout_(timeout),
+        deadline_(Clock::now() + timeout),
+        impl_(impl),
+        layout_(env.world_size) {
+    for (const Identity& id : impl.peers) visible_.push_back(process_alive(id.pid, id.start_ticks));
+  }
+
+  // false when the segment is unavailable somewhere (rank 0 says why on stderr).
+  bool run() {
+    if (rank_ == 0)
+      create_segment();
+    else
+      open_segment();
     // The liveness check reads the peers' /proc entries: they must be visible here (not so
     // across PID namespaces), else a live peer would look dead.
-    for (int r = 0; r < world && problem.empty(); ++r)
-      if (!process_alive(ids[r].pid, ids[r].start_ticks))
-        problem = "rank " + std::to_string(r) + "'s process (pid " + std::to_string(ids[r].pid) +
-                  ") is not visible in this rank's /proc";
-    store.set(key("mapped", rank), bytes(problem.empty() ? "ok" : problem));
+    for (int r = 0; r < world_ && problem_.empty(); ++r)
+      if (!process_alive(impl_.peers[r].pid, impl_.peers[r].start_ticks))
+        problem_ = "rank " + std::to_string(r) + "'s process (pid " +
+                   std::to_string(impl_.peers[r].pid) + ") is not visible in this rank's /proc";
+    return all_mapped();
+  }
+
+  // After a failure: rank 0 removes the segment it created.
+  void abandon() const {
+    if (rank_ == 0 && !name_.empty()) ::shm_unlink(name_.c_str());
+  }
+
+ private:
+  std::string from_peer(const std::string& key, int owner) const {
+    const Identity& id = impl_.peers[owner];
+    return get_from_peer(store_, key, owner, id.pid, id.start_ticks, visible_[owner], deadline_,
+                         timeout_);
+  }
+
+  void create_segment() {
+    remove_stale_segments();
+    std::random_device random;
+    nonce_ = (static_cast<uint64_t>(random()) << 32) ^ random();
+    const Identity& me = impl_.peers[0];
+    char suffix[64];
+    std::snprintf(suffix, sizeof suffix, "%d-%llu-%016llx", me.pid,
+                  static_cast<unsigned long long>(me.start_ticks),
+                  static_cast<unsigned long long>(nonce_));
+    name_ = "/" + kSegmentPrefix + suffix;
+    problem_ = map_segment(name_, true, layout_.total, impl_.mapping);
+    if (problem_.empty()) {
+      auto* header = static_cast<Header*>(impl_.mapping.base);
+      header->world = static_cast<uint64_t>(world_);
+      header->slot_bytes = ShmAllReduce::kSlotBytes;
+      header->nonce = nonce_;
+      header->magic = kMagic;
+    }
+    store_.set(kKeyPrefix + "segment",
+               bytes(problem_.empty() ? "ok\n" + name_ + "\n" + std::to_string(nonce_)
+                                      : "no\n" + problem_));
+  }
+
+  void open_segment() {
+    std::istringstream rec(from_peer(kKeyPrefix + "segment", 0));
+    std::string status, nonce_text;
+    std::getline(rec, status);
+    std::getline(rec, name_);
+    std::getline(rec, nonce_text);
+    if (status != "ok") {
+      problem_ = "rank 0 did not create it";  // rank 0 names the reason itself
+      return;
+    }
+    nonce_ = std::strtoull(nonce_text.c_str(), nullptr, 10);
+    problem_ = map_segment(name_, false, layout_.total, impl_.mapping);
+    if (!problem_.empty()) return;
+    const auto* header = static_cast<const Header*>(impl_.mapping.base);
+    if (header->magic != kMagic || header->nonce != nonce_ ||
+        header->world != static_cast<uint64_t>(world_))
+      problem_ = name_ + " is not the segment rank 0 created for this group";
+  }
+
+  bool all_mapped() {
+    store_.set(shm_key("mapped", rank_), bytes(problem_.empty() ? "ok" : problem_));
     std::vector<std::string> verdicts;
-    for (int r = 0; r < world; ++r) verdicts.push_back(from_peer(key("mapped", r), r));
+    for (int r = 0; r < world_; ++r) verdicts.push_back(from_peer(shm_key("mapped", r), r));
     // Every rank has mapped it (or given up): the name goes now, so that nothing is left in
     // /dev/shm whatever happens to the ranks later. Each rank tries; all but one get ENOENT.
-    if (!name.empty()) ::shm_unlink(name.c_str());
-    for (int r = 0; r < world; ++r) {
+    if (!name_.empty()) ::shm_unlink(name_.c_str());
+    for (int r = 0; r < world_; ++r) {
       if (verdicts[r] == "ok") continue;
-      if (rank == 0)
+      if (rank_ == 0)
         std::fprintf(stderr,
                      "dtlaunch ddp: shared-memory all_reduce unavailable (rank %d: %s); "
                      "all_reduce goes through Gloo\n",
                      r, verdicts[r].c_str());
-      return nullptr;
+      return false;
     }
-  } catch (const Error& e) {
-    if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
-    throw Error(e.kind(),
-                "dtlaunch ddp: rank " + std::to_string(rank) +
-                    " could not set up the shared-memory all_reduce with its peers: " + e.what());
-  } catch (const std::exception& e) {
-    if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
-    const std::string line = first_line(e);
-    throw Error(classify_backend_failure(line),
-                "dtlaunch ddp: rank " + std::to_string(rank) +
-                    " could not set up the shared-memory all_reduce with its peers: " + line);
+    return true;
   }
+
+  const int rank_, world_;
+  c10d::Store& store_;
+  const milliseconds timeout_;
+  const Clock::time_point deadline_;
+  ShmAllReduce::Impl& impl_;
+  const Layout layout_;
+  std::vector<bool> visible_;
+  std::string name_, problem_;
+  uint64_t nonce_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool enabled,
+                                                   c10d::Store& store, milliseconds timeout,
+                                                   std::shared_ptr<const std::atomic<bool>> abort) {
+  if (env.world_size < 2) return nullptr;
+  auto impl = std::make_unique<Impl>();
+  impl->peers = exchange_identities(env, enabled, store);
+  for (const Identity& id : impl->peers)
+    if (!id.enabled || !id.same_node(impl->peers[0])) return nullptr;
+  impl->rank = env.rank;
+  impl->world = env.world_size;
+  impl->timeout = timeout;
+  impl->abort = std::move(abort);
+  SegmentSetup setup(env, store, timeout, *impl);
+  const std::string failed = "dtlaunch ddp: rank " + std::to_string(env.rank) +
+                             " could not set up the shared-memory all_reduce with its peers: ";
+  try {
+    if (!setup.run()) return nullptr;
+  } catch (const Error& e) {
+    setup.abandon();
+    throw Error(e.kind(), failed + e.what());
+  } catch (const std::exception& e) {
+    setup.abandon();
+    const std::string line = first_line(e);
+    throw Error(classify_backend_failure(line), failed + line);
+  }
+  const Layout layout(env.world_size);
   char* base = static_cast<char*>(impl->mapping.base);
   impl->lines = reinterpret_cast<RankLine*>(base + layout.lines_offset);
-  for (int q = 0; q < world; ++q)
+  for (int q = 0; q < env.world_size; ++q)
     impl->slots.push_back(base + layout.slots_offset + ShmAllReduce::kSlotBytes * q);
   impl->results[0] = base + layout.results_offset;
   impl->results[1] = impl->results[0] + ShmAllReduce::kSlotBytes;
