@@ -43,7 +43,7 @@ std::vector<std::string> unique_hosts(const std::vector<const TaskReport*>& repo
 
 std::vector<std::uint32_t> ranks_of(const std::vector<const TaskReport*>& reports) {
   std::vector<std::uint32_t> ranks;
-  for (const TaskReport* r : reports) ranks.push_back(r->rank);
+  for (const TaskReport* r : reports) ranks.push_back(r->contract.rank);
   return ranks;
 }
 
@@ -65,8 +65,8 @@ void compare_to_rank0(const TaskReport& rank0, const std::vector<const TaskRepor
     if (get(*r) != get(rank0)) odd.push_back(r);
   if (odd.empty()) return;
   differences.push_back(std::string(what) + " " + shown(get(*odd.front())) + " on rank " +
-                        num(odd.front()->rank) + " (" + shown(odd.front()->host) + ") but " +
-                        shown(get(rank0)) + " on rank 0");
+                        num(odd.front()->contract.rank) + " (" + shown(odd.front()->host) +
+                        ") but " + shown(get(rank0)) + " on rank 0");
   for (const TaskReport* r : odd)
     if (std::find(differing.begin(), differing.end(), r) == differing.end()) differing.push_back(r);
 }
@@ -90,7 +90,7 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
 
   // duplicate-rank: the first report of a rank is kept, the others are named.
   std::map<std::uint32_t, std::vector<const TaskReport*>> by_rank;
-  for (const TaskReport& r : reports) by_rank[r.rank].push_back(&r);
+  for (const TaskReport& r : reports) by_rank[r.contract.rank].push_back(&r);
   std::vector<const TaskReport*> firsts;
   for (const auto& [rank, claims] : by_rank) {
     firsts.push_back(claims.front());
@@ -108,7 +108,7 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
   for (std::uint32_t rank = 0; rank < expected.world_size; ++rank)
     if (!by_rank.count(rank)) missing.push_back(rank);
   std::set<std::uint32_t> nodes_heard;
-  for (const TaskReport* r : firsts) nodes_heard.insert(r->node_rank);
+  for (const TaskReport* r : firsts) nodes_heard.insert(r->contract.node_rank);
   std::map<std::string, std::vector<std::uint32_t>> silent_nodes;  // host -> its missing ranks
   for (std::uint32_t rank : missing) {
     if (rank < expected.ranks.size() && !expected.ranks[rank].host.empty()) {
@@ -129,13 +129,14 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
     add("unreachable", Severity::kError, ranks, {host},
         "nothing came from " + shown(host) + " (ranks " + compact_ranges(ranks) +
             "): its tasks did not start, or cannot reach " +
-            (rank0 ? shown(rank0->master_addr) + ":" + num(rank0->master_port) : "rank 0") +
+            (rank0 ? shown(rank0->contract.master_addr) + ":" + num(rank0->contract.master_port)
+                   : "rank 0") +
             " (their stderr says which)");
   for (const TaskReport* r : firsts)
-    if (r->rank >= expected.world_size)
-      add("world-mismatch", Severity::kError, {r->rank}, {r->host},
-          "rank " + num(r->rank) + " (" + shown(r->host) + ") is not below the world size " +
-              num(expected.world_size));
+    if (r->contract.rank >= expected.world_size)
+      add("world-mismatch", Severity::kError, {r->contract.rank}, {r->host},
+          "rank " + num(r->contract.rank) + " (" + shown(r->host) +
+              ") is not below the world size " + num(expected.world_size));
 
   if (rank0) {
     // world-mismatch: every task must agree with rank 0 on the world and the rendezvous.
@@ -143,20 +144,20 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
     std::vector<const TaskReport*> differing;
     auto n = [](auto v) { return std::to_string(v); };
     compare_to_rank0(
-        *rank0, firsts, "WORLD_SIZE", [&](const TaskReport& r) { return n(r.world_size); },
+        *rank0, firsts, "WORLD_SIZE", [&](const TaskReport& r) { return n(r.contract.world_size); },
         differences, differing);
     compare_to_rank0(
-        *rank0, firsts, "NNODES", [&](const TaskReport& r) { return n(r.nnodes); }, differences,
-        differing);
-    compare_to_rank0(
-        *rank0, firsts, "MASTER_ADDR", [](const TaskReport& r) { return r.master_addr; },
+        *rank0, firsts, "NNODES", [&](const TaskReport& r) { return n(r.contract.nnodes); },
         differences, differing);
     compare_to_rank0(
-        *rank0, firsts, "MASTER_PORT", [&](const TaskReport& r) { return n(r.master_port); },
+        *rank0, firsts, "MASTER_ADDR", [](const TaskReport& r) { return r.contract.master_addr; },
         differences, differing);
     compare_to_rank0(
-        *rank0, firsts, "DTLAUNCH_RUN_ID", [](const TaskReport& r) { return r.run_id; },
-        differences, differing);
+        *rank0, firsts, "MASTER_PORT",
+        [&](const TaskReport& r) { return n(r.contract.master_port); }, differences, differing);
+    compare_to_rank0(
+        *rank0, firsts, "DTLAUNCH_RUN_ID",
+        [](const TaskReport& r) { return r.contract.run_id.value_or(""); }, differences, differing);
     if (!differences.empty()) {
       std::string message = "tasks disagree about the job: ";
       for (std::size_t i = 0; i < differences.size(); ++i)
@@ -206,7 +207,7 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
           loopback.push_back(r);
         }
       for (const TaskReport* r : loopback)
-        add("host-resolves-to-loopback", Severity::kError, {r->rank}, {r->host},
+        add("host-resolves-to-loopback", Severity::kError, {r->contract.rank}, {r->host},
             shown(r->host) + " resolves its own name to " + shown(r->host_resolves_to.front()) +
                 ", so Gloo and NCCL there advertise an address no other node can reach: fix "
                 "/etc/hosts on " +
@@ -216,7 +217,7 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
       if (std::any_of(rank0->master_resolves_to.begin(), rank0->master_resolves_to.end(),
                       is_loopback))
         add("host-resolves-to-loopback", Severity::kError, {0}, {rank0->host},
-            "MASTER_ADDR " + shown(rank0->master_addr) + " resolves to " +
+            "MASTER_ADDR " + shown(rank0->contract.master_addr) + " resolves to " +
                 shown(rank0->master_resolves_to.front()) + " on " + shown(rank0->host) +
                 " (rank 0), which the other nodes cannot reach: fix /etc/hosts there");
     }
@@ -258,10 +259,10 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
   for (const TaskReport* r : firsts)
     if (r->cpus_far_from_gpu) far.push_back(r);
   for (const TaskReport* r : far)
-    add("cpu-far-from-gpu", Severity::kWarning, {r->rank}, {r->host},
-        "rank " + num(r->rank) + " (" + shown(r->host) + ") runs on CPUs " + shown(r->cpus) +
-            ", none of them local to its GPU " + shown(r->bound_device) + " (CPUs " +
-            shown(r->gpu_local_cpus) +
+    add("cpu-far-from-gpu", Severity::kWarning, {r->contract.rank}, {r->host},
+        "rank " + num(r->contract.rank) + " (" + shown(r->host) + ") runs on CPUs " +
+            shown(r->cpus) + ", none of them local to its GPU " + shown(r->bound_device) +
+            " (CPUs " + shown(r->gpu_local_cpus) +
             "): --cpu-bind numa binds each rank next to its GPU (docs/affinity.md)");
 
   // Per-node resources, once per host.
@@ -269,11 +270,11 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
   for (const TaskReport* r : firsts) {
     if (r->gpus_on_node > 0 && r->shm_bytes < limits.min_shm_bytes &&
         shm_seen.insert(r->host).second)
-      add("small-shm", Severity::kWarning, {r->rank}, {r->host},
+      add("small-shm", Severity::kWarning, {r->contract.rank}, {r->host},
           "/dev/shm on " + shown(r->host) + " is " + num(r->shm_bytes >> 20) +
               " MiB: NCCL and DataLoader workers need more than 1 GiB");
     if (r->infiniband_devices > 0 && r->memlock_bytes && memlock_seen.insert(r->host).second)
-      add("memlock-limited", Severity::kWarning, {r->rank}, {r->host},
+      add("memlock-limited", Severity::kWarning, {r->contract.rank}, {r->host},
           "RLIMIT_MEMLOCK is " + num(*r->memlock_bytes >> 10) + " KiB on " + shown(r->host) +
               ", which has InfiniBand devices: RDMA registration fails; make it unlimited "
               "(slurm.conf PropagateResourceLimitsExcept=MEMLOCK, limits.conf)");
@@ -286,12 +287,12 @@ Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
     for (const TaskReport* r : firsts) {
       const std::int64_t skew = r->sent_unix_ms - r->received_unix_ms;
       if (skew > limits.clock_skew_ms || -skew > limits.clock_skew_ms)
-        add("clock-skew", Severity::kWarning, {r->rank}, {r->host},
+        add("clock-skew", Severity::kWarning, {r->contract.rank}, {r->host},
             "the clock of " + shown(r->host) + " is " + seconds(skew < 0 ? -skew : skew) +
                 (skew > 0 ? " ahead of" : " behind") + " rank 0's");
       if (r->received_unix_ms - first_arrival > limits.slow_start_ms)
-        add("slow-start", Severity::kWarning, {r->rank}, {r->host},
-            "rank " + num(r->rank) + " (" + shown(r->host) + ") arrived " +
+        add("slow-start", Severity::kWarning, {r->contract.rank}, {r->host},
+            "rank " + num(r->contract.rank) + " (" + shown(r->host) + ") arrived " +
                 seconds(r->received_unix_ms - first_arrival) + " after the first");
     }
   }

@@ -249,14 +249,14 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
   std::set<std::uint32_t> node_ranks;
   if (own_agent && !reports.empty() && reports.front().network_port != 0) {
     nodes.push_back({0, -1});
-    node_ranks.insert(reports.front().node_rank);
+    node_ranks.insert(reports.front().contract.node_rank);
   }
   for (const auto& [fd, report] : agents)
-    if (node_ranks.insert(reports[report].node_rank).second)
+    if (node_ranks.insert(reports[report].contract.node_rank).second)
       nodes.push_back({report, static_cast<int>(fd)});
   if (nodes.size() < 2) return {};
   std::sort(nodes.begin(), nodes.end(), [&](const Node& a, const Node& b) {
-    return reports[a.report].node_rank < reports[b.report].node_rank;
+    return reports[a.report].contract.node_rank < reports[b.report].contract.node_rank;
   });
   const auto n = static_cast<std::uint32_t>(nodes.size());
   const auto peers = plan_peers(n, network.random_peers);
@@ -265,7 +265,8 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
   const auto slot = std::chrono::duration_cast<std::chrono::milliseconds>(network.budget / rounds);
   auto address_of = [&](const Node& node) {
     const TaskReport& r = reports[node.report];
-    return node.fd < 0 ? r.master_addr : r.local_addr;  // where the node's check-in came from
+    return node.fd < 0 ? r.contract.master_addr
+                       : r.local_addr;  // where the node's check-in came from
   };
   std::vector<NetworkPlan> plans(n);
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -321,7 +322,7 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
   std::vector<std::uint32_t> ranks;
   for (const Node& node : nodes) {
     hosts.push_back(reports[node.report].host);
-    ranks.push_back(reports[node.report].rank);
+    ranks.push_back(reports[node.report].contract.rank);
   }
   for (const LinkResult& r : results)
     links.push_back(
@@ -374,8 +375,8 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   std::uint64_t total_frames = 0, total_bytes = 0;
   PeerTrouble trouble;
   auto count = [&](const TaskReport& r) {
-    if (r.rank < seen.size() && !seen[r.rank]) {
-      seen[r.rank] = true;
+    if (r.contract.rank < seen.size() && !seen[r.contract.rank]) {
+      seen[r.contract.rank] = true;
       ++distinct;
     }
   };
@@ -436,7 +437,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
           r.received_unix_ms = unix_ms();
           count(r);
           if (r.network_port != 0) c.network_report = reports.size();
-          if (!r.heartbeat.empty()) c.ranks.push_back(r.rank);
+          if (!r.heartbeat.empty()) c.ranks.push_back(r.contract.rank);
           reports.push_back(std::move(r));
         }
         if (c.bytes > limits.bytes_per_connection)
@@ -532,7 +533,8 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   // each of its own, and nothing else (O(1) per task).
   std::vector<const std::string*> endpoint_of(expected.world_size, nullptr);
   for (const TaskReport& r : verdict.reports)
-    if (!r.heartbeat.empty() && r.rank < endpoint_of.size()) endpoint_of[r.rank] = &r.heartbeat;
+    if (!r.heartbeat.empty() && r.contract.rank < endpoint_of.size())
+      endpoint_of[r.contract.rank] = &r.heartbeat;
   auto ring_lines = [&](const std::vector<std::uint32_t>& ranks) {
     std::string lines;
     const std::uint32_t world = expected.world_size;
@@ -562,7 +564,7 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
                     Clock::time_point deadline, const NetworkAgent* agent,
                     Clock::duration network_budget, std::map<std::uint32_t, std::string>* ring) {
   const std::string where = addr + ":" + std::to_string(port);
-  std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().rank));
+  std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().contract.rank));
   auto pause = std::chrono::milliseconds(20);
   std::string last_failure = "no attempt was made";
   for (;;) {
@@ -616,7 +618,7 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
         pollfd p{fd.get(), POLLIN, 0};
         if (::poll(&p, 1, millis_until(answer_deadline, 1000)) <= 0) {
           if (Clock::now() < answer_deadline) continue;
-          throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) +
+          throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().contract.rank) +
                                               ": connected to " + where +
                                               " but no verdict came from rank 0 by the deadline");
         }
@@ -625,7 +627,7 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n <= 0)
           throw Error(ExitCode::kProblem,
-                      "rank " + std::to_string(mine.front().rank) + ": " + where +
+                      "rank " + std::to_string(mine.front().contract.rank) + ": " + where +
                           " closed the connection without a verdict: is something other than "
                           "dtlaunch doctor listening there?");
         in.append(buffer, static_cast<std::size_t>(n));
@@ -660,8 +662,8 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
             return body->find("status=0") == 0 ? 0 : 3;
           }
         } catch (const std::exception&) {
-          throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + ": " +
-                                              where +
+          throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().contract.rank) +
+                                              ": " + where +
                                               " does not speak dtlaunch doctor's protocol "
                                               "(another program on that port?)");
         }
@@ -674,7 +676,7 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
         std::min<Clock::duration>(pause * spread(jitter) / 100, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
-  throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + " on " +
+  throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().contract.rank) + " on " +
                                       mine.front().host + " cannot reach rank 0 at " + where +
                                       ": " + last_failure);
 }

@@ -26,14 +26,14 @@ TEST_CASE("doctor serve: a job whose reports pass 64 MiB in all is served whole"
   const std::uint16_t port = dtlaunch::find_free_port();
   auto report = [&](std::uint32_t rank) {
     TaskReport r;
-    r.rank = rank;
-    r.local_rank = rank % kPerNode;
-    r.node_rank = rank / kPerNode;
-    r.world_size = kWorld;
-    r.nnodes = kNodes;
+    r.contract.rank = rank;
+    r.contract.local_rank = rank % kPerNode;
+    r.contract.node_rank = rank / kPerNode;
+    r.contract.world_size = kWorld;
+    r.contract.nnodes = kNodes;
     r.host = hosts[rank / kPerNode];
-    r.master_addr = "127.0.0.1";
-    r.master_port = port;
+    r.contract.master_addr = "127.0.0.1";
+    r.contract.master_port = port;
     r.cpus = std::string(7600, '0');
     r.sent_unix_ms = unix_ms();
     return r;

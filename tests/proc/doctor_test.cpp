@@ -11,10 +11,12 @@
 #include <regex>
 #include <thread>
 
+#include "doctor/launch_check.hpp"
 #include "doctor/probe.hpp"
 #include "dtlaunch_catch.hpp"
 #include "harness.hpp"
 #include "launch/system.hpp"
+#include "launch/worker_env.hpp"
 
 using namespace proctest;
 using namespace std::chrono_literals;
@@ -299,9 +301,9 @@ TEST_CASE("doctor: rank 0's own reports show no clock skew however long probing 
   // Probing (hashing the program, resolving names, reading the topology) takes seconds on a
   // loaded node: the skew is measured when a report arrives, and rank 0's own arrive at once.
   dtlaunch::doctor::TaskReport own;
-  own.rank = 0;
-  own.world_size = 1;
-  own.nnodes = 1;
+  own.contract.rank = 0;
+  own.contract.world_size = 1;
+  own.contract.nnodes = 1;
   own.host = "here";
   own.sent_unix_ms = dtlaunch::doctor::unix_ms() - 5000;  // probed 5 s ago
   const auto verdict = dtlaunch::doctor::serve(
@@ -310,4 +312,31 @@ TEST_CASE("doctor: rank 0's own reports show no clock skew however long probing 
   REQUIRE(verdict.reports.size() == 1);
   CHECK(std::none_of(verdict.problems.begin(), verdict.problems.end(),
                      [](const auto& p) { return p.kind == "clock-skew"; }));
+}
+
+TEST_CASE("doctor: each report holds the contract its worker is told, and what its program sees",
+          "[doctor]") {
+  dtlaunch::LaunchOptions options;
+  options.argv = {"/bin/true"};
+  options.nproc_per_node = 2;
+  options.gpu_bind = dtlaunch::GpuBind::kIsolate;
+  const dtlaunch::EnvMap env{
+      {"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "3,5"}, {"OMP_NUM_THREADS", "4"}};
+  const dtlaunch::LaunchPlan launch = dtlaunch::plan(options, env, dtlaunch::LiveSystem());
+  const std::vector<dtlaunch::doctor::TaskReport> reports =
+      dtlaunch::doctor::plan_reports(launch, env);
+  REQUIRE(reports.size() == 2);
+  for (std::uint32_t rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    const dtlaunch::doctor::TaskReport& r = reports[rank];
+    CHECK(r.contract == dtlaunch::worker_contract(launch.spec, {rank, rank, 0}));
+    CHECK(r.contract.rank == rank);
+    CHECK(r.bound_device == (rank == 0 ? "3" : "5"));
+    CHECK(r.visible_devices == r.bound_device);  // --gpu-bind=isolate narrowed the list
+    CHECK(r.omp_num_threads == "4");             // the user's, which the contract leaves
+    CHECK(r.host == reports[0].host);            // the node probed once, shared
+  }
+  // The node's software by local rank 0 only.
+  CHECK(reports[0].node_software);
+  CHECK_FALSE(reports[1].node_software);
 }

@@ -17,15 +17,15 @@ const Expectation kFourNodes =
 
 TaskReport healthy(std::uint32_t rank) {
   TaskReport r;
-  r.rank = rank;
-  r.local_rank = rank % 2;
-  r.node_rank = rank / 2;
-  r.world_size = 8;
-  r.nnodes = 4;
+  r.contract.rank = rank;
+  r.contract.local_rank = rank % 2;
+  r.contract.node_rank = rank / 2;
+  r.contract.world_size = 8;
+  r.contract.nnodes = 4;
   r.host = "node" + std::to_string(rank / 2 + 1);
-  r.master_addr = "node1";
-  r.master_port = 29500;
-  r.run_id = "slurm-42.0";
+  r.contract.master_addr = "node1";
+  r.contract.master_port = 29500;
+  r.contract.run_id = "slurm-42.0";
   r.master_resolves_to = {"10.0.0.1"};
   r.host_resolves_to = {"10.0.0." + std::to_string(rank / 2 + 1)};
   r.cpus = "0-7";
@@ -35,7 +35,7 @@ TaskReport healthy(std::uint32_t rank) {
   r.launcher_version = "dtlaunch 0.1.0";
   r.sent_unix_ms = r.received_unix_ms = 1'000'000 + rank;
   r.env = {{"NCCL_DEBUG", "WARN"}, {"OMP_PROC_BIND", "close"}};
-  if (r.local_rank == 0) {
+  if (r.contract.local_rank == 0) {
     r.node_software = true;
     r.libraries = {
         {"libc.so.6", {"/lib/x86_64-linux-gnu/libc.so.6", 500, "00000000000000c1"}},
@@ -110,9 +110,9 @@ TEST_CASE("doctor compare: on a tie rank 0's value is the reference") {
   reports.resize(2);
   reports[1].host = "a2";
   reports[0].host = "a1";
-  reports[0].world_size = reports[1].world_size = 2;
-  reports[0].nnodes = reports[1].nnodes = 2;
-  reports[1].node_rank = 1;
+  reports[0].contract.world_size = reports[1].contract.world_size = 2;
+  reports[0].contract.nnodes = reports[1].contract.nnodes = 2;
+  reports[1].contract.node_rank = 1;
   reports[1].env = {{"NCCL_DEBUG", "INFO"}, {"OMP_PROC_BIND", "close"}};
   const Verdict v = diagnose(two, reports);
   const auto found = of_kind(v, "env-differs");
