@@ -5,6 +5,7 @@
 #include "doctor/checks.hpp"
 #include "doctor/compare.hpp"
 #include "doctor/software.hpp"
+#include "doctor_fixture.hpp"
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch::doctor;
@@ -12,28 +13,11 @@ using namespace dtlaunch::doctor;
 namespace {
 
 // srun -N4 --ntasks-per-node=2 on node[1-4]: the comparisons need a majority to name the odd node.
-const Expectation kFourNodes =
-    slurm_expectation({"node1", "node2", "node3", "node4"}, {2, 2, 2, 2}, "block");
+const Expectation kFourNodes = doctor_fixture::layout(4);
 
+// The fixture's healthy rank, with the software its node reports.
 TaskReport healthy(std::uint32_t rank) {
-  TaskReport r;
-  r.contract.rank = rank;
-  r.contract.local_rank = rank % 2;
-  r.contract.node_rank = rank / 2;
-  r.contract.world_size = 8;
-  r.contract.nnodes = 4;
-  r.host = "node" + std::to_string(rank / 2 + 1);
-  r.contract.master_addr = "node1";
-  r.contract.master_port = 29500;
-  r.contract.run_id = "slurm-42.0";
-  r.master_resolves_to = {"10.0.0.1"};
-  r.host_resolves_to = {"10.0.0." + std::to_string(rank / 2 + 1)};
-  r.cpus = "0-7";
-  r.shm_bytes = 64ull << 30;
-  r.program = {"/opt/train", 1000, "00000000000000aa"};
-  r.launcher = {"/usr/bin/dtlaunch", 2000, "00000000000000bb"};
-  r.launcher_version = "dtlaunch 0.1.0";
-  r.sent_unix_ms = r.received_unix_ms = 1'000'000 + rank;
+  TaskReport r = doctor_fixture::healthy(rank, 4);
   r.env = {{"NCCL_DEBUG", "WARN"}, {"OMP_PROC_BIND", "close"}};
   if (r.contract.local_rank == 0) {
     r.node_software = true;

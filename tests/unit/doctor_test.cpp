@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "doctor/checks.hpp"
+#include "doctor_fixture.hpp"
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch::doctor;
@@ -10,28 +11,10 @@ using dtlaunch::WorkerContract;
 namespace {
 
 // srun -N3 --ntasks-per-node=2 on node[1-3], block distribution.
-const Expectation kThreeNodes = slurm_expectation({"node1", "node2", "node3"}, {2, 2, 2}, "block");
+const Expectation kThreeNodes = doctor_fixture::layout(3);
 
 TaskReport healthy(std::uint32_t rank) {
-  TaskReport r;
-  r.contract.rank = rank;
-  r.contract.local_rank = rank % 2;
-  r.contract.node_rank = rank / 2;
-  r.contract.world_size = 6;
-  r.contract.nnodes = 3;
-  r.host = "node" + std::to_string(rank / 2 + 1);
-  r.contract.master_addr = "node1";
-  r.contract.master_port = 29500;
-  r.contract.run_id = "slurm-42.0";
-  r.master_resolves_to = {"10.0.0.1"};
-  r.host_resolves_to = {"10.0.0." + std::to_string(rank / 2 + 1)};
-  r.cpus = "0-7";
-  r.shm_bytes = 64ull << 30;
-  r.program = {"/opt/train", 1000, "00000000000000aa"};
-  r.launcher = {"/usr/bin/dtlaunch", 2000, "00000000000000bb"};
-  r.launcher_version = "dtlaunch 0.1.0";
-  r.sent_unix_ms = r.received_unix_ms = 1'000'000 + rank;
-  return r;
+  return doctor_fixture::healthy(rank, 3);
 }
 
 std::vector<TaskReport> job() {
