@@ -131,10 +131,12 @@ Fd listen_on(std::uint16_t port, int& error) {
 // the ranks of the largest node; all together at most twice the job (duplicates are a finding
 // of their own) and 64 MiB + 8 KiB per rank.
 struct ServeLimits {
-  std::uint32_t frames_per_connection = 0;
-  std::uint64_t bytes_per_connection = 0;
-  std::uint64_t frames = 0;
-  std::uint64_t bytes = 0;
+  struct Bound {
+    std::uint64_t frames = 0;
+    std::uint64_t bytes = 0;
+  };
+  Bound per_connection;
+  Bound all;  // every connection's together
   std::size_t connections = 0;
 };
 
@@ -143,14 +145,14 @@ ServeLimits serve_limits(const Expectation& expected) {
   std::map<std::uint32_t, std::uint32_t> per_node;
   std::uint32_t largest = 0;
   for (const ExpectedRank& r : expected.ranks) largest = std::max(largest, ++per_node[r.node]);
-  limits.frames_per_connection = std::max<std::uint32_t>(
+  limits.per_connection.frames = std::max<std::uint32_t>(
       1, largest > 0 ? largest : std::max<std::uint32_t>(expected.world_size, 1));
-  limits.bytes_per_connection =
-      static_cast<std::uint64_t>(limits.frames_per_connection) * (kMaxFrame + 4);
-  limits.frames = 2ull * expected.world_size + 16;
+  limits.per_connection.bytes =
+      static_cast<std::uint64_t>(limits.per_connection.frames) * (kMaxFrame + 4);
+  limits.all.frames = 2ull * expected.world_size + 16;
   // 64 MiB, and 8 KiB more per rank: a report is about 1 KiB (a node's lowest local rank adds its
   // library list), so a flat 64 MiB refused real jobs above ~60,000 ranks.
-  limits.bytes = (64ull << 20) + 8192ull * expected.world_size;
+  limits.all.bytes = (64ull << 20) + 8192ull * expected.world_size;
   // Every node keeps its connection open for the verdict, plus room for strays; never more
   // than the descriptor table holds.
   limits.connections = expected.world_size + 64;
@@ -514,13 +516,13 @@ class CheckIn {
       ++c.frames;
       ++total_frames_;
       total_bytes_ += body->size();
-      if (c.frames > limits_.frames_per_connection)
-        throw std::runtime_error("more than " + std::to_string(limits_.frames_per_connection) +
+      if (c.frames > limits_.per_connection.frames)
+        throw std::runtime_error("more than " + std::to_string(limits_.per_connection.frames) +
                                  " reports on one connection");
-      if (total_frames_ > limits_.frames || total_bytes_ > limits_.bytes)
+      if (total_frames_ > limits_.all.frames || total_bytes_ > limits_.all.bytes)
         throw std::runtime_error("the reports of all connections passed rank 0's bound (" +
-                                 std::to_string(limits_.frames) + " reports, " +
-                                 std::to_string(limits_.bytes >> 20) + " MiB)");
+                                 std::to_string(limits_.all.frames) + " reports, " +
+                                 std::to_string(limits_.all.bytes >> 20) + " MiB)");
       TaskReport r = decode(*body);
       r.received_unix_ms = unix_ms();
       count(r);
@@ -528,8 +530,8 @@ class CheckIn {
       if (!r.heartbeat.empty()) c.ranks.push_back(r.contract.rank);
       reports_.push_back(std::move(r));
     }
-    if (c.bytes > limits_.bytes_per_connection)
-      throw std::runtime_error("more than " + std::to_string(limits_.bytes_per_connection) +
+    if (c.bytes > limits_.per_connection.bytes)
+      throw std::runtime_error("more than " + std::to_string(limits_.per_connection.bytes) +
                                " bytes on one connection");
     if (c.in.empty()) c.in = std::string();  // a complete node's reports: no buffer kept
   }
