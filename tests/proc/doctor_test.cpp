@@ -40,6 +40,23 @@ std::vector<std::string> doctor(std::vector<std::string> args) {
   return args;
 }
 
+// A job of two local launchers (--nnodes 2) on a free loopback port: each `dtlaunch doctor`
+// started when the test says, its output in dir/N.out and dir/N.err.
+struct TwoLaunchers {
+  TwoLaunchers() { become_subreaper(); }
+  std::vector<std::string> argv(int node, std::vector<std::string> extra) const {
+    return doctor(two_node_args(port, node, std::move(extra)));
+  }
+  Child start(int node, const std::vector<std::string>& argv) const {
+    return Child(argv, out(node), dir / (std::to_string(node) + ".err"));
+  }
+  std::string out(int node) const { return dir / (std::to_string(node) + ".out"); }
+  std::string err_text(int node) const { return read_file(dir / (std::to_string(node) + ".err")); }
+
+  TempDir dir;
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+};
+
 std::size_t count_of(const std::string& text, const std::string& needle) {
   std::size_t n = 0;
   for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
@@ -49,22 +66,18 @@ std::size_t count_of(const std::string& text, const std::string& needle) {
 }  // namespace
 
 TEST_CASE("doctor: two local launchers (--nnodes 2) check the job and both exit 0", "[doctor]") {
-  TempDir dir;
-  become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
-  Child node1(doctor(two_node_args(port, 1, {"--format", "json", "/bin/true"})), dir / "1.out",
-              dir / "1.err");
-  Child node0(doctor(two_node_args(port, 0, {"--format", "json", "/bin/true"})), dir / "0.out",
-              dir / "0.err");
+  const TwoLaunchers job;
+  Child node1 = job.start(1, job.argv(1, {"--format", "json", "/bin/true"}));
+  Child node0 = job.start(0, job.argv(0, {"--format", "json", "/bin/true"}));
   const auto status0 = node0.wait_for(30s), status1 = node1.wait_for(30s);
-  const std::string out0 = read_file(dir / "0.out");
-  INFO(out0 << read_file(dir / "0.err") << read_file(dir / "1.err"));
+  const std::string out0 = read_file(job.out(0));
+  INFO(out0 << job.err_text(0) << job.err_text(1));
   CHECK(status0 == 0);
   CHECK(status1 == 0);
   CHECK(out0.rfind("{\"ok\": true, \"ranks\": [", 0) == 0);
   CHECK(count_of(out0, "\"world_size\": 4") == 4);
   CHECK(out0.find("\"problems\": []") != std::string::npos);
-  CHECK(read_file(dir / "1.out").empty());  // only rank 0 prints the report
+  CHECK(read_file(job.out(1)).empty());  // only rank 0 prints the report
   CHECK(settle(5s).empty());
 }
 
@@ -183,22 +196,19 @@ std::vector<std::string> with_fd_limit(int n, std::vector<std::string> argv) {
 }  // namespace
 
 TEST_CASE("doctor: 300 connections closing at once leave rank 0 no descriptor short", "[doctor]") {
-  TempDir dir;
-  become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
-  Child node0(with_fd_limit(128, doctor(two_node_args(port, 0, {"--timeout", "20", "/bin/true"}))),
-              dir / "0.out", dir / "0.err");
+  const TwoLaunchers job;
+  const std::string& port = job.port;
+  Child node0 = job.start(0, with_fd_limit(128, job.argv(0, {"--timeout", "20", "/bin/true"})));
   int first = -1;
   REQUIRE(eventually([&] { return (first = connect_to(port)) >= 0; }));
   std::vector<int> flood{first};
   for (int i = 0; i < 299; ++i) flood.push_back(connect_to(port));
   for (int fd : flood) ::close(fd);
   std::this_thread::sleep_for(500ms);
-  Child node1(doctor(two_node_args(port, 1, {"--timeout", "20", "/bin/true"})), dir / "1.out",
-              dir / "1.err");
+  Child node1 = job.start(1, job.argv(1, {"--timeout", "20", "/bin/true"}));
   const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
-  const std::string out0 = read_file(dir / "0.out");
-  INFO(out0 << read_file(dir / "0.err") << read_file(dir / "1.err"));
+  const std::string out0 = read_file(job.out(0));
+  INFO(out0 << job.err_text(0) << job.err_text(1));
   CHECK(status0 == 0);
   CHECK(status1 == 0);
   CHECK(out0.find("ERROR") == std::string::npos);  // no missing rank: the verdict is right
@@ -207,11 +217,9 @@ TEST_CASE("doctor: 300 connections closing at once leave rank 0 no descriptor sh
 
 TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut off, memory bounded",
           "[doctor]") {
-  TempDir dir;
-  become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
-  Child node0(doctor(two_node_args(port, 0, {"--timeout", "20", "--format", "json", "/bin/true"})),
-              dir / "0.out", dir / "0.err");
+  const TwoLaunchers job;
+  const std::string& port = job.port;
+  Child node0 = job.start(0, job.argv(0, {"--timeout", "20", "--format", "json", "/bin/true"}));
   int fd = -1;
   REQUIRE(eventually([&] { return (fd = connect_to(port)) >= 0; }));
   std::string body = "host=" + std::string(60000, 'x') + "\nmemlock_bytes=unlimited\n";
@@ -233,11 +241,10 @@ TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut o
   }
   ::close(fd);
   const long peak = peak_kb(node0.pid());
-  Child node1(doctor(two_node_args(port, 1, {"--timeout", "20", "/bin/true"})), dir / "1.out",
-              dir / "1.err");
+  Child node1 = job.start(1, job.argv(1, {"--timeout", "20", "/bin/true"}));
   const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
-  const std::string out0 = read_file(dir / "0.out");
-  INFO(out0 << read_file(dir / "0.err") << "frames sent: " << sent << ", peak " << peak << " kB");
+  const std::string out0 = read_file(job.out(0));
+  INFO(out0 << job.err_text(0) << "frames sent: " << sent << ", peak " << peak << " kB");
   CHECK(sent < 2000);       // cut off, not read to the end (2000 x 60 KB = 120 MB)
   CHECK(peak < 64 * 1024);  // kB
   CHECK(status1 == status0);
