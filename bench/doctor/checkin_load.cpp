@@ -39,20 +39,20 @@ constexpr int kSourceAddresses = 16;
 // cluster: ~0.9 KB on the wire).
 TaskReport report_of(std::uint32_t rank, std::uint32_t world, std::uint16_t port) {
   TaskReport r;
-  r.rank = rank;
-  r.local_rank = rank % kTasksPerNode;
-  r.node_rank = rank / kTasksPerNode;
-  r.world_size = world;
-  r.nnodes = (world + kTasksPerNode - 1) / kTasksPerNode;
-  r.host = "node" + std::to_string(r.node_rank + 1);
-  r.master_addr = "node1";
-  r.master_port = port;
-  r.run_id = "slurm-4242.0";
+  r.contract.rank = rank;
+  r.contract.local_rank = rank % kTasksPerNode;
+  r.contract.node_rank = rank / kTasksPerNode;
+  r.contract.world_size = world;
+  r.contract.nnodes = (world + kTasksPerNode - 1) / kTasksPerNode;
+  r.host = "node" + std::to_string(r.contract.node_rank + 1);
+  r.contract.master_addr = "node1";
+  r.contract.master_port = port;
+  r.contract.dtlaunch_run_id = "slurm-4242.0";
   r.master_resolves_to = {"10.0.0.1"};
-  r.host_resolves_to = {"10.0." + std::to_string(r.node_rank / 250) + "." +
-                        std::to_string(r.node_rank % 250 + 1)};
+  r.host_resolves_to = {"10.0." + std::to_string(r.contract.node_rank / 250) + "." +
+                        std::to_string(r.contract.node_rank % 250 + 1)};
   r.local_addr = r.host_resolves_to.front();
-  r.cpus = std::to_string(r.local_rank * 8) + "-" + std::to_string(r.local_rank * 8 + 7);
+  r.cpus = std::to_string(r.contract.local_rank * 8) + "-" + std::to_string(r.contract.local_rank * 8 + 7);
   r.omp_num_threads = "8";
   r.shm_bytes = 512ull << 30;
   r.program = {"/shared/venv/bin/python3", 6831736, "bed2d04ddc5f1f29"};

@@ -22,12 +22,12 @@ double run_once(std::uint32_t n, double& spawn_seconds) {
   const Expectation expected = local_expectation(1, n);
   auto report = [&](std::uint32_t rank) {
     TaskReport r;
-    r.rank = rank;
-    r.world_size = n;
-    r.nnodes = 1;
+    r.contract.rank = rank;
+    r.contract.world_size = n;
+    r.contract.nnodes = 1;
     r.host = "bench";
-    r.master_addr = "127.0.0.1";
-    r.master_port = port;
+    r.contract.master_addr = "127.0.0.1";
+    r.contract.master_port = port;
     return r;
   };
   const auto start = Clock::now();

@@ -1,12 +1,9 @@
 #include "cli/commands.hpp"
 
-#include <algorithm>
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <ostream>
-#include <string_view>
 
 #include "affinity/apply.hpp"
 #include "cli/log.hpp"
@@ -15,12 +12,8 @@
 #include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
-#include "doctor/network.hpp"
-#include "doctor/probe.hpp"
-#include "doctor/software.hpp"
+#include "doctor/launch_check.hpp"
 #include "hostlist/hostlist.hpp"
-#include "launch/build_spec.hpp"
-#include "launch/gpu.hpp"
 #include "launch/plan.hpp"
 #include "launch/render.hpp"
 #include "launch/worker_env.hpp"
@@ -37,122 +30,19 @@ class DryRunSystem final : public LiveSystem {
   std::string random_tag() const override { return "dry-run"; }
 };
 
-// Every task's report, from the environment its worker would get: the checks see exactly
-// what the program will.
-doctor::TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker,
-                             const EnvMap& env) {
-  const EnvMap final_env = apply_env(env, worker.changes);
-  auto value = [&](std::string_view name) { return std::string(final_env.get(name).value_or("")); };
-  doctor::TaskReport r;
-  r.rank = worker.rank;
-  r.local_rank = worker.local_rank;
-  r.node_rank = spec.node_rank;
-  r.world_size = spec.world_size;
-  r.nnodes = spec.nnodes;
-  r.master_addr = spec.master.addr;
-  r.master_port = spec.master.port;
-  r.run_id = value(env_var::kRunId);
-  r.visible_devices = std::string(final_env.get_raw(env_var::kCudaVisibleDevices).value_or(""));
-  if (auto device = choose_device(spec.gpu, worker.local_rank, spec.local_world_size))
-    r.bound_device = device->id;
-  r.gpu_sharing_allowed = spec.gpu.allow_sharing;
-  r.gpu_isolated_by_slurm = spec.gpu.isolated_by_slurm;
-  r.gpus_on_node = static_cast<std::uint32_t>(spec.gpu.visible.size());
-  r.omp_num_threads = value("OMP_NUM_THREADS");
-  if (worker.binding) r.cpus = worker.binding->cpus.to_list();  // what --cpu-bind will give it
-  r.program.path = spec.program_path;
-  r.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
-  // The variables dtlaunch sets per rank are its own (checked above), not the node's.
-  std::vector<std::string_view> set_by_dtlaunch = {env_var::kCudaVisibleDevices};
-  for (const ExportedVar& var : exported_vars()) set_by_dtlaunch.push_back(var.name);
-  for (const EnvChange& change : worker.changes) set_by_dtlaunch.push_back(change.name);
-  r.env = doctor::compared_env(final_env.vars(), set_by_dtlaunch);
-  return r;
-}
-
-// Where a rank's GPU can be located on this node, the CPUs local to it, and whether the rank's
-// own CPUs are all elsewhere. The topology is read only when some rank has a GPU.
-void mark_cpus_far_from_gpu(const LaunchSpec& spec, const LaunchInputs& in,
-                            std::vector<doctor::TaskReport>& reports) {
-  if (std::all_of(reports.begin(), reports.end(),
-                  [](const doctor::TaskReport& r) { return r.bound_device.empty(); }))
-    return;
-  Topology topology;
-  try {
-    topology = LiveSystem().topology(in.topology_root);
-  } catch (const Error&) {
-    return;  // no topology, no locality: the other checks still stand
+// The doctor's options from the command line's (lib/doctor builds and judges the reports).
+doctor::LaunchCheckOptions check_options(const RunFlags& flags, WatchJoin* watch) {
+  doctor::LaunchCheckOptions options;
+  options.preflight = flags.check != Check::kDoctor;
+  options.verbose = flags.verbose;
+  options.json = flags.check_json;
+  options.timeout = flags.check_timeout;
+  options.network = {flags.check_network, flags.network_budget};
+  if (watch) {
+    options.heartbeat = watch->endpoint();
+    options.ring = &watch->ring();
   }
-  const auto gpus = locate_gpus(spec, in, topology);
-  for (doctor::TaskReport& r : reports) {
-    if (r.local_rank >= gpus.size() || !gpus[r.local_rank]) continue;
-    const CpuSet& local = topology.gpus[*gpus[r.local_rank]].local_cpus;
-    r.gpu_local_cpus = local.to_list();
-    const auto cpus = CpuSet::parse(r.cpus);
-    r.cpus_far_from_gpu = cpus && !cpus->empty() && !local.empty() && !cpus->intersects(local);
-  }
-}
-
-// Runs the checks for this launcher's workers; returns 0 or 3. The task (or node) that hosts
-// rank 0 judges and prints; the others report and get the same status back.
-// `watch`: --watch's heartbeat endpoint goes with the report, and the ring comes back.
-int run_checks(const LaunchPlan& launch, const doctor::Expectation& expected, const EnvMap& env,
-               const RunFlags& flags, std::ostream& out, WatchJoin* watch) {
-  const LaunchSpec& spec = launch.spec;
-  const std::vector<PlannedWorker>& planned = launch.workers;
-  const auto deadline = doctor::Clock::now() + flags.check_timeout;
-  std::vector<doctor::TaskReport> mine;
-  for (const PlannedWorker& w : planned) {
-    mine.push_back(report_of(spec, w, env));
-    if (mine.size() == 1) {
-      doctor::probe_node(mine.front());
-      // The node's software once, by its lowest local rank, with that worker's environment.
-      if (w.local_rank == 0) {
-        const EnvMap final_env = apply_env(env, w.changes);
-        doctor::probe_software(mine.front(),
-                               std::string(final_env.get_raw("LD_LIBRARY_PATH").value_or("")),
-                               std::string(final_env.get_raw("PATH").value_or("")));
-      }
-    } else
-      doctor::copy_node_facts(mine.front(), mine.back());
-  }
-  mark_cpus_far_from_gpu(spec, launch.inputs, mine);
-  doctor::probe_exec(mine, spec.program_path, spec.argv, apply_env(env, planned.front().changes));
-  // One network test agent per node: the task (or launcher) with the node's local rank 0.
-  doctor::NetworkOptions network{flags.check_network, flags.network_budget};
-  std::unique_ptr<doctor::NetworkAgent> agent;
-  if (network.enabled && planned.front().local_rank == 0) {
-    agent = doctor::NetworkAgent::start();
-    if (agent) mine.front().network_port = agent->port();
-  }
-  if (watch) mine.front().heartbeat = watch->endpoint();
-  const bool hosts_rank0 = planned.front().rank == 0;
-  if (!hosts_rank0) {
-    try {
-      return doctor::report_to_rank0(
-          spec.master.addr, spec.master.port, std::move(mine), deadline, agent.get(),
-          network.enabled ? network.budget : std::chrono::milliseconds(0),
-          watch ? &watch->ring() : nullptr);
-    } catch (const Error& e) {
-      std::cerr << "dtlaunch doctor: " << e.what() << "\n";
-      return static_cast<int>(ExitCode::kProblem);
-    }
-  }
-  const doctor::Verdict verdict =
-      doctor::serve(expected, std::move(mine), spec.master.port, deadline, network, agent.get());
-  if (watch)
-    for (const doctor::TaskReport& r : verdict.reports)
-      if (!r.heartbeat.empty() && r.rank != 0 && r.rank <= doctor::kHeartbeatWindow)
-        watch->ring()[r.rank] = r.heartbeat;
-  const std::string report =
-      flags.check_json ? doctor::render_json(verdict) : doctor::render_table(verdict);
-  if (flags.check == Check::kDoctor) {
-    out << report;
-    out.flush();
-  } else if (!verdict.ok() || !verdict.problems.empty() || flags.verbose) {
-    std::cerr << report;  // stdout belongs to the program that a passing preflight starts
-  }
-  return verdict.ok() ? 0 : static_cast<int>(ExitCode::kProblem);
+  return options;
 }
 
 }  // namespace
@@ -181,12 +71,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
     if (checked.check == Check::kNone) checked.check = Check::kPreflight;
   }
   if (checked.check != Check::kNone && !flags.dry_run) {
-    const doctor::Expectation expected =
-        launch.mode == Mode::kSlurm ? doctor::slurm_expectation(launch.inputs.step->hosts,
-                                                                launch.inputs.step->tasks_per_node,
-                                                                launch.inputs.step->distribution)
-                                    : doctor::local_expectation(spec.nnodes, spec.local_world_size);
-    const int status = run_checks(launch, expected, env, checked, out, watch.get());
+    const int status = doctor::check_launch(launch, env, check_options(checked, watch.get()), out);
     if (flags.check == Check::kDoctor || status != 0) return status;
   }
   if (flags.dry_run) {

@@ -81,7 +81,9 @@ struct Differences {
   void finish(std::string_view what) {
     if (unlisted == 0) return;
     std::sort(unlisted_reports.begin(), unlisted_reports.end(),
-              [](const TaskReport* a, const TaskReport* b) { return a->rank < b->rank; });
+              [](const TaskReport* a, const TaskReport* b) {
+                return a->contract.rank < b->contract.rank;
+              });
     problems.push_back({kind, severity, ranks_of(unlisted_reports), unique_hosts(unlisted_reports),
                         std::to_string(unlisted) + " more " +
                             count_of(unlisted, what).substr(std::to_string(unlisted).size() + 1) +
@@ -174,9 +176,9 @@ void compare_driver(const std::vector<const TaskReport*>& nodes, std::vector<Pro
       nodes, [](const TaskReport& r) -> std::optional<std::string> { return r.driver_version; });
   Differences driver{problems, "driver-differs", Severity::kError};
   for (const auto& [value, who] : versions.others)
-    driver.add(who, "the NVIDIA driver is " + describe(value) + " on " + hosts_text(unique_hosts(who)) +
-                        " but " + describe(versions.reference) + " on " +
-                        count_of(versions.reference_count, "other node") +
+    driver.add(who, "the NVIDIA driver is " + describe(value) + " on " +
+                        hosts_text(unique_hosts(who)) + " but " + describe(versions.reference) +
+                        " on " + count_of(versions.reference_count, "other node") +
                         " (/proc/driver/nvidia/version)");
   driver.finish("driver version");
   const Split models = split_by(nodes, [](const TaskReport& r) -> std::optional<std::string> {
@@ -186,8 +188,8 @@ void compare_driver(const std::vector<const TaskReport*>& nodes, std::vector<Pro
   });
   Differences gpus{problems, "driver-differs", Severity::kWarning};
   for (const auto& [value, who] : models.others)
-    gpus.add(who, "the GPUs are " + describe(value) + " on " + hosts_text(unique_hosts(who)) + " but " +
-                      describe(models.reference) + " on " +
+    gpus.add(who, "the GPUs are " + describe(value) + " on " + hosts_text(unique_hosts(who)) +
+                      " but " + describe(models.reference) + " on " +
                       count_of(models.reference_count, "other node"));
   gpus.finish("GPU model list");
 }

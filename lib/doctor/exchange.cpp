@@ -23,6 +23,7 @@
 
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "core/socket.hpp"
 #include "core/text.hpp"
 #include "doctor/network.hpp"
 #include "doctor/probe.hpp"
@@ -130,10 +131,12 @@ Fd listen_on(std::uint16_t port, int& error) {
 // the ranks of the largest node; all together at most twice the job (duplicates are a finding
 // of their own) and 64 MiB + 8 KiB per rank.
 struct ServeLimits {
-  std::uint32_t frames_per_connection = 0;
-  std::uint64_t bytes_per_connection = 0;
-  std::uint64_t frames = 0;
-  std::uint64_t bytes = 0;
+  struct Bound {
+    std::uint64_t frames = 0;
+    std::uint64_t bytes = 0;
+  };
+  Bound per_connection;
+  Bound all;  // every connection's together
   std::size_t connections = 0;
 };
 
@@ -142,14 +145,14 @@ ServeLimits serve_limits(const Expectation& expected) {
   std::map<std::uint32_t, std::uint32_t> per_node;
   std::uint32_t largest = 0;
   for (const ExpectedRank& r : expected.ranks) largest = std::max(largest, ++per_node[r.node]);
-  limits.frames_per_connection = std::max<std::uint32_t>(
+  limits.per_connection.frames = std::max<std::uint32_t>(
       1, largest > 0 ? largest : std::max<std::uint32_t>(expected.world_size, 1));
-  limits.bytes_per_connection =
-      static_cast<std::uint64_t>(limits.frames_per_connection) * (kMaxFrame + 4);
-  limits.frames = 2ull * expected.world_size + 16;
+  limits.per_connection.bytes =
+      static_cast<std::uint64_t>(limits.per_connection.frames) * (kMaxFrame + 4);
+  limits.all.frames = 2ull * expected.world_size + 16;
   // 64 MiB, and 8 KiB more per rank: a report is about 1 KiB (a node's lowest local rank adds its
   // library list), so a flat 64 MiB refused real jobs above ~60,000 ranks.
-  limits.bytes = (64ull << 20) + 8192ull * expected.world_size;
+  limits.all.bytes = (64ull << 20) + 8192ull * expected.world_size;
   // Every node keeps its connection open for the verdict, plus room for strays; never more
   // than the descriptor table holds.
   limits.connections = expected.world_size + 64;
@@ -235,37 +238,44 @@ std::string describe_connect_error(int error) {
   }
 }
 
-// The network test, after the check-in: every node's agent gets its plan, all test at once, and
-// rank 0 gathers the results within the budget (and 2 s for them to arrive).
-std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& summary,
-                                  const std::vector<TaskReport>& reports,
-                                  const std::vector<std::pair<std::size_t, std::size_t>>& agents,
-                                  const NetworkOptions& network, const NetworkAgent* own_agent) {
-  struct Node {
-    std::size_t report;
-    int fd;  // -1: rank 0's own agent
-  };
-  std::vector<Node> nodes;
+// A node of the network test: the report that carries its agent's port, and the connection
+// its plan goes out on (-1: rank 0's own agent, run in a thread).
+struct TestedNode {
+  std::size_t report;
+  int fd;
+};
+
+// One node per node rank among those with an agent, in node rank order.
+std::vector<TestedNode> tested_nodes(const std::vector<TaskReport>& reports,
+                                     const std::vector<std::pair<std::size_t, std::size_t>>& agents,
+                                     bool own_agent) {
+  std::vector<TestedNode> nodes;
   std::set<std::uint32_t> node_ranks;
   if (own_agent && !reports.empty() && reports.front().network_port != 0) {
     nodes.push_back({0, -1});
-    node_ranks.insert(reports.front().node_rank);
+    node_ranks.insert(reports.front().contract.node_rank);
   }
   for (const auto& [fd, report] : agents)
-    if (node_ranks.insert(reports[report].node_rank).second)
+    if (node_ranks.insert(reports[report].contract.node_rank).second)
       nodes.push_back({report, static_cast<int>(fd)});
-  if (nodes.size() < 2) return {};
-  std::sort(nodes.begin(), nodes.end(), [&](const Node& a, const Node& b) {
-    return reports[a.report].node_rank < reports[b.report].node_rank;
+  std::sort(nodes.begin(), nodes.end(), [&](const TestedNode& a, const TestedNode& b) {
+    return reports[a.report].contract.node_rank < reports[b.report].contract.node_rank;
   });
+  return nodes;
+}
+
+// Each node's peers and its time slot per peer, within the budget.
+std::vector<NetworkPlan> network_plans(const std::vector<TestedNode>& nodes,
+                                       const std::vector<TaskReport>& reports,
+                                       const NetworkOptions& network) {
   const auto n = static_cast<std::uint32_t>(nodes.size());
   const auto peers = plan_peers(n, network.random_peers);
   std::size_t rounds = 1;
   for (const auto& p : peers) rounds = std::max(rounds, p.size());
   const auto slot = std::chrono::duration_cast<std::chrono::milliseconds>(network.budget / rounds);
-  auto address_of = [&](const Node& node) {
+  auto address_of = [&](const TestedNode& node) {
     const TaskReport& r = reports[node.report];
-    return node.fd < 0 ? r.master_addr : r.local_addr;  // where the node's check-in came from
+    return node.fd < 0 ? r.contract.master_addr : r.local_addr;  // where its check-in came from
   };
   std::vector<NetworkPlan> plans(n);
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -273,20 +283,16 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
     for (std::uint32_t j : peers[i])
       plans[i].peers.push_back({j, address_of(nodes[j]), reports[nodes[j].report].network_port});
   }
-  const auto start = Clock::now();
-  const auto end = start + network.budget;
-  std::vector<bool> pending(n, false);
-  for (std::uint32_t i = 0; i < n; ++i)
-    if (nodes[i].fd >= 0)
-      pending[i] = send_all(nodes[i].fd, frame(kPlanMagic, encode_plan(plans[i])),
-                            start + std::chrono::seconds(1));
-  std::vector<LinkResult> results, own_results;
-  std::thread own;
-  for (std::uint32_t i = 0; i < n; ++i)
-    if (nodes[i].fd < 0) own = std::thread([&, i] { own_results = own_agent->run(plans[i], end); });
+  return plans;
+}
 
+// The results the nodes whose plan went out send back by `gather_end`; a node speaks for
+// itself only.
+std::vector<LinkResult> gather_results(const std::vector<TestedNode>& nodes,
+                                       std::vector<bool> pending, Clock::time_point gather_end) {
+  const auto n = static_cast<std::uint32_t>(nodes.size());
+  std::vector<LinkResult> results;
   std::vector<std::string> in(n);
-  const auto gather_end = end + std::chrono::seconds(2);
   std::vector<pollfd> polled;
   while (std::count(pending.begin(), pending.end(), true) > 0 && Clock::now() < gather_end) {
     polled.clear();
@@ -308,20 +314,46 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
         if (auto body = take_frame(in[i], kResultMagic)) {
           pending[i] = false;
           for (LinkResult& r : decode_results(*body))
-            if (r.from == i) results.push_back(std::move(r));  // a node speaks for itself only
+            if (r.from == i) results.push_back(std::move(r));
         }
       } catch (const std::exception&) {
         pending[i] = false;
       }
     }
   }
+  return results;
+}
+
+// The network test, after the check-in: every node's agent gets its plan, all test at once, and
+// rank 0 gathers the results within the budget (and 2 s for them to arrive).
+std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& summary,
+                                  const std::vector<TaskReport>& reports,
+                                  const std::vector<std::pair<std::size_t, std::size_t>>& agents,
+                                  const NetworkOptions& network, const NetworkAgent* own_agent) {
+  const std::vector<TestedNode> nodes = tested_nodes(reports, agents, own_agent != nullptr);
+  if (nodes.size() < 2) return {};
+  const auto n = static_cast<std::uint32_t>(nodes.size());
+  const std::vector<NetworkPlan> plans = network_plans(nodes, reports, network);
+  const auto start = Clock::now();
+  const auto end = start + network.budget;
+  std::vector<bool> pending(n, false);
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (nodes[i].fd >= 0)
+      pending[i] = send_all(nodes[i].fd, frame(kPlanMagic, encode_plan(plans[i])),
+                            start + std::chrono::seconds(1));
+  std::vector<LinkResult> own_results;
+  std::thread own;
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (nodes[i].fd < 0) own = std::thread([&, i] { own_results = own_agent->run(plans[i], end); });
+  std::vector<LinkResult> results =
+      gather_results(nodes, std::move(pending), end + std::chrono::seconds(2));
   if (own.joinable()) own.join();
   results.insert(results.end(), own_results.begin(), own_results.end());
   std::vector<std::string> hosts;
   std::vector<std::uint32_t> ranks;
-  for (const Node& node : nodes) {
+  for (const TestedNode& node : nodes) {
     hosts.push_back(reports[node.report].host);
-    ranks.push_back(reports[node.report].rank);
+    ranks.push_back(reports[node.report].contract.rank);
   }
   for (const LinkResult& r : results)
     links.push_back(
@@ -329,6 +361,277 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
   summary = summarize_network(results, n);
   return judge_network(results, hosts, ranks);
 }
+
+}  // namespace
+
+namespace {
+
+// Rank 0's check-in: every task's reports over one epoll set for the listener and every client
+// (poll() rebuilt and scanned every client on every wake-up: quadratic at 100k tasks). A client
+// keeps its slot until it is dropped, so epoll's data is the slot; freed slots are reused.
+class CheckIn {
+ public:
+  CheckIn(const Expectation& expected, std::vector<TaskReport> own, Fd listener)
+      : limits_(serve_limits(expected)),
+        world_(expected.world_size),
+        listener_(std::move(listener)),
+        reports_(std::move(own)),
+        seen_(expected.world_size, false) {
+    for (const TaskReport& r : reports_) count(r);
+    if (epoll_.get() < 0) throw Error::system("doctor: epoll_create1", errno);
+    epoll_event listen_event{EPOLLIN, {.u64 = kListener}};
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &listen_event) != 0)
+      throw Error::system("doctor: epoll_ctl", errno);
+  }
+
+  // Takes reports until every rank has reported or the deadline passes.
+  void run(Clock::time_point deadline) {
+    std::vector<epoll_event> events(1024);
+    while (distinct_ < world_ && Clock::now() < deadline) {
+      const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
+                                     millis_until(deadline, 200));
+      if (ready < 0 && errno != EINTR) throw Error::system("doctor: epoll_wait", errno);
+      bool accept_now = false;
+      for (int k = 0; k < ready; ++k) {
+        if (events[k].data.u64 == kListener)
+          accept_now = true;
+        else
+          read_from(static_cast<std::size_t>(events[k].data.u64));
+      }
+      if (accept_now) accept_all();
+    }
+  }
+
+  std::vector<TaskReport> take_reports() { return std::move(reports_); }
+  std::vector<Problem> trouble(std::uint16_t port) const { return trouble_.problems(port); }
+
+  // The nodes whose agent takes part in the network test: (its descriptor, its report).
+  std::vector<std::pair<std::size_t, std::size_t>> agents() const {
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    for (const Client& c : clients_)
+      if (c.fd.get() >= 0 && c.network_report != std::string::npos)
+        out.emplace_back(static_cast<std::size_t>(c.fd.get()), c.network_report);
+    return out;
+  }
+
+  // The verdict goes back to every task, so that every task exits with the same status; then
+  // the clients close first, which leaves no TIME_WAIT on rank 0's port for the program.
+  void answer(const Verdict& verdict) {
+    listener_.reset();
+    const std::string status = "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n";
+    const HeartbeatRing ring(verdict.reports, world_);
+    const auto send_deadline = Clock::now() + std::chrono::seconds(2);
+    for (Client& c : clients_)
+      if (c.fd.get() >= 0)
+        send_all(c.fd.get(), frame(kVerdictMagic, status + ring.lines(c.ranks)), send_deadline);
+    for (Client& c : clients_) {
+      if (c.fd.get() < 0) continue;
+      pollfd p{c.fd.get(), POLLIN, 0};
+      char sink[256];
+      while (::poll(&p, 1, millis_until(send_deadline, 200)) > 0 &&
+             ::recv(c.fd.get(), sink, sizeof sink, 0) > 0) {
+      }
+    }
+  }
+
+ private:
+  static constexpr std::uint64_t kListener = ~std::uint64_t{0};
+
+  struct Client {
+    Fd fd;
+    std::string peer;
+    std::string in;
+    std::uint32_t frames = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t generation = 0;
+    std::size_t network_report = std::string::npos;  // its report with a network test port
+    std::vector<std::uint32_t> ranks;                // of its reports (--watch's ring)
+  };
+
+  // --watch: each task gets the heartbeat endpoints of the next kHeartbeatWindow ranks after
+  // each of its own, and nothing else (O(1) per task).
+  class HeartbeatRing {
+   public:
+    HeartbeatRing(const std::vector<TaskReport>& reports, std::uint32_t world)
+        : world_(world), endpoint_of_(world, nullptr) {
+      for (const TaskReport& r : reports)
+        if (!r.heartbeat.empty() && r.contract.rank < world)
+          endpoint_of_[r.contract.rank] = &r.heartbeat;
+    }
+    std::string lines(const std::vector<std::uint32_t>& ranks) const {
+      std::string lines;
+      for (const std::uint32_t mine : ranks)
+        for (std::uint32_t i = 1; i <= std::min(kHeartbeatWindow, world_ - 1); ++i) {
+          const std::uint32_t r = (mine + i) % world_;
+          if (endpoint_of_[r]) lines += "ring." + std::to_string(r) + "=" + *endpoint_of_[r] + "\n";
+        }
+      return lines;
+    }
+
+   private:
+    std::uint32_t world_;
+    std::vector<const std::string*> endpoint_of_;
+  };
+
+  void count(const TaskReport& r) {
+    if (r.contract.rank < seen_.size() && !seen_[r.contract.rank]) {
+      seen_[r.contract.rank] = true;
+      ++distinct_;
+    }
+  }
+
+  void drop(std::size_t slot) {
+    clients_[slot].fd.reset();  // closing removes it from the epoll set
+    clients_[slot].in = std::string();
+    clients_[slot].network_report = std::string::npos;
+    clients_[slot].ranks.clear();
+    free_slots_.push_back(slot);
+    --open_clients_;
+  }
+
+  void read_from(std::size_t slot) {
+    Client& c = clients_[slot];
+    if (c.fd.get() < 0) return;  // dropped earlier in this round
+    char buffer[16384];
+    const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
+    if (n <= 0) {
+      if (n == 0 || (errno != EAGAIN && errno != EINTR)) drop(slot);  // gone: released
+      return;
+    }
+    c.bytes += static_cast<std::uint64_t>(n);
+    c.in.append(buffer, static_cast<std::size_t>(n));
+    try {
+      take_frames(c);
+    } catch (const std::exception& e) {
+      // Not one of ours, or not within bounds (a port scanner, a stale or hostile client):
+      // cut off, said once in the verdict.
+      trouble_.note(c.peer, e.what());
+      drop(slot);
+    }
+  }
+
+  // The complete reports in the client's buffer, within the bounds; throws past them.
+  void take_frames(Client& c) {
+    while (auto body = take_frame(c.in, kReportMagic)) {
+      ++c.frames;
+      ++total_frames_;
+      total_bytes_ += body->size();
+      if (c.frames > limits_.per_connection.frames)
+        throw std::runtime_error("more than " + std::to_string(limits_.per_connection.frames) +
+                                 " reports on one connection");
+      if (total_frames_ > limits_.all.frames || total_bytes_ > limits_.all.bytes)
+        throw std::runtime_error("the reports of all connections passed rank 0's bound (" +
+                                 std::to_string(limits_.all.frames) + " reports, " +
+                                 std::to_string(limits_.all.bytes >> 20) + " MiB)");
+      TaskReport r = decode(*body);
+      r.received_unix_ms = unix_ms();
+      count(r);
+      if (r.network_port != 0) c.network_report = reports_.size();
+      if (!r.heartbeat.empty()) c.ranks.push_back(r.contract.rank);
+      reports_.push_back(std::move(r));
+    }
+    if (c.bytes > limits_.per_connection.bytes)
+      throw std::runtime_error("more than " + std::to_string(limits_.per_connection.bytes) +
+                               " bytes on one connection");
+    if (c.in.empty()) c.in = std::string();  // a complete node's reports: no buffer kept
+  }
+
+  // Accepts everything queued: the backlog is the scarce resource at scale.
+  void accept_all() {
+    for (;;) {
+      sockaddr_storage from{};
+      socklen_t length = sizeof from;
+      const int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &length,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if ((errno == EMFILE || errno == ENFILE) && shed_one()) continue;
+        break;
+      }
+      std::string peer = numeric_host(reinterpret_cast<sockaddr*>(&from), length);
+      if (open_clients_ >= limits_.connections && !make_room(peer)) {
+        ::close(fd);
+        continue;
+      }
+      add_client(fd, std::move(peer));
+    }
+    trim_accept_order();
+  }
+
+  // Out of descriptors: the one kept in reserve makes room to accept and close a connection,
+  // which would otherwise stay queued and keep epoll_wait() returning at once.
+  bool shed_one() {
+    if (!reserve_) return false;
+    reserve_.reset();
+    Fd shed(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (shed) trouble_.note("", "refused: rank 0 has no descriptor left for it");
+    reserve_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    return static_cast<bool>(shed);
+  }
+
+  // Full: the oldest connection that has sent no report yet makes room; if every one has, the
+  // newcomer is turned away (false).
+  bool make_room(const std::string& peer) {
+    std::optional<std::size_t> idle;
+    while (!accept_order_.empty() && !idle) {
+      const auto [slot, generation] = accept_order_.front();
+      accept_order_.pop_front();
+      if (silent(slot, generation)) idle = slot;
+    }
+    if (!idle) {
+      trouble_.note(peer, "refused: " + std::to_string(limits_.connections) +
+                              " connections are open already");
+      return false;
+    }
+    trouble_.note(clients_[*idle].peer, "closed to make room: it had sent nothing");
+    drop(*idle);
+    return true;
+  }
+
+  void add_client(int fd, std::string peer) {
+    std::size_t slot = clients_.size();
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      clients_.emplace_back();
+    }
+    clients_[slot] =
+        Client{Fd(fd), std::move(peer), {}, 0, 0, ++generations_, std::string::npos, {}};
+    ++open_clients_;
+    accept_order_.emplace_back(slot, generations_);
+    epoll_event e{EPOLLIN, {.u64 = slot}};
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &e) != 0) drop(slot);
+  }
+
+  bool silent(std::size_t slot, std::uint64_t generation) const {
+    const Client& c = clients_[slot];
+    return c.generation == generation && c.fd.get() >= 0 && c.frames == 0;
+  }
+
+  // Entries of clients that have reported or gone can never make room: trimmed, so that the
+  // queue stays as long as the connections that are still silent.
+  void trim_accept_order() {
+    while (!accept_order_.empty() &&
+           !silent(accept_order_.front().first, accept_order_.front().second))
+      accept_order_.pop_front();
+  }
+
+  const ServeLimits limits_;
+  const std::uint32_t world_;
+  Fd listener_;
+  Fd reserve_{::open("/dev/null", O_RDONLY | O_CLOEXEC)};
+  const Fd epoll_{::epoll_create1(EPOLL_CLOEXEC)};
+  std::vector<Client> clients_;
+  std::vector<std::size_t> free_slots_;
+  std::size_t open_clients_ = 0;
+  std::deque<std::pair<std::size_t, std::uint64_t>> accept_order_;  // (slot, generation)
+  std::uint64_t generations_ = 0;
+  std::vector<TaskReport> reports_;
+  std::vector<bool> seen_;
+  std::uint32_t distinct_ = 0;
+  std::uint64_t total_frames_ = 0, total_bytes_ = 0;
+  PeerTrouble trouble_;
+};
 
 }  // namespace
 
@@ -348,221 +651,132 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
     verdict.problems.push_back(listen_problem(port, r0.host, error));
     return verdict;
   }
-
-  const ServeLimits limits = serve_limits(expected);
-  // One epoll set for the listener and every client (poll() rebuilt and scanned every client on
-  // every wake-up: quadratic at 100k tasks). A client keeps its slot until it is dropped, so
-  // epoll's data is the slot; freed slots are reused.
-  struct Client {
-    Fd fd;
-    std::string peer;
-    std::string in;
-    std::uint32_t frames = 0;
-    std::uint64_t bytes = 0;
-    std::uint64_t generation = 0;
-    std::size_t network_report = std::string::npos;  // its report with a network test port
-    std::vector<std::uint32_t> ranks;                // of its reports (--watch's ring)
-  };
-  std::vector<Client> clients;
-  std::vector<std::size_t> free_slots;
-  std::size_t open_clients = 0;
-  std::deque<std::pair<std::size_t, std::uint64_t>> accept_order;  // (slot, generation)
-  std::uint64_t generations = 0;
-  std::vector<TaskReport> reports = std::move(own);
-  std::vector<bool> seen(expected.world_size, false);
-  std::uint32_t distinct = 0;
-  std::uint64_t total_frames = 0, total_bytes = 0;
-  PeerTrouble trouble;
-  auto count = [&](const TaskReport& r) {
-    if (r.rank < seen.size() && !seen[r.rank]) {
-      seen[r.rank] = true;
-      ++distinct;
-    }
-  };
-  for (const TaskReport& r : reports) count(r);
-  // One descriptor kept in reserve: when the table is full, it makes room to accept and close
-  // a connection, which would otherwise stay queued and keep epoll_wait() returning at once.
-  Fd reserve(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  const Fd epoll(::epoll_create1(EPOLL_CLOEXEC));
-  if (epoll.get() < 0) throw Error::system("doctor: epoll_create1", errno);
-  constexpr std::uint64_t kListener = ~std::uint64_t{0};
-  epoll_event listen_event{EPOLLIN, {.u64 = kListener}};
-  if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, listener.get(), &listen_event) != 0)
-    throw Error::system("doctor: epoll_ctl", errno);
-  auto drop = [&](std::size_t slot) {
-    clients[slot].fd.reset();  // closing removes it from the epoll set
-    clients[slot].in = std::string();
-    clients[slot].network_report = std::string::npos;
-    clients[slot].ranks.clear();
-    free_slots.push_back(slot);
-    --open_clients;
-  };
-
-  std::vector<epoll_event> events(1024);
-  while (distinct < expected.world_size && Clock::now() < deadline) {
-    const int ready = ::epoll_wait(epoll.get(), events.data(), static_cast<int>(events.size()),
-                                   millis_until(deadline, 200));
-    if (ready < 0 && errno != EINTR) throw Error::system("doctor: epoll_wait", errno);
-    bool accept_now = false;
-    for (int k = 0; k < ready; ++k) {
-      if (events[k].data.u64 == kListener) {
-        accept_now = true;
-        continue;
-      }
-      const std::size_t slot = static_cast<std::size_t>(events[k].data.u64);
-      Client& c = clients[slot];
-      if (c.fd.get() < 0) continue;  // dropped earlier in this round
-      char buffer[16384];
-      const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
-      if (n <= 0) {
-        if (n == 0 || (errno != EAGAIN && errno != EINTR)) drop(slot);  // gone: released
-        continue;
-      }
-      c.bytes += static_cast<std::uint64_t>(n);
-      c.in.append(buffer, static_cast<std::size_t>(n));
-      try {
-        while (auto body = take_frame(c.in, kReportMagic)) {
-          ++c.frames;
-          ++total_frames;
-          total_bytes += body->size();
-          if (c.frames > limits.frames_per_connection)
-            throw std::runtime_error("more than " + std::to_string(limits.frames_per_connection) +
-                                     " reports on one connection");
-          if (total_frames > limits.frames || total_bytes > limits.bytes)
-            throw std::runtime_error("the reports of all connections passed rank 0's bound (" +
-                                     std::to_string(limits.frames) + " reports, " +
-                                     std::to_string(limits.bytes >> 20) + " MiB)");
-          TaskReport r = decode(*body);
-          r.received_unix_ms = unix_ms();
-          count(r);
-          if (r.network_port != 0) c.network_report = reports.size();
-          if (!r.heartbeat.empty()) c.ranks.push_back(r.rank);
-          reports.push_back(std::move(r));
-        }
-        if (c.bytes > limits.bytes_per_connection)
-          throw std::runtime_error("more than " + std::to_string(limits.bytes_per_connection) +
-                                   " bytes on one connection");
-        if (c.in.empty()) c.in = std::string();  // a complete node's reports: no buffer kept
-      } catch (const std::exception& e) {
-        // Not one of ours, or not within bounds (a port scanner, a stale or hostile client):
-        // cut off, said once in the verdict.
-        trouble.note(c.peer, e.what());
-        drop(slot);
-      }
-    }
-    if (!accept_now) continue;
-    for (;;) {  // accept everything queued: the backlog is the scarce resource at scale
-      sockaddr_storage from{};
-      socklen_t length = sizeof from;
-      const int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &length,
-                               SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if ((errno == EMFILE || errno == ENFILE) && reserve) {
-          reserve.reset();
-          Fd shed(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-          if (shed) trouble.note("", "refused: rank 0 has no descriptor left for it");
-          reserve = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-          if (shed) continue;
-        }
-        break;
-      }
-      std::string peer = numeric_host(reinterpret_cast<sockaddr*>(&from), length);
-      if (open_clients >= limits.connections) {
-        // Full: the oldest connection that has sent no report yet makes room; if every one
-        // has, the newcomer is turned away.
-        std::optional<std::size_t> idle;
-        while (!accept_order.empty() && !idle) {
-          const auto [slot, generation] = accept_order.front();
-          accept_order.pop_front();
-          const Client& c = clients[slot];
-          if (c.generation == generation && c.fd.get() >= 0 && c.frames == 0) idle = slot;
-        }
-        if (!idle) {
-          trouble.note(peer, "refused: " + std::to_string(limits.connections) +
-                                 " connections are open already");
-          ::close(fd);
-          continue;
-        }
-        trouble.note(clients[*idle].peer, "closed to make room: it had sent nothing");
-        drop(*idle);
-      }
-      std::size_t slot = clients.size();
-      if (!free_slots.empty()) {
-        slot = free_slots.back();
-        free_slots.pop_back();
-      } else {
-        clients.emplace_back();
-      }
-      clients[slot] =
-          Client{Fd(fd), std::move(peer), {}, 0, 0, ++generations, std::string::npos, {}};
-      ++open_clients;
-      accept_order.emplace_back(slot, generations);
-      epoll_event e{EPOLLIN, {.u64 = slot}};
-      if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &e) != 0) drop(slot);
-    }
-    // Entries of clients that have reported or gone can never make room: trim them, so that
-    // the queue stays as long as the connections that are still silent.
-    while (!accept_order.empty()) {
-      const auto [slot, generation] = accept_order.front();
-      const Client& c = clients[slot];
-      if (c.generation == generation && c.fd.get() >= 0 && c.frames == 0) break;
-      accept_order.pop_front();
-    }
-  }
-
-  std::vector<Problem> found = trouble.problems(port);
+  CheckIn check_in(expected, std::move(own), std::move(listener));
+  check_in.run(deadline);
+  std::vector<Problem> found = check_in.trouble(port);
+  std::vector<TaskReport> reports = check_in.take_reports();
   std::vector<NetworkLink> links;
   std::string summary;
   if (network.enabled) {
-    std::vector<std::pair<std::size_t, std::size_t>> agents;  // (its descriptor, its report)
-    for (const Client& c : clients)
-      if (c.fd.get() >= 0 && c.network_report != std::string::npos)
-        agents.emplace_back(static_cast<std::size_t>(c.fd.get()), c.network_report);
-    std::vector<Problem> slow = test_network(links, summary, reports, agents, network, own_agent);
+    std::vector<Problem> slow =
+        test_network(links, summary, reports, check_in.agents(), network, own_agent);
     found.insert(found.end(), slow.begin(), slow.end());
   }
   Verdict verdict = diagnose(expected, std::move(reports), std::move(found));
   verdict.network = std::move(links);
   verdict.network_summary = std::move(summary);
-  // The verdict goes back to every task, so that every task exits with the same status; then
-  // the clients close first, which leaves no TIME_WAIT on rank 0's port for the program.
-  listener.reset();
-  const std::string status = "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n";
-  // --watch: each task gets the heartbeat endpoints of the next kHeartbeatWindow ranks after
-  // each of its own, and nothing else (O(1) per task).
-  std::vector<const std::string*> endpoint_of(expected.world_size, nullptr);
-  for (const TaskReport& r : verdict.reports)
-    if (!r.heartbeat.empty() && r.rank < endpoint_of.size()) endpoint_of[r.rank] = &r.heartbeat;
-  auto ring_lines = [&](const std::vector<std::uint32_t>& ranks) {
-    std::string lines;
-    const std::uint32_t world = expected.world_size;
-    for (const std::uint32_t mine : ranks)
-      for (std::uint32_t i = 1; i <= std::min(kHeartbeatWindow, world - 1); ++i) {
-        const std::uint32_t r = (mine + i) % world;
-        if (endpoint_of[r]) lines += "ring." + std::to_string(r) + "=" + *endpoint_of[r] + "\n";
-      }
-    return lines;
-  };
-  const auto send_deadline = Clock::now() + std::chrono::seconds(2);
-  for (Client& c : clients)
-    if (c.fd.get() >= 0)
-      send_all(c.fd.get(), frame(kVerdictMagic, status + ring_lines(c.ranks)), send_deadline);
-  for (Client& c : clients) {
-    if (c.fd.get() < 0) continue;
-    pollfd p{c.fd.get(), POLLIN, 0};
-    char sink[256];
-    while (::poll(&p, 1, millis_until(send_deadline, 200)) > 0 &&
-           ::recv(c.fd.get(), sink, sizeof sink, 0) > 0) {
-    }
-  }
+  check_in.answer(verdict);
   return verdict;
 }
+
+namespace {
+
+// "ring.RANK=ADDRESS PORT HOST" lines after the verdict's status (--watch).
+void read_ring(const std::string& body, std::map<std::uint32_t, std::string>& ring) {
+  std::size_t at = 0;
+  while ((at = body.find("\nring.", at)) != std::string::npos) {
+    const std::size_t eq = body.find('=', at);
+    const std::size_t end = body.find('\n', at + 1);
+    if (eq == std::string::npos || end == std::string::npos || eq > end) break;
+    ring[static_cast<std::uint32_t>(std::stoul(body.substr(at + 6, eq - at - 6)))] =
+        body.substr(eq + 1, end - eq - 1);
+    at = end;
+  }
+}
+
+// One task's side of the exchange, on one address of rank 0.
+class Reporter {
+ public:
+  Reporter(const std::string& where, std::uint32_t rank, const NetworkAgent* agent,
+           std::map<std::uint32_t, std::string>* ring)
+      : where_(where), rank_(rank), agent_(agent), ring_(ring) {}
+
+  // Sends the reports on a connected socket; false when the connection was lost.
+  bool send(int fd, std::vector<TaskReport>& mine, Clock::time_point answer_deadline) const {
+    // Connected: the address the connection left from is this node's route to rank 0.
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    std::string local_addr;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0)
+      local_addr = numeric_host(reinterpret_cast<sockaddr*>(&local), length);
+    std::string out;
+    for (TaskReport& r : mine) {
+      r.local_addr = local_addr;
+      r.sent_unix_ms = unix_ms();
+      out += frame(kReportMagic, encode(r));
+    }
+    return send_all(fd, out, answer_deadline);
+  }
+
+  // Reads until the verdict, running the network test plan that may come before it; returns
+  // the status rank 0 decided. Throws Error(kProblem) when none comes.
+  int await_verdict(int fd, Clock::time_point answer_deadline) const {
+    std::string in;
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, millis_until(answer_deadline, 1000)) <= 0) {
+        if (Clock::now() < answer_deadline) continue;
+        throw failure(": connected to " + where_ +
+                      " but no verdict came from rank 0 by the deadline");
+      }
+      char buffer[4096];
+      const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0)
+        throw failure(": " + where_ +
+                      " closed the connection without a verdict: is something other than "
+                      "dtlaunch doctor listening there?");
+      in.append(buffer, static_cast<std::size_t>(n));
+      try {
+        if (take_plan(fd, in, answer_deadline)) continue;
+        if (auto body = take_frame(in, kVerdictMagic)) {
+          if (ring_) read_ring(*body, *ring_);
+          return body->find("status=0") == 0 ? 0 : 3;
+        }
+      } catch (const std::exception&) {
+        throw failure(": " + where_ +
+                      " does not speak dtlaunch doctor's protocol (another program on that "
+                      "port?)");
+      }
+    }
+  }
+
+  Error failure(const std::string& what) const {
+    return Error(ExitCode::kProblem, "rank " + std::to_string(rank_) + what);
+  }
+
+ private:
+  // Before the verdict, a node's agent may get its network test plan: runs it and sends the
+  // results, and the verdict is then awaited that much longer. True when `in` began with a plan.
+  bool take_plan(int fd, std::string& in, Clock::time_point& answer_deadline) const {
+    if (!agent_ || in.size() < 4 + kPlanMagic.size() ||
+        std::string_view(in).substr(4, kPlanMagic.size()) != kPlanMagic)
+      return false;
+    if (auto body = take_frame(in, kPlanMagic)) {
+      const NetworkPlan plan = decode_plan(*body);
+      const Clock::time_point end =
+          Clock::now() + plan.slot * static_cast<std::int64_t>(plan.peers.size());
+      send_all(fd, frame(kResultMagic, encode_results(agent_->run(plan, end))),
+               end + std::chrono::seconds(2));
+      answer_deadline = std::max(answer_deadline, end + std::chrono::seconds(5));
+    }
+    return true;
+  }
+
+  std::string where_;
+  std::uint32_t rank_;
+  const NetworkAgent* agent_;
+  std::map<std::uint32_t, std::string>* ring_;
+};
+
+}  // namespace
 
 int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
                     Clock::time_point deadline, const NetworkAgent* agent,
                     Clock::duration network_budget, std::map<std::uint32_t, std::string>* ring) {
   const std::string where = addr + ":" + std::to_string(port);
-  std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().rank));
+  const Reporter reporter(where, mine.front().contract.rank, agent, ring);
+  std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().contract.rank));
   auto pause = std::chrono::milliseconds(20);
   std::string last_failure = "no attempt was made";
   for (;;) {
@@ -572,100 +786,25 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
     addrinfo* found = nullptr;
     const int rc = ::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found);
     const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
-    if (rc != 0) {
-      last_failure = "name not resolved (" + std::string(::gai_strerror(rc)) + ")";
-    }
+    if (rc != 0) last_failure = "name not resolved (" + std::string(::gai_strerror(rc)) + ")";
     for (const addrinfo* a = rc == 0 ? found : nullptr; a; a = a->ai_next) {
-      Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-      if (fd.get() < 0) continue;
-      int err = ::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
-      if (err == EINPROGRESS) {
-        pollfd p{fd.get(), POLLOUT, 0};
-        socklen_t len = sizeof err;
-        if (::poll(&p, 1, std::max(1, millis_until(deadline, 1000))) != 1 ||
-            ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-          err = ETIMEDOUT;
-      }
+      const int connected = connect_until(*a, deadline);
       std::string resolved = numeric_host(a->ai_addr, a->ai_addrlen);
       if (resolved.empty()) resolved = addr;
-      if (err != 0) {
-        last_failure = describe_connect_error(err) + " at " + resolved + ":" + std::to_string(port);
+      if (connected < 0) {
+        last_failure =
+            describe_connect_error(-connected) + " at " + resolved + ":" + std::to_string(port);
         continue;
       }
-      // Connected: the address the connection left from is this node's route to rank 0.
-      sockaddr_storage local{};
-      socklen_t length = sizeof local;
-      std::string local_addr;
-      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) == 0)
-        local_addr = numeric_host(reinterpret_cast<sockaddr*>(&local), length);
-      std::string out;
-      for (TaskReport& r : mine) {
-        r.local_addr = local_addr;
-        r.sent_unix_ms = unix_ms();
-        out += frame(kReportMagic, encode(r));
-      }
+      const Fd fd(connected);
       // Rank 0 may have started later than this task: wait for its verdict a little past our
       // own deadline, since it judges at its own.
-      auto answer_deadline = deadline + std::chrono::seconds(5) + network_budget;
-      if (!send_all(fd.get(), out, answer_deadline)) {
+      const auto answer_deadline = deadline + std::chrono::seconds(5) + network_budget;
+      if (!reporter.send(fd.get(), mine, answer_deadline)) {
         last_failure = "connection lost while sending to " + resolved;
         continue;
       }
-      std::string in;
-      for (;;) {
-        pollfd p{fd.get(), POLLIN, 0};
-        if (::poll(&p, 1, millis_until(answer_deadline, 1000)) <= 0) {
-          if (Clock::now() < answer_deadline) continue;
-          throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) +
-                                              ": connected to " + where +
-                                              " but no verdict came from rank 0 by the deadline");
-        }
-        char buffer[4096];
-        const ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (n <= 0)
-          throw Error(ExitCode::kProblem,
-                      "rank " + std::to_string(mine.front().rank) + ": " + where +
-                          " closed the connection without a verdict: is something other than "
-                          "dtlaunch doctor listening there?");
-        in.append(buffer, static_cast<std::size_t>(n));
-        try {
-          // Before the verdict, a node's agent may get its network test plan.
-          if (agent && in.size() >= 4 + kPlanMagic.size() &&
-              std::string_view(in).substr(4, kPlanMagic.size()) == kPlanMagic) {
-            if (auto body = take_frame(in, kPlanMagic)) {
-              const NetworkPlan plan = decode_plan(*body);
-              const Clock::time_point end =
-                  Clock::now() + plan.slot * static_cast<std::int64_t>(plan.peers.size());
-              const std::string results =
-                  frame(kResultMagic, encode_results(agent->run(plan, end)));
-              send_all(fd.get(), results, end + std::chrono::seconds(2));
-              answer_deadline = std::max(answer_deadline, end + std::chrono::seconds(5));
-            }
-            continue;
-          }
-          if (auto body = take_frame(in, kVerdictMagic)) {
-            if (ring) {
-              // "ring.RANK=ADDRESS PORT HOST" lines after the status.
-              std::size_t at = 0;
-              while ((at = body->find("\nring.", at)) != std::string::npos) {
-                const std::size_t eq = body->find('=', at);
-                const std::size_t end = body->find('\n', at + 1);
-                if (eq == std::string::npos || end == std::string::npos || eq > end) break;
-                (*ring)[static_cast<std::uint32_t>(std::stoul(body->substr(at + 6, eq - at - 6)))] =
-                    body->substr(eq + 1, end - eq - 1);
-                at = end;
-              }
-            }
-            return body->find("status=0") == 0 ? 0 : 3;
-          }
-        } catch (const std::exception&) {
-          throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + ": " +
-                                              where +
-                                              " does not speak dtlaunch doctor's protocol "
-                                              "(another program on that port?)");
-        }
-      }
+      return reporter.await_verdict(fd.get(), answer_deadline);
     }
     const auto now = Clock::now();
     if (now >= deadline) break;
@@ -674,9 +813,8 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
         std::min<Clock::duration>(pause * spread(jitter) / 100, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
-  throw Error(ExitCode::kProblem, "rank " + std::to_string(mine.front().rank) + " on " +
-                                      mine.front().host + " cannot reach rank 0 at " + where +
-                                      ": " + last_failure);
+  throw reporter.failure(" on " + mine.front().host + " cannot reach rank 0 at " + where + ": " +
+                         last_failure);
 }
 
 }  // namespace dtlaunch::doctor

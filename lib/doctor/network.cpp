@@ -20,6 +20,7 @@
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/socket.hpp"
 #include "core/text.hpp"
 
 namespace dtlaunch::doctor {
@@ -105,21 +106,10 @@ int connect_to(const std::string& address, std::uint16_t port, Clock::time_point
   error = "no address";
   int connected = -1;
   for (const addrinfo* a = found; a && connected < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      const auto left = std::chrono::duration_cast<Ms>(end - Clock::now()).count();
-      socklen_t len = sizeof err;
-      if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left, 1))) != 1 ||
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-        err = ETIMEDOUT;
-    }
-    if (err != 0) {
+    const int fd = connect_until(*a, end, std::chrono::milliseconds::max());
+    if (fd < 0) {
       error =
-          "cannot connect to " + address + ":" + std::to_string(port) + ": " + std::strerror(err);
-      ::close(fd);
+          "cannot connect to " + address + ":" + std::to_string(port) + ": " + std::strerror(-fd);
       continue;
     }
     ::fcntl(fd, F_SETFL, 0);  // blocking, bounded by the socket timeouts
@@ -358,107 +348,152 @@ std::vector<LinkResult> decode_results(std::string_view text) {
   return results;
 }
 
+namespace {
+
+struct Directed {
+  std::uint32_t from, to;
+  double rate;
+};
+
+// The results sorted out: the rates of each direction, the timed links, and per node how many
+// tests tried it and could not connect. A test that could not connect says nothing of a rate:
+// it counts against the peer it tried, which a node that checked in but takes no connection is.
+struct Measurements {
+  explicit Measurements(std::size_t n) : tested(n), refused(n), first_error(n) {}
+  std::vector<Directed> directed;
+  std::vector<LinkResult> timed;
+  std::vector<std::size_t> tested, refused;
+  std::vector<std::string> first_error;
+};
+
+Measurements sort_out(const std::vector<LinkResult>& results, std::size_t n) {
+  Measurements m(n);
+  for (const LinkResult& r : results) {
+    if (r.from >= n || r.to >= n) continue;
+    ++m.tested[r.to];
+    if (!r.error.empty()) {
+      if (m.refused[r.to]++ == 0) m.first_error[r.to] = r.error;
+      continue;
+    }
+    if (r.up_bytes_per_s >= 0) m.directed.push_back({r.from, r.to, r.up_bytes_per_s});
+    if (r.down_bytes_per_s >= 0) m.directed.push_back({r.to, r.from, r.down_bytes_per_s});
+    if (r.rtt_us > 0) m.timed.push_back(r);
+  }
+  return m;
+}
+
+// In logarithms: rates and delays vary by factors, and a factor is what makes a link slow.
+double log_of(double v) {
+  return std::log10(std::max(v, 1.0));
+}
+
+// Where a rate is slow and a round trip is slow, from the job's own medians.
+struct Thresholds {
+  double low_log_rate = 0, high_log_rtt = 0;
+  double median_rate = 0, median_rtt = 0;
+};
+
+Thresholds thresholds_of(const Measurements& m, const NetworkLimits& limits) {
+  std::vector<double> rates, rtts;
+  for (const Directed& d : m.directed) rates.push_back(log_of(d.rate));
+  for (const LinkResult& r : m.timed) rtts.push_back(log_of(r.rtt_us));
+  const Spread rate = robust_spread(rates);
+  const Spread rtt = robust_spread(rtts);
+  // The MAD widens the margin on a noisy run, but only so far: with few links (a small job)
+  // two slow ones inflate it, and a link 50x slower than the median is never noise.
+  Thresholds t;
+  t.low_log_rate =
+      rate.median - std::clamp(limits.k * rate.sigma, std::log10(limits.min_rate_ratio),
+                               std::log10(limits.max_rate_ratio));
+  t.high_log_rtt = rtt.median + std::clamp(limits.k * rtt.sigma, std::log10(limits.min_rtt_ratio),
+                                           std::log10(limits.max_rtt_ratio));
+  t.median_rate = std::pow(10.0, rate.median);
+  t.median_rtt = std::pow(10.0, rtt.median);
+  return t;
+}
+
+// Each node's links, and how many of them are slow.
+struct Tally {
+  std::vector<double> sent, received, round_trips;
+  std::size_t slow_sent = 0, slow_received = 0, slow_round_trips = 0;
+};
+
+std::vector<Tally> tally_nodes(const Measurements& m, const Thresholds& t,
+                               const NetworkLimits& limits, std::size_t n) {
+  std::vector<Tally> tally(n);
+  for (const Directed& d : m.directed) {
+    const bool slow = log_of(d.rate) < t.low_log_rate;
+    tally[d.from].sent.push_back(d.rate);
+    tally[d.from].slow_sent += slow;
+    tally[d.to].received.push_back(d.rate);
+    tally[d.to].slow_received += slow;
+  }
+  for (const LinkResult& r : m.timed)
+    for (std::uint32_t node : {r.from, r.to}) {
+      tally[node].round_trips.push_back(r.rtt_us);
+      tally[node].slow_round_trips +=
+          log_of(r.rtt_us) > t.high_log_rtt && r.rtt_us - t.median_rtt > limits.latency_floor_us;
+    }
+  return tally;
+}
+
+// Most tests failing says more about the network than about any node: a firewall that lets
+// only the rendezvous port through, say. Blaming every node would exclude the whole job.
+std::optional<Problem> most_tests_failed(const Measurements& m) {
+  const std::size_t all_tests = std::accumulate(m.tested.begin(), m.tested.end(), std::size_t{0});
+  const std::size_t all_refused =
+      std::accumulate(m.refused.begin(), m.refused.end(), std::size_t{0});
+  if (all_tests == 0 || 2 * all_refused <= all_tests) return std::nullopt;
+  const auto first = std::find_if(m.first_error.begin(), m.first_error.end(),
+                                  [](const std::string& e) { return !e.empty(); });
+  return Problem{"network-test-failed",
+                 Severity::kWarning,
+                 {},
+                 {},
+                 std::to_string(all_refused) + " of the " + std::to_string(all_tests) +
+                     " network tests could not connect (" + excerpt(*first, 120) +
+                     "): do the nodes accept TCP connections on ports other than the "
+                     "rendezvous port? No node is blamed"};
+}
+
+// What is slow about node i, by a majority of its links; empty when nothing is.
+std::vector<std::string> slow_sides(const Tally& t, const Measurements& m, std::size_t i) {
+  std::vector<std::string> why;
+  auto majority = [](std::size_t slow, std::size_t all) { return all > 0 && 2 * slow > all; };
+  if (majority(t.slow_sent, t.sent.size()))
+    why.push_back("sends at " + rate_text(robust_spread(t.sent).median));
+  if (majority(t.slow_received, t.received.size()))
+    why.push_back("receives at " + rate_text(robust_spread(t.received).median));
+  if (majority(t.slow_round_trips, t.round_trips.size()))
+    why.push_back("answers in " + rtt_text(robust_spread(t.round_trips).median));
+  if (majority(m.refused[i], m.tested[i]))
+    why.push_back("cannot be reached by " + std::to_string(m.refused[i]) + " of the " +
+                  std::to_string(m.tested[i]) + " peers that tested it (" +
+                  excerpt(m.first_error[i], 120) + ")");
+  return why;
+}
+
+}  // namespace
+
 std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
                                    const std::vector<std::string>& hosts,
                                    const std::vector<std::uint32_t>& ranks,
                                    const NetworkLimits& limits) {
   const std::size_t n = hosts.size();
   if (n < limits.min_nodes) return {};
-  struct Directed {
-    std::uint32_t from, to;
-    double rate;
-  };
-  std::vector<Directed> directed;
-  std::vector<LinkResult> timed;
-  // A test that could not connect says nothing of a rate: it counts against the peer it tried,
-  // which a node that checked in but takes no connection is.
-  std::vector<std::size_t> tested(n), refused(n);
-  std::vector<std::string> first_error(n);
-  for (const LinkResult& r : results) {
-    if (r.from >= n || r.to >= n) continue;
-    ++tested[r.to];
-    if (!r.error.empty()) {
-      if (refused[r.to]++ == 0) first_error[r.to] = r.error;
-      continue;
-    }
-    if (r.up_bytes_per_s >= 0) directed.push_back({r.from, r.to, r.up_bytes_per_s});
-    if (r.down_bytes_per_s >= 0) directed.push_back({r.to, r.from, r.down_bytes_per_s});
-    if (r.rtt_us > 0) timed.push_back(r);
-  }
-  // In logarithms: rates and delays vary by factors, and a factor is what makes a link slow.
-  auto log_of = [](double v) { return std::log10(std::max(v, 1.0)); };
-  std::vector<double> rates, rtts;
-  for (const Directed& d : directed) rates.push_back(log_of(d.rate));
-  for (const LinkResult& r : timed) rtts.push_back(log_of(r.rtt_us));
-  const Spread rate = robust_spread(rates);
-  const Spread rtt = robust_spread(rtts);
-  // The MAD widens the margin on a noisy run, but only so far: with few links (a small job)
-  // two slow ones inflate it, and a link 50x slower than the median is never noise.
-  const double low =
-      rate.median - std::clamp(limits.k * rate.sigma, std::log10(limits.min_rate_ratio),
-                               std::log10(limits.max_rate_ratio));
-  const double high =
-      rtt.median + std::clamp(limits.k * rtt.sigma, std::log10(limits.min_rtt_ratio),
-                              std::log10(limits.max_rtt_ratio));
-  const double median_rate = std::pow(10.0, rate.median);
-  const double median_rtt = std::pow(10.0, rtt.median);
-
-  struct Tally {
-    std::vector<double> sent, received, round_trips;
-    std::size_t slow_sent = 0, slow_received = 0, slow_round_trips = 0;
-  };
-  std::vector<Tally> tally(n);
-  for (const Directed& d : directed) {
-    const bool slow = log_of(d.rate) < low;
-    tally[d.from].sent.push_back(d.rate);
-    tally[d.from].slow_sent += slow;
-    tally[d.to].received.push_back(d.rate);
-    tally[d.to].slow_received += slow;
-  }
-  for (const LinkResult& r : timed)
-    for (std::uint32_t node : {r.from, r.to}) {
-      tally[node].round_trips.push_back(r.rtt_us);
-      tally[node].slow_round_trips +=
-          log_of(r.rtt_us) > high && r.rtt_us - median_rtt > limits.latency_floor_us;
-    }
+  const Measurements m = sort_out(results, n);
+  const Thresholds t = thresholds_of(m, limits);
+  const std::vector<Tally> tally = tally_nodes(m, t, limits, n);
+  if (auto failed = most_tests_failed(m)) return {*failed};
   std::vector<Problem> problems;
-  // Most tests failing says more about the network than about any node: a firewall that lets
-  // only the rendezvous port through, say. Blaming every node would exclude the whole job.
-  const std::size_t all_tests = std::accumulate(tested.begin(), tested.end(), std::size_t{0});
-  const std::size_t all_refused = std::accumulate(refused.begin(), refused.end(), std::size_t{0});
-  if (all_tests > 0 && 2 * all_refused > all_tests) {
-    const auto first = std::find_if(first_error.begin(), first_error.end(),
-                                    [](const std::string& e) { return !e.empty(); });
-    problems.push_back({"network-test-failed",
-                        Severity::kWarning,
-                        {},
-                        {},
-                        std::to_string(all_refused) + " of the " + std::to_string(all_tests) +
-                            " network tests could not connect (" + excerpt(*first, 120) +
-                            "): do the nodes accept TCP connections on ports other than the "
-                            "rendezvous port? No node is blamed"});
-    return problems;
-  }
   for (std::size_t i = 0; i < n; ++i) {
-    const Tally& t = tally[i];
-    std::vector<std::string> why;
-    auto majority = [](std::size_t slow, std::size_t all) { return all > 0 && 2 * slow > all; };
-    if (majority(t.slow_sent, t.sent.size()))
-      why.push_back("sends at " + rate_text(robust_spread(t.sent).median));
-    if (majority(t.slow_received, t.received.size()))
-      why.push_back("receives at " + rate_text(robust_spread(t.received).median));
-    if (majority(t.slow_round_trips, t.round_trips.size()))
-      why.push_back("answers in " + rtt_text(robust_spread(t.round_trips).median));
-    if (majority(refused[i], tested[i]))
-      why.push_back("cannot be reached by " + std::to_string(refused[i]) + " of the " +
-                    std::to_string(tested[i]) + " peers that tested it (" +
-                    excerpt(first_error[i], 120) + ")");
+    const std::vector<std::string> why = slow_sides(tally[i], m, i);
     if (why.empty()) continue;
     std::string message = excerpt(hosts[i], 60) + " ";
     for (std::size_t k = 0; k < why.size(); ++k)
       message += (k == 0 ? "" : k + 1 == why.size() ? " and " : ", ") + why[k];
-    message += " (median of its links), against a median of " + rate_text(median_rate) + " and " +
-               rtt_text(median_rtt) + " over the job's " + std::to_string(directed.size()) +
+    message += " (median of its links), against a median of " + rate_text(t.median_rate) + " and " +
+               rtt_text(t.median_rtt) + " over the job's " + std::to_string(m.directed.size()) +
                " measured directions: a degraded link, NIC or interface";
     problems.push_back({"slow-network", Severity::kError, {ranks[i]}, {hosts[i]}, message});
   }

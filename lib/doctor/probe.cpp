@@ -124,7 +124,7 @@ void probe_node(TaskReport& r) {
   ::gethostname(host, sizeof host - 1);
   r.host = host;
   r.host_resolves_to = resolve(r.host);
-  r.master_resolves_to = resolve(r.master_addr);
+  r.master_resolves_to = resolve(r.contract.master_addr);
   if (r.cpus.empty()) r.cpus = cpulist_of_this_task();  // unless a --cpu-bind plan says
   struct statvfs shm {};
   if (::statvfs("/dev/shm", &shm) == 0) r.shm_bytes = std::uint64_t{shm.f_blocks} * shm.f_frsize;

@@ -77,7 +77,7 @@ std::string render_table(const Verdict& verdict) {
   for (const std::string& host : order) {
     const auto& rs = by_host[host];
     std::vector<std::uint32_t> ranks, local;
-    for (const TaskReport* r : rs) ranks.push_back(r->rank);
+    for (const TaskReport* r : rs) ranks.push_back(r->contract.rank);
     std::int64_t last = 0;
     for (const TaskReport* r : rs) last = std::max(last, r->received_unix_ms - first);
     // Every cell comes from the reports: escaped and bounded, as the host name.
@@ -118,8 +118,9 @@ std::string render_table(const Verdict& verdict) {
                     std::to_string(order.size()) + " host(s)";
   if (!verdict.reports.empty()) {
     const TaskReport& r0 = verdict.reports.front();
-    out += ", rendezvous " + excerpt(r0.master_addr, 64) + ":" + std::to_string(r0.master_port) +
-           ", program " + excerpt(r0.program.path) + ", " + excerpt(r0.launcher_version, 64);
+    out += ", rendezvous " + excerpt(r0.contract.master_addr, 64) + ":" +
+           std::to_string(r0.contract.master_port) + ", program " + excerpt(r0.program.path) +
+           ", " + excerpt(r0.launcher_version, 64);
   }
   out += "\n\n" + line(header);
   for (const auto& row : rows) out += line(row);
@@ -148,32 +149,34 @@ std::string render_json(const Verdict& verdict) {
   for (std::size_t i = 0; i < verdict.reports.size(); ++i) {
     const TaskReport& r = verdict.reports[i];
     out += i ? ", " : "";
-    out +=
-        "{\"rank\": " + std::to_string(r.rank) +
-        ", \"local_rank\": " + std::to_string(r.local_rank) +
-        ", \"node_rank\": " + std::to_string(r.node_rank) + ", \"host\": " + str(r.host) +
-        ", \"world_size\": " + std::to_string(r.world_size) +
-        ", \"nnodes\": " + std::to_string(r.nnodes) + ", \"master_addr\": " + str(r.master_addr) +
-        ", \"master_port\": " + std::to_string(r.master_port) + ", \"run_id\": " + str(r.run_id) +
-        ", \"master_resolves_to\": " + list(r.master_resolves_to) +
-        ", \"host_resolves_to\": " + list(r.host_resolves_to) +
-        ", \"local_addr\": " + str(r.local_addr) +
-        ", \"visible_devices\": " + str(r.visible_devices) +
-        ", \"bound_device\": " + str(r.bound_device) + ", \"cpus\": " + str(r.cpus) +
-        ", \"gpu_local_cpus\": " + str(r.gpu_local_cpus) +
-        ", \"cpus_far_from_gpu\": " + (r.cpus_far_from_gpu ? "true" : "false") +
-        ", \"omp_num_threads\": " + str(r.omp_num_threads) +
-        ", \"shm_bytes\": " + std::to_string(r.shm_bytes) + ", \"memlock_bytes\": " +
-        (r.memlock_bytes ? std::to_string(*r.memlock_bytes) : std::string("null")) +
-        ", \"infiniband_devices\": " + std::to_string(r.infiniband_devices) +
-        ", \"program\": {\"path\": " + str(r.program.path) +
-        ", \"size\": " + std::to_string(r.program.size) + ", \"hash\": " + str(r.program.hash) +
-        "}, \"dtlaunch\": {\"path\": " + str(r.launcher.path) +
-        ", \"size\": " + std::to_string(r.launcher.size) + ", \"hash\": " + str(r.launcher.hash) +
-        ", \"version\": " + str(r.launcher_version) +
-        "}, \"clock_unix_ms\": " + std::to_string(r.sent_unix_ms) +
-        ", \"arrived_after_first_ms\": " + std::to_string(r.received_unix_ms - first) +
-        software_json(r) + "}";
+    out += "{\"rank\": " + std::to_string(r.contract.rank) +
+           ", \"local_rank\": " + std::to_string(r.contract.local_rank) +
+           ", \"node_rank\": " + std::to_string(r.contract.node_rank) +
+           ", \"host\": " + str(r.host) +
+           ", \"world_size\": " + std::to_string(r.contract.world_size) +
+           ", \"nnodes\": " + std::to_string(r.contract.nnodes) +
+           ", \"master_addr\": " + str(r.contract.master_addr) +
+           ", \"master_port\": " + std::to_string(r.contract.master_port) +
+           ", \"run_id\": " + str(r.contract.dtlaunch_run_id.value_or("")) +
+           ", \"master_resolves_to\": " + list(r.master_resolves_to) +
+           ", \"host_resolves_to\": " + list(r.host_resolves_to) +
+           ", \"local_addr\": " + str(r.local_addr) +
+           ", \"visible_devices\": " + str(r.visible_devices) +
+           ", \"bound_device\": " + str(r.bound_device) + ", \"cpus\": " + str(r.cpus) +
+           ", \"gpu_local_cpus\": " + str(r.gpu_local_cpus) +
+           ", \"cpus_far_from_gpu\": " + (r.cpus_far_from_gpu ? "true" : "false") +
+           ", \"omp_num_threads\": " + str(r.omp_num_threads) +
+           ", \"shm_bytes\": " + std::to_string(r.shm_bytes) + ", \"memlock_bytes\": " +
+           (r.memlock_bytes ? std::to_string(*r.memlock_bytes) : std::string("null")) +
+           ", \"infiniband_devices\": " + std::to_string(r.infiniband_devices) +
+           ", \"program\": {\"path\": " + str(r.program.path) +
+           ", \"size\": " + std::to_string(r.program.size) + ", \"hash\": " + str(r.program.hash) +
+           "}, \"dtlaunch\": {\"path\": " + str(r.launcher.path) +
+           ", \"size\": " + std::to_string(r.launcher.size) +
+           ", \"hash\": " + str(r.launcher.hash) + ", \"version\": " + str(r.launcher_version) +
+           "}, \"clock_unix_ms\": " + std::to_string(r.sent_unix_ms) +
+           ", \"arrived_after_first_ms\": " + std::to_string(r.received_unix_ms - first) +
+           software_json(r) + "}";
   }
   out += "], \"problems\": [";
   for (std::size_t i = 0; i < verdict.problems.size(); ++i) {

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "contract/contract.hpp"
+
 namespace dtlaunch::doctor {
 
 struct FileIdentity {
@@ -27,23 +29,19 @@ struct LibraryIdentity {
 };
 
 struct TaskReport {
-  // Who: from the same contract a real launch exports.
-  std::uint32_t rank = 0;
-  std::uint32_t local_rank = 0;
-  std::uint32_t node_rank = 0;
-  std::uint32_t world_size = 0;
-  std::uint32_t nnodes = 0;
+  // Who, and what it is told: the contract worker_contract() computed for this rank, the very
+  // value a real launch exports (contract/contract.hpp). The rest are facts about its node.
+  WorkerContract contract;
   std::string host;  // gethostname()
-  std::string master_addr;
-  std::uint16_t master_port = 0;
-  std::string run_id;  // DTLAUNCH_RUN_ID
   // Network, as this node sees it.
   std::vector<std::string> master_resolves_to;  // addresses MASTER_ADDR resolves to here
   std::vector<std::string> host_resolves_to;    // addresses this host's own name resolves to
   std::string local_addr;  // the address the connection to rank 0 left from (rank 0: "")
   // Devices and resources.
-  std::string visible_devices;  // CUDA_VISIBLE_DEVICES as the program will see it
-  std::string bound_device;     // the device id (an entry of the list) bound to the rank; ""
+  // CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS as the program will see them: the contract's value,
+  // or the inherited one where the contract lets it stand.
+  std::string visible_devices;
+  std::string bound_device;  // the device id (an entry of the list) bound to the rank; ""
   bool gpu_sharing_allowed = false;
   bool gpu_isolated_by_slurm = false;
   std::uint32_t gpus_on_node = 0;
@@ -52,7 +50,7 @@ struct TaskReport {
   // cpus_far_from_gpu: none of `cpus` is among them (its threads and memory on the far socket).
   std::string gpu_local_cpus;
   bool cpus_far_from_gpu = false;
-  std::string omp_num_threads;
+  std::string omp_num_threads;                 // (see visible_devices)
   std::uint64_t shm_bytes = 0;                 // size of /dev/shm; 0 when absent
   std::optional<std::uint64_t> memlock_bytes;  // RLIMIT_MEMLOCK; nullopt: unlimited
   std::uint32_t infiniband_devices = 0;        // /sys/class/infiniband entries

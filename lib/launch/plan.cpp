@@ -12,7 +12,9 @@ namespace {
 PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const EnvMap& env) {
   std::optional<Binding> binding;
   if (const Binding* b = spec.affinity.of(worker.local_rank)) binding = *b;
-  return {worker.rank, worker.local_rank, build_worker_env(spec, worker, env), binding};
+  WorkerContract contract = worker_contract(spec, worker);
+  EnvDelta changes = to_env(contract, env);
+  return {worker.rank, worker.local_rank, std::move(changes), binding, std::move(contract)};
 }
 
 // Under Slurm the restarts are counted by `dtlaunch job` (docs/resilience.md), which runs each

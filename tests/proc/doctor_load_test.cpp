@@ -26,14 +26,14 @@ TEST_CASE("doctor serve: a job whose reports pass 64 MiB in all is served whole"
   const std::uint16_t port = dtlaunch::find_free_port();
   auto report = [&](std::uint32_t rank) {
     TaskReport r;
-    r.rank = rank;
-    r.local_rank = rank % kPerNode;
-    r.node_rank = rank / kPerNode;
-    r.world_size = kWorld;
-    r.nnodes = kNodes;
+    r.contract.rank = rank;
+    r.contract.local_rank = rank % kPerNode;
+    r.contract.node_rank = rank / kPerNode;
+    r.contract.world_size = kWorld;
+    r.contract.nnodes = kNodes;
     r.host = hosts[rank / kPerNode];
-    r.master_addr = "127.0.0.1";
-    r.master_port = port;
+    r.contract.master_addr = "127.0.0.1";
+    r.contract.master_port = port;
     r.cpus = std::string(7600, '0');
     r.sent_unix_ms = unix_ms();
     return r;
@@ -89,10 +89,12 @@ TEST_CASE("doctor serve: a job whose reports pass 64 MiB in all is served whole"
   server.join();
   CHECK(verdict.reports.size() == kWorld);
   // A report's clock is read when this test builds it; under the sanitizers 9,000 of them take
-  // seconds to send, which reads as clock skew. The subject here is the byte bound.
+  // seconds to send, which reads as clock skew, and on a loaded machine more than 10 s, which
+  // reads as a slow start (23 s of wall time for 5.6 s of CPU at load 15-19, seen). The subject
+  // here is the byte bound: the timing warnings are left out, every other problem counts.
   size_t problems = 0;
   for (const Problem& p : verdict.problems) {
-    if (p.kind == "clock-skew") continue;
+    if (p.kind == "clock-skew" || p.kind == "slow-start") continue;
     UNSCOPED_INFO(p.kind << ": " << p.message.substr(0, 200));
     ++problems;
   }

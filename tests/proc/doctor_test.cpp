@@ -11,10 +11,12 @@
 #include <regex>
 #include <thread>
 
+#include "doctor/launch_check.hpp"
 #include "doctor/probe.hpp"
 #include "dtlaunch_catch.hpp"
 #include "harness.hpp"
 #include "launch/system.hpp"
+#include "launch/worker_env.hpp"
 
 using namespace proctest;
 using namespace std::chrono_literals;
@@ -38,6 +40,23 @@ std::vector<std::string> doctor(std::vector<std::string> args) {
   return args;
 }
 
+// A job of two local launchers (--nnodes 2) on a free loopback port: each `dtlaunch doctor`
+// started when the test says, its output in dir/N.out and dir/N.err.
+struct TwoLaunchers {
+  TwoLaunchers() { become_subreaper(); }
+  std::vector<std::string> argv(int node, std::vector<std::string> extra) const {
+    return doctor(two_node_args(port, node, std::move(extra)));
+  }
+  Child start(int node, const std::vector<std::string>& argv) const {
+    return Child(argv, out(node), dir / (std::to_string(node) + ".err"));
+  }
+  std::string out(int node) const { return dir / (std::to_string(node) + ".out"); }
+  std::string err_text(int node) const { return read_file(dir / (std::to_string(node) + ".err")); }
+
+  TempDir dir;
+  const std::string port = std::to_string(dtlaunch::find_free_port());
+};
+
 std::size_t count_of(const std::string& text, const std::string& needle) {
   std::size_t n = 0;
   for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
@@ -47,22 +66,18 @@ std::size_t count_of(const std::string& text, const std::string& needle) {
 }  // namespace
 
 TEST_CASE("doctor: two local launchers (--nnodes 2) check the job and both exit 0", "[doctor]") {
-  TempDir dir;
-  become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
-  Child node1(doctor(two_node_args(port, 1, {"--format", "json", "/bin/true"})), dir / "1.out",
-              dir / "1.err");
-  Child node0(doctor(two_node_args(port, 0, {"--format", "json", "/bin/true"})), dir / "0.out",
-              dir / "0.err");
+  const TwoLaunchers job;
+  Child node1 = job.start(1, job.argv(1, {"--format", "json", "/bin/true"}));
+  Child node0 = job.start(0, job.argv(0, {"--format", "json", "/bin/true"}));
   const auto status0 = node0.wait_for(30s), status1 = node1.wait_for(30s);
-  const std::string out0 = read_file(dir / "0.out");
-  INFO(out0 << read_file(dir / "0.err") << read_file(dir / "1.err"));
+  const std::string out0 = read_file(job.out(0));
+  INFO(out0 << job.err_text(0) << job.err_text(1));
   CHECK(status0 == 0);
   CHECK(status1 == 0);
   CHECK(out0.rfind("{\"ok\": true, \"ranks\": [", 0) == 0);
   CHECK(count_of(out0, "\"world_size\": 4") == 4);
   CHECK(out0.find("\"problems\": []") != std::string::npos);
-  CHECK(read_file(dir / "1.out").empty());  // only rank 0 prints the report
+  CHECK(read_file(job.out(1)).empty());  // only rank 0 prints the report
   CHECK(settle(5s).empty());
 }
 
@@ -181,22 +196,19 @@ std::vector<std::string> with_fd_limit(int n, std::vector<std::string> argv) {
 }  // namespace
 
 TEST_CASE("doctor: 300 connections closing at once leave rank 0 no descriptor short", "[doctor]") {
-  TempDir dir;
-  become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
-  Child node0(with_fd_limit(128, doctor(two_node_args(port, 0, {"--timeout", "20", "/bin/true"}))),
-              dir / "0.out", dir / "0.err");
+  const TwoLaunchers job;
+  const std::string& port = job.port;
+  Child node0 = job.start(0, with_fd_limit(128, job.argv(0, {"--timeout", "20", "/bin/true"})));
   int first = -1;
   REQUIRE(eventually([&] { return (first = connect_to(port)) >= 0; }));
   std::vector<int> flood{first};
   for (int i = 0; i < 299; ++i) flood.push_back(connect_to(port));
   for (int fd : flood) ::close(fd);
   std::this_thread::sleep_for(500ms);
-  Child node1(doctor(two_node_args(port, 1, {"--timeout", "20", "/bin/true"})), dir / "1.out",
-              dir / "1.err");
+  Child node1 = job.start(1, job.argv(1, {"--timeout", "20", "/bin/true"}));
   const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
-  const std::string out0 = read_file(dir / "0.out");
-  INFO(out0 << read_file(dir / "0.err") << read_file(dir / "1.err"));
+  const std::string out0 = read_file(job.out(0));
+  INFO(out0 << job.err_text(0) << job.err_text(1));
   CHECK(status0 == 0);
   CHECK(status1 == 0);
   CHECK(out0.find("ERROR") == std::string::npos);  // no missing rank: the verdict is right
@@ -205,11 +217,9 @@ TEST_CASE("doctor: 300 connections closing at once leave rank 0 no descriptor sh
 
 TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut off, memory bounded",
           "[doctor]") {
-  TempDir dir;
-  become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
-  Child node0(doctor(two_node_args(port, 0, {"--timeout", "20", "--format", "json", "/bin/true"})),
-              dir / "0.out", dir / "0.err");
+  const TwoLaunchers job;
+  const std::string& port = job.port;
+  Child node0 = job.start(0, job.argv(0, {"--timeout", "20", "--format", "json", "/bin/true"}));
   int fd = -1;
   REQUIRE(eventually([&] { return (fd = connect_to(port)) >= 0; }));
   std::string body = "host=" + std::string(60000, 'x') + "\nmemlock_bytes=unlimited\n";
@@ -231,11 +241,10 @@ TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut o
   }
   ::close(fd);
   const long peak = peak_kb(node0.pid());
-  Child node1(doctor(two_node_args(port, 1, {"--timeout", "20", "/bin/true"})), dir / "1.out",
-              dir / "1.err");
+  Child node1 = job.start(1, job.argv(1, {"--timeout", "20", "/bin/true"}));
   const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
-  const std::string out0 = read_file(dir / "0.out");
-  INFO(out0 << read_file(dir / "0.err") << "frames sent: " << sent << ", peak " << peak << " kB");
+  const std::string out0 = read_file(job.out(0));
+  INFO(out0 << job.err_text(0) << "frames sent: " << sent << ", peak " << peak << " kB");
   CHECK(sent < 2000);       // cut off, not read to the end (2000 x 60 KB = 120 MB)
   CHECK(peak < 64 * 1024);  // kB
   CHECK(status1 == status0);
@@ -299,9 +308,9 @@ TEST_CASE("doctor: rank 0's own reports show no clock skew however long probing 
   // Probing (hashing the program, resolving names, reading the topology) takes seconds on a
   // loaded node: the skew is measured when a report arrives, and rank 0's own arrive at once.
   dtlaunch::doctor::TaskReport own;
-  own.rank = 0;
-  own.world_size = 1;
-  own.nnodes = 1;
+  own.contract.rank = 0;
+  own.contract.world_size = 1;
+  own.contract.nnodes = 1;
   own.host = "here";
   own.sent_unix_ms = dtlaunch::doctor::unix_ms() - 5000;  // probed 5 s ago
   const auto verdict = dtlaunch::doctor::serve(
@@ -310,4 +319,31 @@ TEST_CASE("doctor: rank 0's own reports show no clock skew however long probing 
   REQUIRE(verdict.reports.size() == 1);
   CHECK(std::none_of(verdict.problems.begin(), verdict.problems.end(),
                      [](const auto& p) { return p.kind == "clock-skew"; }));
+}
+
+TEST_CASE("doctor: each report holds the contract its worker is told, and what its program sees",
+          "[doctor]") {
+  dtlaunch::LaunchOptions options;
+  options.argv = {"/bin/true"};
+  options.nproc_per_node = 2;
+  options.gpu_bind = dtlaunch::GpuBind::kIsolate;
+  const dtlaunch::EnvMap env{
+      {"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "3,5"}, {"OMP_NUM_THREADS", "4"}};
+  const dtlaunch::LaunchPlan launch = dtlaunch::plan(options, env, dtlaunch::LiveSystem());
+  const std::vector<dtlaunch::doctor::TaskReport> reports =
+      dtlaunch::doctor::plan_reports(launch, env);
+  REQUIRE(reports.size() == 2);
+  for (std::uint32_t rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    const dtlaunch::doctor::TaskReport& r = reports[rank];
+    CHECK(r.contract == dtlaunch::worker_contract(launch.spec, {rank, rank, 0}));
+    CHECK(r.contract.rank == rank);
+    CHECK(r.bound_device == (rank == 0 ? "3" : "5"));
+    CHECK(r.visible_devices == r.bound_device);  // --gpu-bind=isolate narrowed the list
+    CHECK(r.omp_num_threads == "4");             // the user's, which the contract leaves
+    CHECK(r.host == reports[0].host);            // the node probed once, shared
+  }
+  // The node's software by local rank 0 only.
+  CHECK(reports[0].node_software);
+  CHECK_FALSE(reports[1].node_software);
 }

@@ -5,6 +5,7 @@
 #include "doctor/checks.hpp"
 #include "doctor/compare.hpp"
 #include "doctor/software.hpp"
+#include "doctor_fixture.hpp"
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch::doctor;
@@ -12,30 +13,13 @@ using namespace dtlaunch::doctor;
 namespace {
 
 // srun -N4 --ntasks-per-node=2 on node[1-4]: the comparisons need a majority to name the odd node.
-const Expectation kFourNodes =
-    slurm_expectation({"node1", "node2", "node3", "node4"}, {2, 2, 2, 2}, "block");
+const Expectation kFourNodes = doctor_fixture::layout(4);
 
+// The fixture's healthy rank, with the software its node reports.
 TaskReport healthy(std::uint32_t rank) {
-  TaskReport r;
-  r.rank = rank;
-  r.local_rank = rank % 2;
-  r.node_rank = rank / 2;
-  r.world_size = 8;
-  r.nnodes = 4;
-  r.host = "node" + std::to_string(rank / 2 + 1);
-  r.master_addr = "node1";
-  r.master_port = 29500;
-  r.run_id = "slurm-42.0";
-  r.master_resolves_to = {"10.0.0.1"};
-  r.host_resolves_to = {"10.0.0." + std::to_string(rank / 2 + 1)};
-  r.cpus = "0-7";
-  r.shm_bytes = 64ull << 30;
-  r.program = {"/opt/train", 1000, "00000000000000aa"};
-  r.launcher = {"/usr/bin/dtlaunch", 2000, "00000000000000bb"};
-  r.launcher_version = "dtlaunch 0.1.0";
-  r.sent_unix_ms = r.received_unix_ms = 1'000'000 + rank;
+  TaskReport r = doctor_fixture::healthy(rank, 4);
   r.env = {{"NCCL_DEBUG", "WARN"}, {"OMP_PROC_BIND", "close"}};
-  if (r.local_rank == 0) {
+  if (r.contract.local_rank == 0) {
     r.node_software = true;
     r.libraries = {
         {"libc.so.6", {"/lib/x86_64-linux-gnu/libc.so.6", 500, "00000000000000c1"}},
@@ -110,9 +94,9 @@ TEST_CASE("doctor compare: on a tie rank 0's value is the reference") {
   reports.resize(2);
   reports[1].host = "a2";
   reports[0].host = "a1";
-  reports[0].world_size = reports[1].world_size = 2;
-  reports[0].nnodes = reports[1].nnodes = 2;
-  reports[1].node_rank = 1;
+  reports[0].contract.world_size = reports[1].contract.world_size = 2;
+  reports[0].contract.nnodes = reports[1].contract.nnodes = 2;
+  reports[1].contract.node_rank = 1;
   reports[1].env = {{"NCCL_DEBUG", "INFO"}, {"OMP_PROC_BIND", "close"}};
   const Verdict v = diagnose(two, reports);
   const auto found = of_kind(v, "env-differs");

@@ -2,35 +2,19 @@
 #include <algorithm>
 
 #include "doctor/checks.hpp"
+#include "doctor_fixture.hpp"
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch::doctor;
+using dtlaunch::WorkerContract;
 
 namespace {
 
 // srun -N3 --ntasks-per-node=2 on node[1-3], block distribution.
-const Expectation kThreeNodes = slurm_expectation({"node1", "node2", "node3"}, {2, 2, 2}, "block");
+const Expectation kThreeNodes = doctor_fixture::layout(3);
 
 TaskReport healthy(std::uint32_t rank) {
-  TaskReport r;
-  r.rank = rank;
-  r.local_rank = rank % 2;
-  r.node_rank = rank / 2;
-  r.world_size = 6;
-  r.nnodes = 3;
-  r.host = "node" + std::to_string(rank / 2 + 1);
-  r.master_addr = "node1";
-  r.master_port = 29500;
-  r.run_id = "slurm-42.0";
-  r.master_resolves_to = {"10.0.0.1"};
-  r.host_resolves_to = {"10.0.0." + std::to_string(rank / 2 + 1)};
-  r.cpus = "0-7";
-  r.shm_bytes = 64ull << 30;
-  r.program = {"/opt/train", 1000, "00000000000000aa"};
-  r.launcher = {"/usr/bin/dtlaunch", 2000, "00000000000000bb"};
-  r.launcher_version = "dtlaunch 0.1.0";
-  r.sent_unix_ms = r.received_unix_ms = 1'000'000 + rank;
-  return r;
+  return doctor_fixture::healthy(rank, 3);
 }
 
 std::vector<TaskReport> job() {
@@ -100,7 +84,7 @@ TEST_CASE("doctor: the cyclic distribution places ranks round-robin") {
 
 TEST_CASE("doctor: two tasks claiming one rank") {
   auto reports = job();
-  reports[5].rank = 4;
+  reports[5].contract.rank = 4;
   const Verdict v = diagnose(kThreeNodes, reports);
   const Problem& p = only(v, "duplicate-rank");
   CHECK(p.ranks == std::vector<std::uint32_t>{4});
@@ -110,9 +94,9 @@ TEST_CASE("doctor: two tasks claiming one rank") {
 
 TEST_CASE("doctor: tasks that disagree with rank 0 about the world or the rendezvous") {
   auto reports = job();
-  reports[4].world_size = 8;
-  reports[5].master_port = 29501;
-  reports[2].run_id = "slurm-41.0";
+  reports[4].contract.world_size = 8;
+  reports[5].contract.master_port = 29501;
+  reports[2].contract.dtlaunch_run_id = "slurm-41.0";
   const Verdict v = diagnose(kThreeNodes, reports);
   const Problem& p = only(v, "world-mismatch");
   CHECK(p.ranks == std::vector<std::uint32_t>{4, 5, 2});
@@ -143,7 +127,7 @@ TEST_CASE("doctor: a host name that resolves to loopback, on several hosts only"
   for (TaskReport& r : local) {
     r.host = "box";
     r.host_resolves_to = r.master_resolves_to = {"127.0.0.1"};
-    r.world_size = 2;
+    r.contract.world_size = 2;
   }
   CHECK(diagnose(local_expectation(1, 2), local).problems.empty());
 }
@@ -223,6 +207,35 @@ TEST_CASE("doctor: reports survive the wire form, odd bytes included") {
   CHECK_THROWS(decode("no equals sign"));
 }
 
+TEST_CASE("doctor: the whole contract travels with the report, and the first format still reads") {
+  TaskReport r = healthy(3);
+  r.contract.restart_count = 2;
+  r.contract.max_restarts = 5;
+  r.contract.torchelastic_run_id = "";  // set, and empty: not the same as unset
+  r.contract.device = 0;
+  r.contract.visible_devices = "GPU-5";
+  r.contract.supervisor = "123-00ff";
+  r.contract.omp_num_threads = "8";
+  r.contract.pci_device_order = true;
+  TaskReport back = decode(encode(r));
+  back.received_unix_ms = r.received_unix_ms;
+  CHECK(back.contract == r.contract);
+  // A report without the "contract." keys (the first format) gives the rest their defaults.
+  std::string first_format;
+  const std::string text = encode(r);
+  for (std::size_t at = 0, eol; at < text.size(); at = eol + 1) {
+    eol = text.find('\n', at);
+    if (text.compare(at, 9, "contract.") != 0) first_format += text.substr(at, eol + 1 - at);
+  }
+  const WorkerContract old = decode(first_format).contract;
+  CHECK(old.rank == 3);
+  CHECK(old.world_size == 6);
+  CHECK(old.dtlaunch_run_id == "slurm-42.0");
+  CHECK(old.local_world_size == 1);
+  CHECK_FALSE(old.device);
+  CHECK_FALSE(old.torchelastic_run_id);
+}
+
 TEST_CASE("doctor: the table has one row per node and the JSON the documented keys") {
   auto reports = job();
   reports.pop_back();
@@ -245,10 +258,10 @@ TEST_CASE("doctor: report fields in problem lines are escaped and bounded, which
   const std::string evil = "\x1b[2J\nOK: no problem found\r" + std::string(60000, 'h');
   std::vector<TaskReport> reports = job();
   for (TaskReport& r : reports) {
-    const std::string tag = std::to_string(r.rank);
+    const std::string tag = std::to_string(r.contract.rank);
     r.host = evil + tag;
-    r.master_addr = evil + "m" + tag;
-    r.run_id = evil + "r" + tag;
+    r.contract.master_addr = evil + "m" + tag;
+    r.contract.dtlaunch_run_id = evil + "r" + tag;
     r.master_resolves_to = {"127.0.0.1" + evil};
     r.host_resolves_to = {"127.0.1.1" + evil};
     r.bound_device = evil;
@@ -264,12 +277,12 @@ TEST_CASE("doctor: report fields in problem lines are escaped and bounded, which
     r.launcher = {evil + "l" + tag, 1, evil + tag};
     r.launcher_version = evil + tag;
     r.sent_unix_ms = 0;
-    r.received_unix_ms = 1'000'000 + 20'000 * r.rank;
+    r.received_unix_ms = 1'000'000 + 20'000 * r.contract.rank;
   }
   reports.push_back(reports[3]);  // duplicate-rank
   reports.pop_back();
   reports.push_back(reports[2]);
-  reports.back().rank = 9;  // not below the world size
+  reports.back().contract.rank = 9;  // not below the world size
   const Verdict v = diagnose(kThreeNodes, reports, {}, {});
   REQUIRE(v.problems.size() >= 10);
   for (const Problem& p : v.problems) {

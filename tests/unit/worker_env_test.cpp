@@ -115,13 +115,13 @@ TEST_CASE("worker env: the user's settings are kept, a stale device index is rem
 
 TEST_CASE("dry-run rendering: shell lines reproduce the launch, JSON is well-formed") {
   EnvDelta d = {{"RANK", "0"}, {"WEIRD", "it's $HOME"}, {"GONE", std::nullopt}};
-  std::string shell = render_shell({{0, 0, d, std::nullopt}}, {"./train", "--lr", "0.1 x"});
+  std::string shell = render_shell({{0, 0, d, std::nullopt, {}}}, {"./train", "--lr", "0.1 x"});
   CHECK(shell ==
         "export RANK='0'\n"
         "export WEIRD='it'\\''s $HOME'\n"
         "unset GONE\n"
         "exec './train' '--lr' '0.1 x'\n");
-  std::string json = render_json({{0, 0, d, std::nullopt}}, {"./train", "a\"b"});
+  std::string json = render_json({{0, 0, d, std::nullopt, {}}}, {"./train", "a\"b"});
   CHECK(json ==
         "{\"argv\": [\"./train\", \"a\\\"b\"], \"workers\": [{\"rank\": 0, \"local_rank\": 0, "
         "\"set\": {\"RANK\": \"0\", \"WEIRD\": \"it's $HOME\"}, \"unset\": [\"GONE\"]}]}\n");
@@ -133,15 +133,15 @@ TEST_CASE("dry-run rendering of a binding: a comment line, and cpus/mems/mem_pol
   b.mems = *CpuSet::parse("0");
   b.policy = MemPolicy::kPreferred;
   EnvDelta d = {{"RANK", "1"}};
-  CHECK(render_shell({{1, 1, d, b}}, {"./train"}) ==
+  CHECK(render_shell({{1, 1, d, b, {}}}, {"./train"}) ==
         "# cpus 0-3,8-11 mems preferred:0\n"
         "export RANK='1'\n"
         "exec './train'\n");
-  CHECK(render_json({{1, 1, d, b}}, {"./train"}) ==
+  CHECK(render_json({{1, 1, d, b, {}}}, {"./train"}) ==
         "{\"argv\": [\"./train\"], \"workers\": [{\"rank\": 1, \"local_rank\": 1, "
         "\"cpus\": \"0-3,8-11\", \"mems\": \"0\", \"mem_policy\": \"preferred\", "
         "\"set\": {\"RANK\": \"1\"}, \"unset\": []}]}\n");
   b.policy = MemPolicy::kNone;
   b.mems = CpuSet();
-  CHECK(render_shell({{1, 1, d, b}}, {"./train"}).starts_with("# cpus 0-3,8-11 mems none\n"));
+  CHECK(render_shell({{1, 1, d, b, {}}}, {"./train"}).starts_with("# cpus 0-3,8-11 mems none\n"));
 }
