@@ -26,6 +26,7 @@ namespace dtlaunch::trace {
 namespace {
 
 constexpr size_t kMaxFileBytes = size_t{1} << 30;  // 1,000,000 entries are about 250 MB
+constexpr size_t kHeadBytes = 64 * 1024;
 
 // The whole file, or nullopt and `why`. Regular files only: a FIFO or a device named *.json
 // must not block or flood the reader.
@@ -113,11 +114,21 @@ int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err)
   for (const auto& name : names) {
     const std::string path = (fs::path(dir) / name).string();
     std::string why;
-    // The header is the first line: 64 KiB hold it unless the reason is longer.
-    auto text = read_file_head(path, 64 * 1024);
+    // Regular files only: a FIFO, a device or a directory named *.json is no record.
+    struct stat st {};
+    std::optional<std::string> text;
+    if (::stat(path.c_str(), &st) != 0)
+      why = std::strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+      why = "not a regular file";
+    else
+      // The header is the first line: 64 KiB hold it unless the reason is longer.
+      text = read_file_head(path, kHeadBytes);
     std::optional<Header> h;
     if (text) h = parse_header(*text, &why);
-    if (!h && text && text->size() == 64 * 1024) {
+    // Only a header cut by the head's end is read again whole: a file that is already wrong in
+    // its first 64 KiB (a 1 GB sparse file of zeros) costs 64 KiB, not its size.
+    if (!h && text && text->size() == kHeadBytes && why.rfind("truncated at byte ", 0) == 0) {
       text = read_whole(path, &why);
       if (text) h = parse_header(*text, &why);
     }
