@@ -5,6 +5,9 @@ like flight records that are not: a FIFO (no writer), a FIFO that a writer flood
 one line of the verdict naming it, the good record still makes the verdict, and it all takes bounded time and
 memory (the sparse file was read whole to learn that its first byte is wrong: 1 GB of RSS).
 
+Also the command line: a first `--` ends the options (as for `hostnames --`), and one DIR is
+all trace takes: a second one, or options after `--`, are refused (they were ignored).
+
 Usage: hostile_dir.py DTLAUNCH"""
 import json, os, resource, subprocess, sys, tempfile, time
 
@@ -20,6 +23,21 @@ def good_record():
     return (json.dumps(head)[:-1] + ',\n "entries": [\n  {"seq": 1, "op": "barrier", '
             '"dtype": "float32", "numel": 0, "shape": [], "root": -1, "enqueue_us": 1000, '
             '"start_us": 1000, "end_us": 2000, "state": "completed"}\n ]}\n')
+
+
+def check_command_line(dtlaunch, d, failures):
+    cases = [(["trace", "--", d], 0), (["trace", "--format", "json", "--", d], 0),
+             (["trace", d, "--"], 0), (["trace", d, d], 2), (["trace", "--", d, "--format", "json"], 2),
+             (["trace", d, "--", "x"], 2)]
+    for args, want in cases:
+        run = subprocess.run([dtlaunch] + args, capture_output=True, text=True, timeout=30)
+        lines = run.stderr.splitlines()
+        ok = run.returncode == want and (want == 0 or (len(lines) == 1 and
+                                                        lines[0].startswith("dtlaunch: ")))
+        print("%s: exit %d %s" % (" ".join(args), run.returncode, run.stderr[-200:].strip()))
+        if not ok:
+            failures.append("dtlaunch %s: exit %d, expected %d with one line" %
+                            (" ".join(args), run.returncode, want))
 
 
 def main():
@@ -61,6 +79,7 @@ def main():
             failures.append("took %.1f s (bound %d s)" % (elapsed, MAX_SECONDS))
         if rss_mb > MAX_RSS_MB:
             failures.append("max RSS %.0f MB (bound %d MB)" % (rss_mb, MAX_RSS_MB))
+        check_command_line(dtlaunch, d, failures)
     for f in failures:
         print("FAILED: " + f)
     return 1 if failures else 0
