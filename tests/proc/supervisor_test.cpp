@@ -659,7 +659,7 @@ TEST_CASE("the same termination signal twice: SIGKILL at once, not after the gra
 }
 
 TEST_CASE("Ctrl-Z stops the workers with the supervisor, SIGCONT continues them",
-          "[proc][not-under-sanitizers]") {
+          "[proc]") {
   const std::string launcher = GENERATE(from_range(launchers()));
   INFO("launcher: " << launcher);
   TempDir dir;
