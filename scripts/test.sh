@@ -69,13 +69,21 @@ cmake --build build -j"$jobs"
 
 status=0
 # The unit and blackbox labels (pure functions, dtlaunch run once per case, the comparisons with
-# scontrol, the golden files) have no timing in them and run on every core; the rest (supervised
-# processes, signals, timeouts, Slurm, training) runs one test at a time, as it always did.
+# scontrol, the golden files) have no timing in them and run on every core. The proc label
+# (supervised processes, signals, grace periods) runs alone, one test at a time. Then the two
+# long chains, each one test at a time as before, run side by side (ctest -j2): the torch label
+# (Gloo ranks, python3-torch, training: they hold the lock dtlaunch_torch_ranks) and the Slurm
+# scenarios (they hold their cluster's lock). Both spend most of their time waiting (timeouts,
+# heartbeats, sleeping ranks, srun), and both already ran green beside six other engineers'
+# builds at load 10-16: the machine's load is nothing new to their bounds (docs/slurm-cluster.md,
+# "The suite's time").
 parallel_labels='unit|blackbox'
 step "tests: build/, labels $parallel_labels in parallel"
 ctest --test-dir build --output-on-failure --timeout 600 -L "$parallel_labels" -j"$jobs" || status=1
-step "tests: build/, every other label, one at a time"
-ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels" || status=1
+step "tests: build/, label proc, one at a time"
+ctest --test-dir build --output-on-failure --timeout 600 -L proc -LE "$parallel_labels" || status=1
+step "tests: build/, labels torch and slurm: the two chains side by side"
+ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels|proc" -j2 || status=1
 
 if ((!fast)); then
   step "build-asan/ (clang, ASan+UBSan, fuzzers): waiting for its background build"
