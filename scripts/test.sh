@@ -2,7 +2,8 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script):
 #   1. scripts/setup.sh (idempotent: installs the Debian packages the build and tests need)
 #   2. build/       g++, RelWithDebInfo, warnings as errors, everything incl. the LibTorch runtime;
-#                   ctest runs every label: unit, blackbox, proc, hostlist, torch, slurm
+#                   ctest runs every label: unit and blackbox on every core, then proc alone,
+#                   then torch beside slurm (ctest -j2: one test of each at a time)
 #   3. build-asan/  clang, AddressSanitizer + UndefinedBehaviorSanitizer, no LibTorch, with the
 #                   libFuzzer targets; ctest runs unit, blackbox, proc, hostlist and fuzz
 #   4. build-libtorch2-trixie/  the DDP runtime, its tests and the example built and tested
@@ -13,6 +14,8 @@
 # step 2 compiles they get next to nothing, and while build/'s tests run, which spend much of
 # their time waiting (timeouts, Slurm, ranks that sleep), they get the CPU those tests leave
 # idle. Their own tests run afterwards, alone, as build/'s do.
+# Where the time goes, per phase, and how it was measured: docs/slurm-cluster.md, "The suite's
+# time".
 # Options: --fast skips steps 3 and 4 (for a quick local check; CI never passes it).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -69,13 +72,21 @@ cmake --build build -j"$jobs"
 
 status=0
 # The unit and blackbox labels (pure functions, dtlaunch run once per case, the comparisons with
-# scontrol, the golden files) have no timing in them and run on every core; the rest (supervised
-# processes, signals, timeouts, Slurm, training) runs one test at a time, as it always did.
+# scontrol, the golden files) have no timing in them and run on every core. The proc label
+# (supervised processes, signals, grace periods) runs alone, one test at a time. Then the two
+# long chains, each one test at a time as before, run side by side (ctest -j2): the torch label
+# (Gloo ranks, python3-torch, training: they hold the lock dtlaunch_torch_ranks) and the Slurm
+# scenarios (they hold their cluster's lock). Both spend most of their time waiting (timeouts,
+# heartbeats, sleeping ranks, srun). The two tests that judge ranks' relative speed (stragglers)
+# hold both locks: beside the other chain they named a straggler in a healthy run
+# (docs/slurm-cluster.md, "The suite's time").
 parallel_labels='unit|blackbox'
 step "tests: build/, labels $parallel_labels in parallel"
 ctest --test-dir build --output-on-failure --timeout 600 -L "$parallel_labels" -j"$jobs" || status=1
-step "tests: build/, every other label, one at a time"
-ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels" || status=1
+step "tests: build/, label proc, one at a time"
+ctest --test-dir build --output-on-failure --timeout 600 -L proc -LE "$parallel_labels" || status=1
+step "tests: build/, labels torch and slurm: the two chains side by side"
+ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels|proc" -j2 || status=1
 
 if ((!fast)); then
   step "build-asan/ (clang, ASan+UBSan, fuzzers): waiting for its background build"

@@ -170,7 +170,15 @@ int run(int argc, char** argv) {
                          excerpt(env_table->remaining().front()) + "'");
     return run_env_table(std::cout);
   }
-  if (trace_app->parsed()) return run_trace_command(trace, std::cout, std::cerr);
+  if (trace_app->parsed()) {
+    // CLI11 hands what it cannot place (a second DIR, anything after a "--" that ends the
+    // options) to the parent or the subcommand as "remaining": trace takes one DIR, nothing else.
+    std::vector<std::string> extra = app.remaining();
+    for (const std::string& arg : trace_app->remaining()) extra.push_back(arg);
+    for (const std::string& arg : extra)
+      if (arg != "--") return usage_error("trace takes one DIR, got also '" + excerpt(arg) + "'");
+    return run_trace_command(trace, std::cout, std::cerr);
+  }
   if (job_app->parsed()) return run_job_command(app, *job_app, job, environ);
   LaunchCommand& command = doctor_app->parsed() ? doctor : launch;
   // CLI11 hands a "--" that comes before the subcommand's first positional, and all after it,

@@ -54,12 +54,15 @@ std::string signal_text(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-// A termination signal to a worker's group, and SIGCONT after it: a stopped process (SIGSTOP,
-// a debugger's stop) keeps the signal pending until it is continued, and would spend the
-// whole grace period stopped before its SIGKILL.
+// A termination signal to a worker's group, with SIGCONT: a stopped process (SIGSTOP) keeps the
+// signal pending until it is continued, and would spend the whole grace period stopped before
+// its SIGKILL. SIGCONT goes first: sent after, it discards any stop signal pending by then, and a
+// worker that the termination signal already has exiting may have asked for one — LeakSanitizer
+// at exit PTRACE_ATTACHes its own process, whose SIGSTOP a late SIGCONT discarded: the tracer
+// then waited for that stop forever, and the worker never exited (tests/proc, Ctrl-Z under ASan).
 void terminate_group(pid_t pgid, int sig) {
-  ::kill(-pgid, sig);
   ::kill(-pgid, SIGCONT);
+  ::kill(-pgid, sig);
 }
 
 // "1 worker", "3 workers".

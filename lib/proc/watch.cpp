@@ -85,8 +85,10 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
       err << (options.loss_line ? options.loss_line() : std::string("dtlaunch: a peer was lost"))
           << "\n";
       err.flush();
+      // A stopped program only sees SIGTERM once it runs again. SIGCONT first: after, it would
+      // discard a stop the exiting program asked for (terminate_group in supervisor.cpp).
+      signal_program(pid, SIGCONT);
       signal_program(pid, SIGTERM);
-      signal_program(pid, SIGCONT);  // a stopped program only sees SIGTERM once it runs again
       kill_at = Clock::now() + options.grace;
     }
     if (kill_at && !killed && Clock::now() >= *kill_at) {

@@ -144,6 +144,10 @@ void Timeline::add(const RankFile& f) {
   }
 }
 
+double Timeline::TimeScale::operator()(int64_t t) const {
+  return kLabelWidth + kPlotWidth * (static_cast<double>(t) - t0_us) / span_us;
+}
+
 std::string Timeline::html(const std::string& verdict_text) const {
   const int rows = static_cast<int>(rows_.size());
   const int row_px = timeline_row_px(rows);
@@ -156,13 +160,23 @@ std::string Timeline::html(const std::string& verdict_text) const {
   }
   if (t0 == INT64_MAX) t0 = t1 = 0;
   // In double: the times come from files, and a corrupt one may hold any int64.
-  const double span_us = std::max(static_cast<double>(t1) - static_cast<double>(t0), 1.0);
-  auto x = [&](int64_t t) {
-    return kLabelWidth + kPlotWidth * (static_cast<double>(t) - static_cast<double>(t0)) / span_us;
-  };
+  const TimeScale x{static_cast<double>(t0),
+                    std::max(static_cast<double>(t1) - static_cast<double>(t0), 1.0)};
   const int width = kLabelWidth + kPlotWidth + 20;
   const int height = kTimelineTop + rows * row_px + 40;
 
+  std::string svg = svg_head(width, height, row_px, x.span_us);
+  for (int r = 0; r < rows; ++r) svg += svg_row(r, row_px, width, x);
+  std::string page = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>dtlaunch trace " +
+                     html_escape(v_.run_id) +
+                     "</title><style>body{margin:0;background:#fff}pre{margin:8px;font-size:13px;"
+                     "white-space:pre-wrap}</style></head><body>\n";
+  page += svg + "</svg>\n<pre>" + html_escape(verdict_text) + "</pre>\n</body></html>\n";
+  return page;
+}
+
+// The page's <svg> element opened: background, title, legend and the time axis's caption.
+std::string Timeline::svg_head(int width, int height, int row_px, double span_us) const {
   std::string svg;
   svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) +
          "\" height=\"" + std::to_string(height) + "\" data-top=\"" + std::to_string(kTimelineTop) +
@@ -173,7 +187,6 @@ std::string Timeline::html(const std::string& verdict_text) const {
          html_escape(v_.run_id) + " attempt " + std::to_string(v_.attempt) + ", " +
          std::to_string(v_.ranks.size() - v_.missing().size()) + " of " +
          std::to_string(v_.world_size) + " ranks</text>\n";
-  // Legend.
   auto legend = [&](int lx, const char* colour, const char* text) {
     svg += "<rect x=\"" + std::to_string(lx) + "\" y=\"" + std::to_string(kTimelineTop - 40) +
            "\" width=\"14\" height=\"14\" fill=\"" + colour + "\"/><text x=\"" +
@@ -188,59 +201,57 @@ std::string Timeline::html(const std::string& verdict_text) const {
   svg += "<text x=\"" + std::to_string(kLabelWidth) + "\" y=\"" + std::to_string(kTimelineTop - 8) +
          "\" font-size=\"12\" fill=\"#555\">collectives #" + std::to_string(lo_) + "-#" +
          std::to_string(hi_) + ", " + num(span_us / 1000.0) + " ms, rank 0's clock</text>\n";
+  return svg;
+}
 
-  for (int r = 0; r < rows; ++r) {
-    const int y = kTimelineTop + r * row_px;
-    const RankSummary& rs = v_.ranks[static_cast<size_t>(r)];
-    bool straggler = false;
-    for (const auto& s : v_.stragglers) straggler = straggler || s.rank == r;
-    const char* band = !rs.present ? "#e0e0e0"
-                       : straggler ? "#ffe0e0"
-                                   : (r % 2 ? "#f4f4f4" : "#fbfbfb");
-    svg += "<rect x=\"" + std::to_string(kMarkerWidth) + "\" y=\"" + std::to_string(y) +
-           "\" width=\"" + std::to_string(width - kMarkerWidth) + "\" height=\"" +
-           std::to_string(row_px) + "\" fill=\"" + band + "\"/>\n";
-    if (straggler || !rs.present)
-      svg += "<rect x=\"0\" y=\"" + std::to_string(y) + "\" width=\"" +
-             std::to_string(kMarkerWidth) + "\" height=\"" + std::to_string(row_px) + "\" fill=\"" +
-             (straggler ? kStragglerColour : kMissingColour) + "\"/>\n";
-    if (row_px >= 10) {
-      std::string label = rank_label(v_, static_cast<size_t>(r));
-      if (!rs.present) label += " MISSING";
-      if (straggler) label += " STRAGGLER";
-      svg += "<text x=\"" + std::to_string(kMarkerWidth + 4) + "\" y=\"" +
-             std::to_string(y + row_px - std::max(2, row_px / 4)) + "\" font-size=\"" +
-             std::to_string(std::min(13, row_px - 2)) + "\"" +
-             (straggler ? " fill=\"#b00000\" font-weight=\"bold\"" : "") + ">" +
-             html_escape(label) + "</text>\n";
-    }
-    for (const Entry& e : rows_[static_cast<size_t>(r)]) {
-      const bool open = e.end_us == 0;
-      const int64_t end =
-          open ? std::max(e.enqueue_us, dumped_at_[static_cast<size_t>(r)]) : e.end_us;
-      auto last = v_.last_entered.find(e.seq);
-      const int64_t all_in = last != v_.last_entered.end()
-                                 ? std::clamp(last->second.first, e.enqueue_us, end)
-                                 : e.enqueue_us;
-      const int pad = row_px >= 8 ? 2 : 0;
-      auto bar = [&](int64_t from, int64_t to, const char* colour) {
-        const double w = std::max(x(to) - x(from), 1.0);
-        svg += "<rect x=\"" + num(x(from)) + "\" y=\"" + std::to_string(y + pad) + "\" width=\"" +
-               num(w) + "\" height=\"" + std::to_string(row_px - 2 * pad) + "\" fill=\"" + colour +
-               "\"><title>" +
-               html_escape(e.op + " #" + std::to_string(e.seq) + " " + signature_text(e)) +
-               "</title></rect>\n";
-      };
-      if (all_in > e.enqueue_us) bar(e.enqueue_us, all_in, "#f5a623");
-      bar(all_in, end, open || e.state == EntryState::kFailed ? "#c62828" : "#3b7dd8");
-    }
+// Rank r's track: its band, its marker and label, a bar per collective.
+std::string Timeline::svg_row(int r, int row_px, int width, const TimeScale& x) const {
+  std::string svg;
+  const int y = kTimelineTop + r * row_px;
+  const RankSummary& rs = v_.ranks[static_cast<size_t>(r)];
+  bool straggler = false;
+  for (const auto& s : v_.stragglers) straggler = straggler || s.rank == r;
+  const char* band = !rs.present ? "#e0e0e0"
+                     : straggler ? "#ffe0e0"
+                                 : (r % 2 ? "#f4f4f4" : "#fbfbfb");
+  svg += "<rect x=\"" + std::to_string(kMarkerWidth) + "\" y=\"" + std::to_string(y) +
+         "\" width=\"" + std::to_string(width - kMarkerWidth) + "\" height=\"" +
+         std::to_string(row_px) + "\" fill=\"" + band + "\"/>\n";
+  if (straggler || !rs.present)
+    svg += "<rect x=\"0\" y=\"" + std::to_string(y) + "\" width=\"" + std::to_string(kMarkerWidth) +
+           "\" height=\"" + std::to_string(row_px) + "\" fill=\"" +
+           (straggler ? kStragglerColour : kMissingColour) + "\"/>\n";
+  if (row_px >= 10) {
+    std::string label = rank_label(v_, static_cast<size_t>(r));
+    if (!rs.present) label += " MISSING";
+    if (straggler) label += " STRAGGLER";
+    svg += "<text x=\"" + std::to_string(kMarkerWidth + 4) + "\" y=\"" +
+           std::to_string(y + row_px - std::max(2, row_px / 4)) + "\" font-size=\"" +
+           std::to_string(std::min(13, row_px - 2)) + "\"" +
+           (straggler ? " fill=\"#b00000\" font-weight=\"bold\"" : "") + ">" + html_escape(label) +
+           "</text>\n";
   }
-  std::string page = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>dtlaunch trace " +
-                     html_escape(v_.run_id) +
-                     "</title><style>body{margin:0;background:#fff}pre{margin:8px;font-size:13px;"
-                     "white-space:pre-wrap}</style></head><body>\n";
-  page += svg + "</svg>\n<pre>" + html_escape(verdict_text) + "</pre>\n</body></html>\n";
-  return page;
+  for (const Entry& e : rows_[static_cast<size_t>(r)]) {
+    const bool open = e.end_us == 0;
+    const int64_t end =
+        open ? std::max(e.enqueue_us, dumped_at_[static_cast<size_t>(r)]) : e.end_us;
+    auto last = v_.last_entered.find(e.seq);
+    const int64_t all_in = last != v_.last_entered.end()
+                               ? std::clamp(last->second.first, e.enqueue_us, end)
+                               : e.enqueue_us;
+    const int pad = row_px >= 8 ? 2 : 0;
+    auto bar = [&](int64_t from, int64_t to, const char* colour) {
+      const double w = std::max(x(to) - x(from), 1.0);
+      svg += "<rect x=\"" + num(x(from)) + "\" y=\"" + std::to_string(y + pad) + "\" width=\"" +
+             num(w) + "\" height=\"" + std::to_string(row_px - 2 * pad) + "\" fill=\"" + colour +
+             "\"><title>" +
+             html_escape(e.op + " #" + std::to_string(e.seq) + " " + signature_text(e)) +
+             "</title></rect>\n";
+    };
+    if (all_in > e.enqueue_us) bar(e.enqueue_us, all_in, "#f5a623");
+    bar(all_in, end, open || e.state == EntryState::kFailed ? "#c62828" : "#3b7dd8");
+  }
+  return svg;
 }
 
 }  // namespace dtlaunch::trace

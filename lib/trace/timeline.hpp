@@ -36,6 +36,14 @@ class Timeline {
   std::string html(const std::string& verdict_text) const;
 
  private:
+  // x of a time in the plot, in double: a corrupt file's times may be any int64.
+  struct TimeScale {
+    double t0_us, span_us;
+    double operator()(int64_t t) const;
+  };
+  std::string svg_head(int width, int height, int row_px, double span_us) const;
+  std::string svg_row(int r, int row_px, int width, const TimeScale& x) const;
+
   const Verdict& v_;
   uint64_t lo_, hi_;
   std::vector<std::vector<Entry>> rows_;  // per rank, aligned to rank 0's clock

@@ -26,6 +26,7 @@ namespace dtlaunch::trace {
 namespace {
 
 constexpr size_t kMaxFileBytes = size_t{1} << 30;  // 1,000,000 entries are about 250 MB
+constexpr size_t kHeadBytes = 64 * 1024;
 
 // The whole file, or nullopt and `why`. Regular files only: a FIFO or a device named *.json
 // must not block or flood the reader.
@@ -87,16 +88,16 @@ void write_output_file(const std::string& path, const std::string& data) {
   if (::close(fd) != 0) throw Error::system("writing " + excerpt(path), errno);
 }
 
-}  // namespace
+using RunKey = std::pair<std::string, int>;  // run id, attempt
+using Runs = std::map<RunKey, std::vector<Candidate>>;
 
-int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err) {
+// The *.json names in dir (not the runtime's *.tmp.* files), sorted.
+std::vector<std::string> record_names(const std::string& dir) {
   namespace fs = std::filesystem;
-  const std::string& dir = options.dir;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw Error::usage("trace: " + excerpt(dir) + " is not a directory" +
                        (ec ? " (" + ec.message() + ")" : ""));
-
   std::vector<std::string> names;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -106,70 +107,99 @@ int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err)
   }
   if (ec) throw Error::usage("trace: cannot list " + excerpt(dir) + ": " + ec.message());
   std::sort(names.begin(), names.end());
+  return names;
+}
 
-  // Pass 1: headers. The newest dump decides the run, unless --run names one.
-  std::vector<std::string> broken;
-  std::map<std::pair<std::string, int>, std::vector<Candidate>> runs;
-  for (const auto& name : names) {
-    const std::string path = (fs::path(dir) / name).string();
-    std::string why;
+// One file's header, or nullopt and `why`.
+std::optional<Header> read_header(const std::string& path, std::string& why) {
+  // Regular files only: a FIFO, a device or a directory named *.json is no record.
+  struct stat st {};
+  std::optional<std::string> text;
+  if (::stat(path.c_str(), &st) != 0)
+    why = std::strerror(errno);
+  else if (!S_ISREG(st.st_mode))
+    why = "not a regular file";
+  else
     // The header is the first line: 64 KiB hold it unless the reason is longer.
-    auto text = read_file_head(path, 64 * 1024);
-    std::optional<Header> h;
+    text = read_file_head(path, kHeadBytes);
+  std::optional<Header> h;
+  if (text) h = parse_header(*text, &why);
+  // Only a header cut by the head's end is read again whole: a file that is already wrong in
+  // its first 64 KiB (a 1 GB sparse file of zeros) costs 64 KiB, not its size.
+  if (!h && text && text->size() == kHeadBytes && why.rfind("truncated at byte ", 0) == 0) {
+    text = read_whole(path, &why);
     if (text) h = parse_header(*text, &why);
-    if (!h && text && text->size() == 64 * 1024) {
-      text = read_whole(path, &why);
-      if (text) h = parse_header(*text, &why);
-    }
-    if (!text && why.empty()) why = std::strerror(errno);
+  }
+  if (!text && why.empty()) why = std::strerror(errno);
+  return h;
+}
+
+// Pass 1: every file's header, grouped by run; the unreadable ones in `broken` ("NAME: why").
+Runs read_headers(const std::string& dir, const std::vector<std::string>& names,
+                  std::vector<std::string>& broken) {
+  Runs runs;
+  for (const auto& name : names) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    std::string why;
+    const std::optional<Header> h = read_header(path, why);
     if (!h) {
       broken.push_back(name + ": " + why);
       continue;
     }
     runs[{h->run_id, h->attempt}].push_back({path, name, *h});
   }
-  const std::pair<std::string, int>* chosen = nullptr;
+  return runs;
+}
+
+// The run of the newest dump, or --run's; nullptr when there is none.
+const RunKey* choose_run(const Runs& runs, const std::string& run_id) {
+  const RunKey* chosen = nullptr;
   int64_t newest = INT64_MIN;
   for (const auto& [key, files] : runs) {
-    if (!options.run_id.empty() && key.first != options.run_id) continue;
+    if (!run_id.empty() && key.first != run_id) continue;
     for (const auto& c : files)
       if (c.header.dumped_at_us > newest || chosen == nullptr) {
         if (c.header.dumped_at_us > newest) newest = c.header.dumped_at_us;
         chosen = &key;
       }
   }
-  if (chosen == nullptr) {
-    for (const auto& b : broken) err << "dtlaunch trace: skipped " << excerpt(b, 300) << "\n";
-    if (!options.run_id.empty() && !runs.empty())
-      throw Error::usage("trace: no flight record of run " + excerpt(options.run_id) + " in " +
-                         excerpt(dir));
-    err << "dtlaunch trace: " << excerpt(dir)
-        << (broken.empty()
-                ? ": no flight record (*.json) in it; set DTLAUNCH_DDP_TRACE_DIR for the "
-                  "job, and dump with kill -USR2 or at an error"
-                : ": no readable flight record in it")
-        << "\n";
-    return kTraceNoInput;
-  }
-  std::vector<Candidate>& files = runs[*chosen];
+  return chosen;
+}
+
+// No run to read: says why on `err` and returns kTraceNoInput; throws for an unknown --run.
+int no_run(const TraceOptions& options, const Runs& runs, const std::vector<std::string>& broken,
+           std::ostream& err) {
+  const std::string& dir = options.dir;
+  for (const auto& b : broken) err << "dtlaunch trace: skipped " << excerpt(b, 300) << "\n";
+  if (!options.run_id.empty() && !runs.empty())
+    throw Error::usage("trace: no flight record of run " + excerpt(options.run_id) + " in " +
+                       excerpt(dir));
+  err << "dtlaunch trace: " << excerpt(dir)
+      << (broken.empty() ? ": no flight record (*.json) in it; set DTLAUNCH_DDP_TRACE_DIR for the "
+                           "job, and dump with kill -USR2 or at an error"
+                         : ": no readable flight record in it")
+      << "\n";
+  return kTraceNoInput;
+}
+
+// Pass 2: each rank's newest file of the chosen run into the merger; `used` gets those read.
+Verdict merge_run(const Runs& runs, const RunKey& chosen, const std::vector<std::string>& broken,
+                  std::vector<const Candidate*>& used) {
+  const std::vector<Candidate>& files = runs.at(chosen);
   int world = 0;
   for (const auto& c : files) world = std::max(world, c.header.world_size);
-  // Each rank's newest file.
   std::map<int, const Candidate*> per_rank;
   for (const auto& c : files) {
     auto& slot = per_rank[c.header.rank];
     if (slot == nullptr || c.header.dumped_at_us > slot->header.dumped_at_us) slot = &c;
   }
-
-  Merger merger(chosen->first, chosen->second, world);
+  Merger merger(chosen.first, chosen.second, world);
   for (const auto& b : broken) merger.skip(b.substr(0, b.find(": ")), b.substr(b.find(": ") + 2));
   for (const auto& [key, other] : runs)
-    if (&key != chosen)
+    if (key != chosen)
       merger.other_run(key.first + " attempt " + std::to_string(key.second) + " (" +
                        std::to_string(other.size()) + " files; dtlaunch trace --run " + key.first +
                        ")");
-  // Pass 2: the merge.
-  std::vector<const Candidate*> used;
   for (const auto& [rank, c] : per_rank) {
     std::string why;
     auto text = read_whole(c->path, &why);
@@ -182,7 +212,41 @@ int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err)
     merger.add(c->name, *f);
     used.push_back(c);
   }
-  const Verdict v = merger.finish();
+  return merger.finish();
+}
+
+// Pass 3, for the pictures: the Chrome trace on `out`, the HTML timeline to --html.
+void draw(const TraceOptions& options, const Verdict& v, const std::string& text,
+          const std::vector<const Candidate*>& used, std::ostream& out) {
+  const bool chrome = options.format == TraceFormat::kChrome;
+  Timeline timeline(v);
+  const int64_t t0 = time_origin_us(v);
+  if (chrome) out << chrome_begin(v);
+  for (const Candidate* c : used) {
+    std::string why;
+    auto data = read_whole(c->path, &why);
+    std::optional<RankFile> f;
+    if (data) f = parse_rank_file(*data, &why);
+    if (!f) continue;  // changed since pass 2: it is in the verdict, not in the picture
+    if (chrome) out << chrome_rank(v, *f, t0, false);
+    if (!options.html.empty()) timeline.add(*f);
+  }
+  if (chrome) out << chrome_end(v);
+  if (!options.html.empty()) write_output_file(options.html, timeline.html(text));
+}
+
+}  // namespace
+
+int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err) {
+  const std::string& dir = options.dir;
+  // Pass 1: headers. The newest dump decides the run, unless --run names one.
+  std::vector<std::string> broken;
+  const Runs runs = read_headers(dir, record_names(dir), broken);
+  const RunKey* chosen = choose_run(runs, options.run_id);
+  if (chosen == nullptr) return no_run(options, runs, broken, err);
+
+  std::vector<const Candidate*> used;
+  const Verdict v = merge_run(runs, *chosen, broken, used);
   bool any = false;
   for (const auto& r : v.ranks) any = any || r.present;
   const std::string text = render_text(v, dir);
@@ -191,24 +255,8 @@ int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err)
     err << "dtlaunch trace: " << excerpt(dir) << ": no readable flight record in it\n";
     return kTraceNoInput;
   }
-
-  // Pass 3, for the pictures.
-  if (options.format == TraceFormat::kChrome || !options.html.empty()) {
-    Timeline timeline(v);
-    const int64_t t0 = time_origin_us(v);
-    if (options.format == TraceFormat::kChrome) out << chrome_begin(v);
-    for (const Candidate* c : used) {
-      std::string why;
-      auto data = read_whole(c->path, &why);
-      std::optional<RankFile> f;
-      if (data) f = parse_rank_file(*data, &why);
-      if (!f) continue;  // changed since pass 2: it is in the verdict, not in the picture
-      if (options.format == TraceFormat::kChrome) out << chrome_rank(v, *f, t0, false);
-      if (!options.html.empty()) timeline.add(*f);
-    }
-    if (options.format == TraceFormat::kChrome) out << chrome_end(v);
-    if (!options.html.empty()) write_output_file(options.html, timeline.html(text));
-  }
+  if (options.format == TraceFormat::kChrome || !options.html.empty())
+    draw(options, v, text, used, out);
   if (options.format == TraceFormat::kText) out << text;
   if (options.format == TraceFormat::kJson) out << render_json(v, dir);
   if (options.format == TraceFormat::kChrome) err << text;

@@ -129,11 +129,7 @@ void Merger::add(const std::string& file, const RankFile& f) {
   }
 }
 
-Verdict Merger::finish() {
-  size_t present = 0;
-  for (const auto& r : v_.ranks) present += r.present ? 1 : 0;
-  if (present == 0) return v_;
-
+void Merger::find_divergence(size_t present) {
   // The first collective not completed by every present rank. A rank whose ring no longer held
   // a collective it went past counts as having completed it.
   for (const auto& [seq, c] : seqs_) {
@@ -158,9 +154,11 @@ Verdict Merger::finish() {
         v_.completed_it.push_back(rank);
     }
     v_.divergence_stalled = !v_.failed_in.empty() || v_.longest_wait_s >= 1.0;
-    break;
+    return;
   }
+}
 
+void Merger::count_mismatches() {
   // Mismatches, every one of them.
   for (const auto& [seq, c] : seqs_) {
     if (c.signatures.size() < 2) continue;
@@ -175,57 +173,66 @@ Verdict Merger::finish() {
                        [](const auto& a, const auto& b) { return a.count > b.count; });
     }
   }
+}
 
-  // Stragglers: over the collectives every present rank entered (with times).
-  if (present >= 2) {
-    constexpr double kSignificantMs = 1.0;
-    std::vector<double> waited(v_.ranks.size(), 0.0);
-    std::vector<size_t> last_count(v_.ranks.size(), 0), significant(v_.ranks.size(), 0);
-    size_t significant_all = 0;
-    int64_t span_from = INT64_MAX, span_to = INT64_MIN;
-    for (const auto& [seq, c] : seqs_) {
-      if (c.entered < present || c.second_us == INT64_MIN) continue;
-      ++v_.compared_collectives;
-      span_from = std::min(span_from, c.first_enqueue_us);
-      span_to = std::max(span_to, std::max(c.last_end_us, c.latest_us));
-      const double late = (c.latest_us - c.second_us) / 1000.0;
-      const size_t r = static_cast<size_t>(c.latest_rank);
-      ++last_count[r];
-      waited[r] += late / 1000.0;
-      if (late >= kSignificantMs) {
-        ++significant[r];
-        ++significant_all;
-        late_ms_[r].push_back(late);
-      }
-    }
-    const double span_s = span_to > span_from ? (span_to - span_from) / 1e6 : 0.0;
-    std::vector<double> present_waits;
-    for (size_t r = 0; r < v_.ranks.size(); ++r)
-      if (v_.ranks[r].present) present_waits.push_back(waited[r]);
-    const double med = median(present_waits);
-    std::vector<double> deviations;
-    for (double w : present_waits) deviations.push_back(std::fabs(w - med));
-    const double mad = median(deviations);
-    const double share_needed = std::max(0.5, 1.5 / static_cast<double>(present));
-    const double clock_floor_ms = 2.0 * v_.clock_error_us / 1000.0;
-    for (size_t r = 0; r < v_.ranks.size(); ++r) {
-      if (!v_.ranks[r].present || significant[r] < 5) continue;
-      const double share = static_cast<double>(significant[r]) / significant_all;
-      const double med_late = median(late_ms_[r]);
-      if (share < share_needed) continue;
-      if (med_late < std::max(kSignificantMs, clock_floor_ms)) continue;
-      if (span_s <= 0 || waited[r] < 0.02 * span_s) continue;
-      if (waited[r] <= med + 5 * std::max(mad, 0.001 * span_s)) continue;
-      Straggler s;
-      s.rank = static_cast<int>(r);
-      s.last_count = significant[r];
-      s.collectives = v_.compared_collectives;
-      s.median_late_ms = med_late;
-      s.waited_s = waited[r];
-      s.span_s = span_s;
-      v_.stragglers.push_back(s);
+// Stragglers: over the collectives every present rank entered (with times).
+void Merger::find_stragglers(size_t present) {
+  constexpr double kSignificantMs = 1.0;
+  std::vector<double> waited(v_.ranks.size(), 0.0);
+  std::vector<size_t> last_count(v_.ranks.size(), 0), significant(v_.ranks.size(), 0);
+  size_t significant_all = 0;
+  int64_t span_from = INT64_MAX, span_to = INT64_MIN;
+  for (const auto& [seq, c] : seqs_) {
+    if (c.entered < present || c.second_us == INT64_MIN) continue;
+    ++v_.compared_collectives;
+    span_from = std::min(span_from, c.first_enqueue_us);
+    span_to = std::max(span_to, std::max(c.last_end_us, c.latest_us));
+    const double late = (c.latest_us - c.second_us) / 1000.0;
+    const size_t r = static_cast<size_t>(c.latest_rank);
+    ++last_count[r];
+    waited[r] += late / 1000.0;
+    if (late >= kSignificantMs) {
+      ++significant[r];
+      ++significant_all;
+      late_ms_[r].push_back(late);
     }
   }
+  const double span_s = span_to > span_from ? (span_to - span_from) / 1e6 : 0.0;
+  std::vector<double> present_waits;
+  for (size_t r = 0; r < v_.ranks.size(); ++r)
+    if (v_.ranks[r].present) present_waits.push_back(waited[r]);
+  const double med = median(present_waits);
+  std::vector<double> deviations;
+  for (double w : present_waits) deviations.push_back(std::fabs(w - med));
+  const double mad = median(deviations);
+  const double share_needed = std::max(0.5, 1.5 / static_cast<double>(present));
+  const double clock_floor_ms = 2.0 * v_.clock_error_us / 1000.0;
+  for (size_t r = 0; r < v_.ranks.size(); ++r) {
+    if (!v_.ranks[r].present || significant[r] < 5) continue;
+    const double share = static_cast<double>(significant[r]) / significant_all;
+    const double med_late = median(late_ms_[r]);
+    if (share < share_needed) continue;
+    if (med_late < std::max(kSignificantMs, clock_floor_ms)) continue;
+    if (span_s <= 0 || waited[r] < 0.02 * span_s) continue;
+    if (waited[r] <= med + 5 * std::max(mad, 0.001 * span_s)) continue;
+    Straggler s;
+    s.rank = static_cast<int>(r);
+    s.last_count = significant[r];
+    s.collectives = v_.compared_collectives;
+    s.median_late_ms = med_late;
+    s.waited_s = waited[r];
+    s.span_s = span_s;
+    v_.stragglers.push_back(s);
+  }
+}
+
+Verdict Merger::finish() {
+  size_t present = 0;
+  for (const auto& r : v_.ranks) present += r.present ? 1 : 0;
+  if (present == 0) return v_;
+  find_divergence(present);
+  count_mismatches();
+  if (present >= 2) find_stragglers(present);
   for (const auto& [seq, c] : seqs_)
     if (c.latest_rank >= 0) v_.last_entered[seq] = {c.latest_us, c.latest_rank};
   std::sort(v_.clocks_unknown.begin(), v_.clocks_unknown.end());

@@ -92,6 +92,11 @@ class Merger {
   Verdict finish();
 
  private:
+  // The steps of finish(); `present`: the ranks with a file.
+  void find_divergence(size_t present);
+  void count_mismatches();
+  void find_stragglers(size_t present);
+
   Verdict v_;
   std::map<uint64_t, CollectiveSummary> seqs_;
   // Per rank, per collective it entered: how late it was against the second latest.

@@ -658,8 +658,7 @@ TEST_CASE("the same termination signal twice: SIGKILL at once, not after the gra
   CHECK(settle(5s).empty());
 }
 
-TEST_CASE("Ctrl-Z stops the workers with the supervisor, SIGCONT continues them",
-          "[proc][not-under-sanitizers]") {
+TEST_CASE("Ctrl-Z stops the workers with the supervisor, SIGCONT continues them", "[proc]") {
   const std::string launcher = GENERATE(from_range(launchers()));
   INFO("launcher: " << launcher);
   TempDir dir;
