@@ -304,7 +304,7 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, c
     }
     for (const auto& [name, value] : attempt_environment(restart))
       ::setenv(name.c_str(), value.c_str(), 1);
-    const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options);
+    const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options, restart);
     err << "dtlaunch job: attempt " << restart + 1 << " on " << hostlist::compress(nodes)
         << (restart ? " (restart " + std::to_string(restart) + ")" : std::string()) << std::endl;
     AttemptRun run = run_attempt(argv, allocation.job_id, options.stop_grace, err);
