@@ -5,6 +5,7 @@
 #   slurm-cluster.sh down     stop and remove exactly what `up` made (no-op when nothing is up)
 #   slurm-cluster.sh status   print the nodes, daemons and sinfo; exit 0 only when everything runs
 #   slurm-cluster.sh env      print `export` lines for clients: eval "$(slurm-cluster.sh env)"
+#   slurm-cluster.sh start-node K   start node K's slurmd again after it died (a node that went down)
 #
 # Layout: bridge $BRIDGE with $SUBNET.1 in the host namespace (slurmctld, munged, client commands),
 # netns nodeK with eth0 = $SUBNET.(10+K) and its own hostname, a private /etc/hosts and slurmd.
@@ -222,7 +223,7 @@ start_slurmd() {
   name=$(node_name "$k")
   ns=$(netns_name "$k")
   mkdir -p "$BASE/nodes/$name/spool"
-  record "pid slurmd $BASE/nodes/$name/slurmd.pid"
+  grep -qxF "pid slurmd $BASE/nodes/$name/slurmd.pid" "$STATE" || record "pid slurmd $BASE/nodes/$name/slurmd.pid"
   if [[ $CGROUP == fake ]]; then
     # slurmd 22.05 always loads a cgroup plugin. Give it an empty named v1 hierarchy in its own
     # mount namespace so it never touches the host's cgroups (gotcha 2 of the recipe).
@@ -359,6 +360,17 @@ cmd_status() {
   return $ok
 }
 
+cmd_start_node() {
+  local k=${1:-} n
+  [[ -f $STATE ]] || die "no cluster in $BASE (run up N first)"
+  n=$(awk '$1=="nodes"{print $2}' "$STATE")
+  [[ $k =~ ^[1-9][0-9]*$ && $k -le $n ]] || die "usage: slurm-cluster.sh start-node K (1 <= K <= $n), got '$k'"
+  local pidfile=$BASE/nodes/$(node_name "$k")/slurmd.pid
+  ! live_pid "$pidfile" slurmd >/dev/null || die "the slurmd of $(node_name "$k") already runs"
+  start_slurmd "$k"
+  wait_for 10 live_pid "$pidfile" slurmd >/dev/null || die "the slurmd of $(node_name "$k") did not start"
+}
+
 cmd_env() {
   [[ -f $STATE ]] || die "no cluster in $BASE (run up N first)"
   echo "export SLURM_CONF=$CONF"
@@ -375,6 +387,7 @@ up) cmd_up "${2:-}" ;;
 down) cmd_down ;;
 status) cmd_status ;;
 env) cmd_env ;;
+start-node) cmd_start_node "${2:-}" ;;
 check) # exit 0 when this machine can run the cluster, else print why and exit 1
   why=$(unsupported_reason)
   [[ -z $why ]] || {
@@ -382,5 +395,5 @@ check) # exit 0 when this machine can run the cluster, else print why and exit 1
     exit 1
   }
   ;;
-*) die "usage: slurm-cluster.sh up N | down | status | env | check" ;;
+*) die "usage: slurm-cluster.sh up N | down | status | env | check | start-node K" ;;
 esac

@@ -10,7 +10,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <ostream>
+#include <string>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -164,6 +167,65 @@ struct AttemptRun {
   milliseconds stop{0};
 };
 
+// Waits up to 100 ms for srun's output and reads what came, into `evidence`.
+void pump_ready(Stream (&streams)[2], Evidence& evidence) {
+  pollfd fds[2];
+  nfds_t n = 0;
+  for (auto& s : streams)
+    if (s.fd >= 0) fds[n++] = {s.fd, POLLIN, 0};
+  if (n == 0) {
+    ::usleep(100 * 1000);
+    return;
+  }
+  if (::poll(fds, n, 100) <= 0) return;
+  for (auto& s : streams)
+    for (nfds_t i = 0; i < n; ++i)
+      if (s.fd == fds[i].fd && fds[i].revents) pump(s, evidence);
+}
+
+// Ends a step that does not end after a failure (a cut-off node's slurmstepd does not answer):
+// `grace` after the first failure srun's own abort (SIGINT twice), 5 s later scancel of the
+// job's running steps, 10 s after that SIGKILL of srun.
+class StepStopper {
+ public:
+  StepStopper(pid_t srun, std::string job_id, milliseconds grace)
+      : srun_(srun), job_id_(std::move(job_id)), grace_(grace) {}
+
+  void advance(Clock::time_point first_failure, Evidence& evidence, std::ostream& err) {
+    const auto now = Clock::now();
+    if (stage_ == Stage::kWaiting && now - first_failure > grace_) {
+      err << "dtlaunch job: the step has not ended " << seconds_text(grace_)
+          << " after the first failure: asking srun to abort it" << std::endl;
+      ::kill(srun_, SIGINT);
+      ::usleep(200 * 1000);
+      ::kill(srun_, SIGINT);  // twice within a second: srun cancels the step
+      next(Stage::kAborted, now);
+    } else if (stage_ == Stage::kAborted && now - since_ > milliseconds(5000)) {
+      for (const auto& step : running_steps(job_id_)) {
+        err << "dtlaunch job: scancel " << step << " (the step does not end)" << std::endl;
+        capture({"scancel", step});
+      }
+      evidence.cancelled = true;
+      next(Stage::kCancelled, now);
+    } else if (stage_ == Stage::kCancelled && now - since_ > milliseconds(10000)) {
+      ::kill(srun_, SIGKILL);
+      next(Stage::kKilled, now);
+    }
+  }
+
+ private:
+  enum class Stage { kWaiting, kAborted, kCancelled, kKilled };
+  void next(Stage stage, Clock::time_point now) {
+    stage_ = stage;
+    since_ = now;
+  }
+  pid_t srun_;
+  std::string job_id_;
+  milliseconds grace_;
+  Stage stage_ = Stage::kWaiting;
+  Clock::time_point since_{};
+};
+
 AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& job_id,
                        milliseconds grace, std::ostream& err) {
   AttemptRun run;
@@ -176,64 +238,29 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   Stream streams[2] = {{out_pipe[0], STDOUT_FILENO, {}}, {err_pipe[0], STDERR_FILENO, {}}};
+  StepStopper stopper(pid, job_id, grace);
   std::optional<Clock::time_point> first_failure;
-  int escalation = 0;  // 0 none, 1 SIGINT x2 sent, 2 scancel, 3 SIGKILL
-  Clock::time_point escalated_at{};
   int wstatus = 0;
   bool reaped = false;
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration_cast<milliseconds>(Clock::now() - t);
+  };
   while (!reaped || streams[0].fd >= 0 || streams[1].fd >= 0) {
-    pollfd fds[2];
-    nfds_t n = 0;
-    for (auto& s : streams)
-      if (s.fd >= 0) fds[n++] = {s.fd, POLLIN, 0};
-    if (n > 0) {
-      const int ready = ::poll(fds, n, 100);
-      if (ready > 0)
-        for (auto& s : streams)
-          for (nfds_t i = 0; i < n; ++i)
-            if (s.fd == fds[i].fd && fds[i].revents) pump(s, run.evidence);
-    } else {
-      ::usleep(100 * 1000);
-    }
-    if (!reaped) {
-      const pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
-      if (w == pid) {
-        reaped = true;
-        g_srun_pid = 0;
-        run.wall = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-        if (first_failure)
-          run.stop = std::chrono::duration_cast<milliseconds>(Clock::now() - *first_failure);
-      }
+    pump_ready(streams, run.evidence);
+    if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
+      reaped = true;
+      g_srun_pid = 0;
+      run.wall = since(start);
+      if (first_failure) run.stop = since(*first_failure);
     }
     if (reaped) {
       // srun is gone; a task's output may still be held by a stray process: not for long.
-      if (Clock::now() - start > run.wall + milliseconds(2000)) break;
+      if (since(start) > run.wall + milliseconds(2000)) break;
       continue;
     }
     const bool failing = !run.evidence.failures.empty() || !run.evidence.lost_nodes.empty();
     if (failing && !first_failure) first_failure = Clock::now();
-    if (!first_failure) continue;
-    const auto now = Clock::now();
-    if (escalation == 0 && now - *first_failure > grace) {
-      err << "dtlaunch job: the step has not ended " << seconds_text(grace)
-          << " after the first failure: asking srun to abort it" << std::endl;
-      ::kill(pid, SIGINT);
-      ::usleep(200 * 1000);
-      ::kill(pid, SIGINT);  // twice within a second: srun cancels the step
-      escalation = 1;
-      escalated_at = now;
-    } else if (escalation == 1 && now - escalated_at > milliseconds(5000)) {
-      for (const auto& step : running_steps(job_id)) {
-        err << "dtlaunch job: scancel " << step << " (the step does not end)" << std::endl;
-        capture({"scancel", step});
-      }
-      run.evidence.cancelled = true;
-      escalation = 2;
-      escalated_at = now;
-    } else if (escalation == 2 && now - escalated_at > milliseconds(10000)) {
-      ::kill(pid, SIGKILL);
-      escalation = 3;
-    }
+    if (first_failure) stopper.advance(*first_failure, run.evidence, err);
   }
   for (auto& s : streams)
     if (s.fd >= 0) ::close(s.fd);
@@ -241,7 +268,7 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
     while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
     }
     g_srun_pid = 0;
-    run.wall = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    run.wall = since(start);
   }
   run.status = shell_status(wstatus);
   return run;
@@ -277,7 +304,7 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, c
     }
     for (const auto& [name, value] : attempt_environment(restart))
       ::setenv(name.c_str(), value.c_str(), 1);
-    const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options);
+    const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options, restart);
     err << "dtlaunch job: attempt " << restart + 1 << " on " << hostlist::compress(nodes)
         << (restart ? " (restart " + std::to_string(restart) + ")" : std::string()) << std::endl;
     AttemptRun run = run_attempt(argv, allocation.job_id, options.stop_grace, err);

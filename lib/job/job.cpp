@@ -98,7 +98,8 @@ std::vector<std::string> choose_nodes(const std::vector<std::string>& allocation
 
 std::vector<std::string> srun_command(const std::string& dtlaunch,
                                       const std::vector<std::string>& nodes, const Sizes& sizes,
-                                      const Allocation& allocation, const JobOptions& options) {
+                                      const Allocation& allocation, const JobOptions& options,
+                                      std::uint32_t restart) {
   const auto n = static_cast<std::uint32_t>(nodes.size());
   std::vector<std::string> argv = {
       "srun",
@@ -111,6 +112,11 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
       // The first task to fail ends the step, frozen tasks included: the driver learns at once.
       "--kill-on-bad-exit=1",
   };
+  // The last attempt's step may live on in slurmctld, holding the job's CPUs and GPUs on the
+  // victims, until its lost node answers: a cut-off node when slurmctld next retries (60 s
+  // after it comes back), a node whose slurmd died never. Its tasks are gone; a restart without
+  // --overlap would wait for "Requested nodes are busy" all that time.
+  if (restart > 0) argv.push_back("--overlap");
   if (allocation.gpus_per_node) argv.push_back("--gpus-per-node=" + *allocation.gpus_per_node);
   if (allocation.cpus_per_task) argv.push_back("--cpus-per-task=" + *allocation.cpus_per_task);
   argv.insert(argv.end(), options.srun_args.begin(), options.srun_args.end());

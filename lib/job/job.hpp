@@ -57,10 +57,12 @@ Sizes decide_sizes(const Allocation& allocation, const JobOptions& options);
 std::vector<std::string> choose_nodes(const std::vector<std::string>& allocation,
                                       const std::set<std::string>& excluded, std::uint32_t want);
 
-// srun's command line for one attempt. `dtlaunch` is the path of the tasks' dtlaunch.
+// srun's command line for one attempt (`restart` 0 for the first). `dtlaunch` is the path of
+// the tasks' dtlaunch.
 std::vector<std::string> srun_command(const std::string& dtlaunch,
                                       const std::vector<std::string>& nodes, const Sizes& sizes,
-                                      const Allocation& allocation, const JobOptions& options);
+                                      const Allocation& allocation, const JobOptions& options,
+                                      std::uint32_t restart);
 
 // The variables an attempt adds to the driver's environment (restart count, status records).
 std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <optional>
 
 #include "core/names.hpp"
 #include "core/text.hpp"
@@ -157,104 +159,122 @@ void observe_line(std::string_view line, Evidence& evidence) {
   read_exclude(line, evidence);
 }
 
-Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int srun_status) {
+namespace {
+
+std::set<std::string> nodes_failed_with(const Evidence& e,
+                                        const std::function<bool(const TaskFailure&)>& pred) {
+  std::set<std::string> out;
+  for (const auto& f : e.failures)
+    if (pred(f)) out.insert(f.node);
+  return out;
+}
+
+Outcome stop_with(Verdict verdict, int exit_status, std::string cause,
+                  std::set<std::string> culprits = {}) {
   Outcome o;
-  const auto failed_with = [&](auto&& pred) {
-    std::set<std::string> out;
-    for (const auto& f : e.failures)
-      if (pred(f)) out.insert(f.node);
-    return out;
-  };
-  if (srun_status == 0 && !e.cancelled) {
-    o.verdict = Verdict::kSucceeded;
-    o.cause = "completed";
-    return o;
-  }
-  o.exit_status = srun_status;
-  // Preempted when the first task to end exited 75: after a crash, srun's own SIGTERM to the
-  // others may make them checkpoint and exit 75 too, and that is no preemption.
-  if (!e.failures.empty() && e.failures.front().status == kPreemptedStatus) {
-    o.verdict = Verdict::kPreempted;
-    o.exit_status = kPreemptedStatus;
-    o.cause = "stopped to be resumed (exit 75): passed on, not retried";
-    return o;
-  }
-  if (!e.preflight_exclude.empty()) {
-    o.culprits = among(e.preflight_exclude, nodes);
-    o.cause = "failed the preflight (doctor's exclude list)";
-    o.exit_status = kPreflightStatus;
-    return o;
-  }
-  const auto preflight_failed =
-      failed_with([](const TaskFailure& f) { return f.status == kPreflightStatus; });
-  if (!preflight_failed.empty()) {
-    o.verdict = Verdict::kPermanent;
-    o.exit_status = kPreflightStatus;
-    o.cause =
-        "the preflight found a problem that excluding nodes cannot fix (its report is "
-        "above)";
-    return o;
-  }
-  if (!e.lost_nodes.empty()) {
-    o.culprits = among(e.lost_nodes, nodes);
-    o.cause = excerpt(e.first_lost_message, 160, '\0');
-    return o;
-  }
-  // The program's own failures: an exit status other than "peer lost".
+  o.verdict = verdict;
+  o.exit_status = exit_status;
+  o.cause = std::move(cause);
+  o.culprits = std::move(culprits);
+  return o;
+}
+
+// Preempted when the first task to end exited 75: after a crash, srun's own SIGTERM to the
+// others may make them checkpoint and exit 75 too, and that is no preemption.
+std::optional<Outcome> preempted(const Evidence& e) {
+  if (e.failures.empty() || e.failures.front().status != kPreemptedStatus) return std::nullopt;
+  return stop_with(Verdict::kPreempted, kPreemptedStatus,
+                   "stopped to be resumed (exit 75): passed on, not retried");
+}
+
+std::optional<Outcome> preflight_failed(const Evidence& e, const std::vector<std::string>& nodes) {
+  if (!e.preflight_exclude.empty())
+    return stop_with(Verdict::kRestart, kPreflightStatus,
+                     "failed the preflight (doctor's exclude list)",
+                     among(e.preflight_exclude, nodes));
+  if (nodes_failed_with(e, [](const TaskFailure& f) {
+        return f.status == kPreflightStatus;
+      }).empty())
+    return std::nullopt;
+  return stop_with(Verdict::kPermanent, kPreflightStatus,
+                   "the preflight found a problem that excluding nodes cannot fix (its report is "
+                   "above)");
+}
+
+std::optional<Outcome> peers_named_lost(const Evidence& e, const std::vector<std::string>& nodes,
+                                        int srun_status) {
+  if (e.lost_nodes.empty()) return std::nullopt;
+  return stop_with(Verdict::kRestart, srun_status, excerpt(e.first_lost_message, 160, '\0'),
+                   among(e.lost_nodes, nodes));
+}
+
+// The program's own failures: an exit status other than "peer lost" (and 75 after another
+// task's end, a victim checkpointing on srun's SIGTERM).
+std::optional<Outcome> program_failed(const Evidence& e, const std::vector<std::string>& nodes) {
   const auto own = [](const TaskFailure& f) {
-    // 75 after another task's end is a victim checkpointing on srun's SIGTERM.
     return f.status >= 0 && f.status < 128 && f.status != kPeerLostStatus &&
            f.status != kPreemptedStatus;
   };
-  std::set<int> own_statuses;
+  std::set<int> statuses;
   for (const auto& f : e.failures)
-    if (own(f)) own_statuses.insert(f.status);
-  const auto own_nodes = failed_with(own);
-  if (!own_nodes.empty()) {
-    const int status = *own_statuses.begin();
-    const bool bad_input = std::all_of(own_statuses.begin(), own_statuses.end(),
-                                       [](int s) { return s == 2 || s == 126 || s == 127; });
-    const bool everywhere =
-        own_statuses.size() == 1 && own_nodes.size() == nodes.size() && nodes.size() > 1;
-    if (bad_input || everywhere) {
-      o.verdict = Verdict::kPermanent;
-      o.exit_status = status;
-      o.cause = bad_input ? "bad input (" + status_text(status) + " on " + list(own_nodes) +
-                                "): a restart cannot fix it"
-                          : "every node failed the same way (" + status_text(status) +
-                                "): a restart cannot fix it";
-      return o;
-    }
-    o.culprits = own_nodes;
-    o.exit_status = status;
-    o.cause = "the program failed (" + status_text(status) + ") on " + list(own_nodes);
-    return o;
-  }
-  // Killed: the first node srun saw end that way, the others being srun's own kill.
+    if (own(f)) statuses.insert(f.status);
+  const auto failed = nodes_failed_with(e, own);
+  if (failed.empty()) return std::nullopt;
+  const int status = *statuses.begin();
+  const bool bad_input = std::all_of(statuses.begin(), statuses.end(),
+                                     [](int s) { return s == 2 || s == 126 || s == 127; });
+  if (bad_input)
+    return stop_with(
+        Verdict::kPermanent, status,
+        "bad input (" + status_text(status) + " on " + list(failed) + "): a restart cannot fix it");
+  if (statuses.size() == 1 && failed.size() == nodes.size() && nodes.size() > 1)
+    return stop_with(
+        Verdict::kPermanent, status,
+        "every node failed the same way (" + status_text(status) + "): a restart cannot fix it");
+  return stop_with(Verdict::kRestart, status,
+                   "the program failed (" + status_text(status) + ") on " + list(failed), failed);
+}
+
+// Killed: the first node srun saw end that way, the others being srun's own kill.
+std::optional<Outcome> first_killed(const Evidence& e, int srun_status) {
   for (const auto& f : e.failures) {
     if (f.status == kPeerLostStatus || f.status == kPreemptedStatus) continue;
-    o.culprits = {f.node};
-    o.exit_status = f.status < 0 ? srun_status : f.status;
-    o.cause = "tasks " + f.tasks + " on " + f.node + ": " + f.how + " (first to end)";
-    return o;
+    return stop_with(Verdict::kRestart, f.status < 0 ? srun_status : f.status,
+                     "tasks " + f.tasks + " on " + f.node + ": " + f.how + " (first to end)",
+                     {f.node});
   }
-  // Only "peer lost" statuses: the nodes that said nothing are the lost ones.
-  const auto reported = failed_with([](const TaskFailure&) { return true; });
-  if (!reported.empty()) {
-    std::set<std::string> silent;
-    for (const auto& n : nodes)
-      if (!reported.count(n)) silent.insert(n);
-    if (!silent.empty() && silent.size() < nodes.size()) {
-      o.culprits = silent;
-      o.exit_status = kPeerLostStatus;
-      o.cause = "the others lost their peers (exit 76) and " + list(silent) + " reported nothing";
-      return o;
-    }
-  }
-  o.cause = (e.cancelled ? "the step did not end and was cancelled"
-                         : "srun ended with " + status_text(srun_status)) +
-            "; no node to blame";
-  return o;
+  return std::nullopt;
+}
+
+// Only "peer lost" statuses: the nodes that said nothing are the lost ones.
+std::optional<Outcome> silent_nodes(const Evidence& e, const std::vector<std::string>& nodes) {
+  const auto reported = nodes_failed_with(e, [](const TaskFailure&) { return true; });
+  if (reported.empty()) return std::nullopt;
+  std::set<std::string> silent;
+  for (const auto& n : nodes)
+    if (!reported.count(n)) silent.insert(n);
+  if (silent.empty() || silent.size() == nodes.size()) return std::nullopt;
+  return stop_with(
+      Verdict::kRestart, kPeerLostStatus,
+      "the others lost their peers (exit 76) and " + list(silent) + " reported nothing", silent);
+}
+
+}  // namespace
+
+// The evidence in the order of docs/resilience.md's table: the first step that has something
+// to go by decides.
+Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int srun_status) {
+  if (srun_status == 0 && !e.cancelled) return stop_with(Verdict::kSucceeded, 0, "completed");
+  if (auto o = preempted(e)) return *o;
+  if (auto o = preflight_failed(e, nodes)) return *o;
+  if (auto o = peers_named_lost(e, nodes, srun_status)) return *o;
+  if (auto o = program_failed(e, nodes)) return *o;
+  if (auto o = first_killed(e, srun_status)) return *o;
+  if (auto o = silent_nodes(e, nodes)) return *o;
+  return stop_with(Verdict::kRestart, srun_status,
+                   (e.cancelled ? "the step did not end and was cancelled"
+                                : "srun ended with " + status_text(srun_status)) +
+                       "; no node to blame");
 }
 
 namespace {

@@ -9,7 +9,9 @@ and CI is not set).
 
 import argparse
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +85,66 @@ class Ctx:
             except OSError:
                 pass
         return pids
+
+    def inject(self, k, fault, pids):
+        """The fault on node k: SIGKILL ("kill") or SIGSTOP ("stop") of `pids`, or its eth0 down
+        ("link")."""
+        if fault == "link":
+            r = self.set_link(k, "down")
+            self.eq(r.returncode, 0, f"eth0 down on {self.node(k)} ({r.stderr.strip()})")
+            return
+        for p in pids:
+            os.kill(p, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+
+    def fault_case(self, name, argv, env, ready, victim, fault, pids, survivors_done, bound):
+        """Runs `argv` (an srun; under `timeout`, so a hang fails the case) with its output in a file, waits until
+        ready(output) holds, injects `fault` on node `victim` (see inject; pids() names the
+        processes), then follows the step to its end. A cut-off node's tasks cannot tell srun, so
+        its link comes back once survivors_done(output) holds. Checks that the survivors were
+        done, and (but for a partition) that srun ended, within `bound` seconds of the fault.
+        Returns srun's output, or None when the job never reached the moment of the fault."""
+        out = os.path.join(self.outdir(re.sub(r"\W+", "_", name)), "srun.out")
+        with open(out, "w") as sink:
+            srun = subprocess.Popen(["timeout", "-k", "5", "120"] + list(argv), env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                    text=True)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and srun.poll() is None and not ready(open(out).read()):
+            time.sleep(0.05)
+        if not self.check(srun.poll() is None and ready(open(out).read()),
+                          f"{name}: the job reached the moment of the fault"):
+            srun.terminate()  # timeout passes SIGTERM on to srun, which cancels its step
+            srun.wait()
+            print(open(out).read()[-4000:])
+            return None
+        victims = pids()
+        t0 = time.monotonic()
+        self.inject(victim, fault, victims)
+        ended = None
+        while time.monotonic() - t0 < bound + 30 and srun.poll() is None:
+            if ended is None and survivors_done(open(out).read()):
+                ended = time.monotonic() - t0
+                if fault == "link":
+                    self.set_link(victim, "up")
+            time.sleep(0.05)
+        if ended is None and srun.poll() is not None:
+            ended = time.monotonic() - t0
+        if fault == "link":
+            self.set_link(victim, "up")
+        try:
+            srun.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            srun.terminate()
+            srun.wait()
+        step_end = time.monotonic() - t0
+        print(f"  srun rc={srun.returncode}; survivors done "
+              f"{ended if ended is not None else -1:.2f} s, step ended {step_end:.2f} s after "
+              "the fault")
+        self.check(ended is not None and ended <= bound,
+                   f"{name}: the survivors ended within {bound} s of the fault ({ended})")
+        if fault != "link":
+            self.check(step_end <= bound,
+                       f"{name}: srun's step ended {step_end:.1f} s after the fault")
+        return open(out).read()
 
     def set_link(self, k, state):
         """`ip link set eth0 up|down` inside node k's namespace."""
@@ -250,10 +312,11 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
          "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
 
-def submit(ctx, template, extra, env, timeout, before_wait=None):
+def submit(ctx, template, extra, env, timeout, before_wait=None, script_done=False):
     """sbatch --parsable of scripts/sbatch/TEMPLATE in the work dir, then poll scontrol until the
-    job is final; before_wait(job) runs in between. Returns (job id, scontrol fields, stdout
-    text, stderr text)."""
+    job is final (with script_done, until its script has ended: COMPLETING counts, a state
+    reported as COMPLETED); before_wait(job) runs in between. Returns (job id, scontrol fields,
+    stdout text, stderr text)."""
     path = os.path.join(ctx.repo, "scripts", "sbatch", template)
     p = ctx.run(["sbatch", "--parsable", f"--chdir={ctx.work}"] + extra + [path], env=env,
                 timeout=20)
@@ -266,6 +329,8 @@ def submit(ctx, template, extra, env, timeout, before_wait=None):
     info = {}
     while time.monotonic() < deadline:
         info = ctx.scontrol_job(job)
+        if script_done and info.get("JobState") == "COMPLETING":
+            info["JobState"] = "COMPLETED" if info.get("ExitCode") == "0:0" else "FAILED"
         if info.get("JobState") in FINAL:
             break
         time.sleep(0.25)

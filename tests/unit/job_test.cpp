@@ -108,12 +108,16 @@ TEST_CASE("job: srun runs the preflight on exactly the chosen nodes") {
   o.program = {"./train", "--epochs", "2"};
   o.launch_args = {"--grace", "5"};
   const Sizes s = decide_sizes(a, o);
-  CHECK(srun_command("/bin/dtlaunch", {"cn1", "cn3", "cn4"}, s, a, o) ==
+  CHECK(srun_command("/bin/dtlaunch", {"cn1", "cn3", "cn4"}, s, a, o, 0) ==
         std::vector<std::string>{"srun", "--nodes=3", "--nodelist=cn[1,3-4]", "--ntasks=6",
                                  "--ntasks-per-node=2", "--kill-on-bad-exit=1", "/bin/dtlaunch",
                                  "--preflight", "--grace", "5", "--", "./train", "--epochs", "2"});
+  // A restart shares the resources a step of the last attempt may still hold in slurmctld.
+  const auto restart = srun_command("/bin/dtlaunch", {"cn1", "cn3", "cn4"}, s, a, o, 1);
+  CHECK(restart[6] == "--overlap");
+  CHECK(restart[7] == "/bin/dtlaunch");
   o.watch = true;
-  const auto with_watch = srun_command("/bin/dtlaunch", {"cn1"}, s, a, o);
+  const auto with_watch = srun_command("/bin/dtlaunch", {"cn1"}, s, a, o, 0);
   CHECK(with_watch[7] == "--preflight");
   CHECK(with_watch[8] == "--watch");
   CHECK(attempt_environment(2) ==
