@@ -10,12 +10,28 @@
 
 #include "dtlaunch/ddp.h"
 
+struct addrinfo;
+
 namespace dtlaunch::ddp::detail {
 
 // The first line of an exception's message: c10 errors append a C++ stack trace.
 std::string first_line(const std::exception& e);
 // "2.5s", "30s", as the launcher's messages say durations (core/text.hpp).
 std::string seconds_text(std::chrono::milliseconds ms);
+// A store value from text and back: the store holds bytes, the runtime's records are text.
+inline std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+inline std::string text(const std::vector<uint8_t>& v) {
+  return {v.begin(), v.end()};
+}
+// "ff ff 03": a peer's bytes as the messages that name them show them.
+std::string hex_bytes(const std::string& b);
+// A socket (non-blocking, close-on-exec) connected to `a` by `deadline`; -1 with errno saying why
+// not (ETIMEDOUT at the deadline).
+int connect_by(const addrinfo& a, std::chrono::steady_clock::time_point deadline);
+// Whether `fd` became ready for `events` (poll's) by `deadline`; false on a poll error too.
+bool poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline);
 // kTimeout, kPeerLost or kBackend, from a Gloo, NCCL or store message.
 ErrorKind classify_backend_failure(const std::string& message);
 

@@ -44,13 +44,6 @@ std::string pos_key(int64_t round, int rank) {
   return "dtlaunch/diag/pos/" + std::to_string(round) + "/" + std::to_string(rank);
 }
 
-std::vector<uint8_t> bytes(const std::string& s) {
-  return {s.begin(), s.end()};
-}
-std::string text(const std::vector<uint8_t>& v) {
-  return {v.begin(), v.end()};
-}
-
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
