@@ -34,8 +34,8 @@ struct MonitorSettings {
   // TORCHELASTIC_RESTART_COUNT + SLURM_RESTART_COUNT.
   std::string run_id;
   int attempt = 0;
-  bool check = false;           // DTLAUNCH_DDP_CHECK=1
-  bool timeline = false;        // DTLAUNCH_DDP_TIMELINE=1: rank 0's startup line always
+  bool check = false;     // DTLAUNCH_DDP_CHECK=1
+  bool timeline = false;  // DTLAUNCH_DDP_TIMELINE=1: rank 0's startup line always
   // DTLAUNCH_DDP_REPORT_GRACE_MS: how long a failed rank waits for the others' positions;
   // default twice the watchers' poll interval (0.2 s up to 1000 ranks, world/1000 s beyond,
   // at most 2 s) plus 0.5 s.
@@ -96,7 +96,7 @@ class FlightRecorder {
   std::atomic<uint64_t> next_seq_{0};
   mutable std::mutex mutex_;
   std::vector<CollectiveRecord> ring_;  // grows to capacity_, then wraps
-  CollectiveRecord last_;  // kept even with an empty ring
+  CollectiveRecord last_;               // kept even with an empty ring
 };
 
 // Timestamps of init_process_group's phases on this rank.
@@ -161,6 +161,8 @@ class Monitor {
 
  private:
   std::string report(uint64_t seq, const CollectiveRecord& mine);
+  // The flight record's JSON up to its entries.
+  std::string record_head(const std::string& reason, DumpKind kind) const;
 
   WorkerEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;
