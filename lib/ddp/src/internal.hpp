@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "ddp_config.hpp"
 #include "dtlaunch/ddp.h"
 
 struct addrinfo;
@@ -69,7 +70,7 @@ std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOp
 // else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.
 int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size);
 
-#ifdef DTLAUNCH_DDP_HAVE_NCCL
+#if DTLAUNCH_DDP_HAVE_NCCL
 // Number of usable CUDA devices; 0 when the driver or the devices are missing.
 int cuda_device_count() noexcept;
 
