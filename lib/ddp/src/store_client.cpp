@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// The client speaks 1.13's protocol and is used only on 1.x (rendezvous.cpp): 2.x keeps c10d's
+// own client, so the class is not compiled there.
+#if TORCH_VERSION_MAJOR < 2
 // LibTorch 1.13's query and answer codes (torch/csrc/distributed/c10d/TCPStore.cpp).
 enum class Query : uint8_t {
   kSet,
@@ -285,6 +289,8 @@ class BoundedStore final : public c10d::Store {
   int fd_ = -1;
 };
 
+#endif  // TORCH_VERSION_MAJOR < 2
+
 }  // namespace
 
 bool poll_until(int fd, short events, Clock::time_point deadline) {
@@ -314,9 +320,11 @@ int connect_by(const addrinfo& a, Clock::time_point deadline) {
   return -1;
 }
 
+#if TORCH_VERSION_MAJOR < 2
 c10::intrusive_ptr<c10d::Store> connect_bounded_store(const std::string& host, int port,
                                                       milliseconds timeout) {
   return c10::make_intrusive<BoundedStore>(host, port, timeout);
 }
+#endif
 
 }  // namespace dtlaunch::ddp::detail
