@@ -144,7 +144,7 @@ if [[ $stage != test ]]; then
   cuda_flags="-std=c++20 -O0 -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Werror \
     -D_GLIBCXX_USE_CXX11_ABI=1 -DUSE_C10D_GLOO -DUSE_DISTRIBUTED \
     -DDTLAUNCH_DDP_HAVE_NCCL=1 -DDTLAUNCH_DDP_TORCH_CUDA=1 \
-    -I'$root/lib' -I'$root/lib/ddp/include' -I'$root/lib/ddp/src' -isystem '$cuda_home/include'"
+    -I'$root/lib' -I'$root/lib/ddp/include' -I'$root/lib/ddp/src' -I'$build/lib/ddp/generated' -isystem '$cuda_home/include'"
   if [[ -f $cuda_home/include/nccl.h ]]; then
     step cuda-compile "g++ $cuda_flags -isystem $torch_cuda/usr/include \
       -isystem $torch_cuda/usr/include/torch/csrc/api/include \

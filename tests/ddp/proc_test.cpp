@@ -81,46 +81,65 @@ class SilentListener {
 // A fake peer on MASTER_PORT for fuzzing the client side of the rendezvous: to every connection
 // it sends `bytes`, either at once (kSpeakFirst, as the issue's listener of 0xff bytes did), or in
 // reply to each request it reads (kReply), and then keeps the connection open or closes it.
+// kSpeakLate sends them unasked `late` after it accepted, past any grace a client gives a quiet
+// peer, and until then answers each request with one byte 1: a store's "not ready" to a check.
 class GarbageListener {
  public:
-  enum Mode { kSpeakFirst, kReply, kSpeakAndClose };
-  GarbageListener(std::string bytes, Mode mode) : bytes_(std::move(bytes)), mode_(mode) {
+  enum Mode { kSpeakFirst, kReply, kSpeakAndClose, kSpeakLate };
+  GarbageListener(std::string bytes, Mode mode,
+                  std::chrono::milliseconds late = std::chrono::milliseconds(0))
+      : bytes_(std::move(bytes)), mode_(mode), late_(late) {
     thread_ = std::thread([this] { serve(); });
   }
   ~GarbageListener() {
     stop_ = true;
     thread_.join();
-    for (int c : clients_) ::close(c);
+    for (const Client& c : clients_) ::close(c.fd);
   }
   GarbageListener(const GarbageListener&) = delete;
   GarbageListener& operator=(const GarbageListener&) = delete;
   int port() const { return listener_.port(); }
 
  private:
-  void send_bytes(int c) { (void)::send(c, bytes_.data(), bytes_.size(), MSG_NOSIGNAL); }
+  using Clock = std::chrono::steady_clock;
+  struct Client {
+    int fd;
+    Clock::time_point accepted;
+    bool spoke;
+  };
+  static void send_text(int c, const std::string& b) {
+    (void)::send(c, b.data(), b.size(), MSG_NOSIGNAL);
+  }
+  void accept_one() {
+    const int c = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return;
+    if (mode_ == kSpeakFirst || mode_ == kSpeakAndClose) send_text(c, bytes_);
+    if (mode_ == kSpeakAndClose)
+      ::close(c);
+    else
+      clients_.push_back({c, Clock::now(), false});
+  }
   void serve() {
     while (!stop_) {
-      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
-      for (int c : clients_) fds.push_back({c, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        const int c = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (c >= 0) {
-          if (mode_ != kReply) send_bytes(c);
-          if (mode_ == kSpeakAndClose)
-            ::close(c);
-          else
-            clients_.push_back(c);
+      for (Client& c : clients_)
+        if (mode_ == kSpeakLate && !c.spoke && Clock::now() - c.accepted >= late_) {
+          send_text(c.fd, bytes_);
+          c.spoke = true;
         }
-      }
+      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
+      for (const Client& c : clients_) fds.push_back({c.fd, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), 5) <= 0) continue;
+      if (fds[0].revents & POLLIN) accept_one();
       for (size_t i = 1; i < fds.size(); ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
         char buf[4096];
         const ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n > 0 && mode_ == kReply) send_bytes(fds[i].fd);
+        if (n > 0 && mode_ == kReply) send_text(fds[i].fd, bytes_);
+        if (n > 0 && mode_ == kSpeakLate) send_text(fds[i].fd, std::string(1, '\x01'));
         if (n == 0) {
           ::close(fds[i].fd);
-          clients_.erase(std::find(clients_.begin(), clients_.end(), fds[i].fd));
+          clients_.erase(std::find_if(clients_.begin(), clients_.end(),
+                                      [&](const Client& c) { return c.fd == fds[i].fd; }));
         }
       }
     }
@@ -129,10 +148,25 @@ class GarbageListener {
   SilentListener listener_;
   std::string bytes_;
   Mode mode_;
-  std::vector<int> clients_;
+  std::chrono::milliseconds late_;
+  std::vector<Client> clients_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// 1-64 random bytes.
+std::string random_bytes(std::mt19937& rng) {
+  std::string b(1 + rng() % 64, '\0');
+  for (char& c : b) c = static_cast<char>(rng());
+  return b;
+}
+
+// Rank 1 alone, with a 2 s timeout, against a fake peer on MASTER_PORT.
+ddp_test::RankRun rank_1_against(const GarbageListener& peer) {
+  return run_ranks(DDP_WORKER, {"rendezvous"}, 2, {1},
+                   {{"MASTER_PORT", std::to_string(peer.port())}, {"DDP_TEST_TIMEOUT_MS", "2000"}},
+                   std::chrono::seconds(20));
+}
 
 // The ranks of one job on a given port, started now, with extra variables.
 std::unique_ptr<dtlaunch_test::Ranks> start_job(const dtlaunch_test::TempDir& dir,
@@ -327,18 +361,13 @@ TEST_CASE("rendezvous: any bytes from the port give a typed error in time, never
   };
   std::mt19937 rng(26);
   for (int i = 0; i < 6; ++i) {
-    std::string b(1 + rng() % 64, '\0');
-    for (char& c : b) c = static_cast<char>(rng());
-    cases.push_back({"random " + std::to_string(i), b,
+    cases.push_back({"random " + std::to_string(i), random_bytes(rng),
                      i % 2 ? GarbageListener::kReply : GarbageListener::kSpeakFirst});
   }
   for (const Case& c : cases) {
     INFO(c.name);
     GarbageListener peer(c.bytes, c.mode);
-    auto run =
-        run_ranks(DDP_WORKER, {"rendezvous"}, 2, {1},
-                  {{"MASTER_PORT", std::to_string(peer.port())}, {"DDP_TEST_TIMEOUT_MS", "2000"}},
-                  std::chrono::seconds(20));
+    const auto run = rank_1_against(peer);
     INFO(describe(run));
     REQUIRE(run.ranks.size() == 1);
     const std::string& out = run.ranks[0].output;
@@ -1137,5 +1166,33 @@ TEST_CASE("heartbeat: a rank that starts 10 s late under load is no false alarm"
   for (const auto& r : run.ranks) {
     CHECK(has(r.output, "late ok rank " + std::to_string(r.rank)));
     CHECK_FALSE(has(r.output, "peer lost"));
+  }
+}
+
+// Issue 26 item 1, the class: bytes that arrive unasked at any time, not only at once. LibTorch
+// 1.13's store client parsed them in a background thread (std::length_error, exit 134) once they
+// came later than the 150 ms a rank used to listen for them. The peer here answers each request
+// as a store with no identity yet would, then speaks unasked.
+TEST_CASE("rendezvous: bytes sent unasked at any time give a typed error in time", "[ddp][proc]") {
+  std::mt19937 rng(2601);
+  std::vector<std::string> residues = {std::string(64, '\xff'), std::string(1, '\x03'),
+                                       std::string(1, '\0') + std::string(8, '\x7f')};
+  for (int i = 0; i < 2; ++i) residues.push_back(random_bytes(rng));
+  for (size_t i = 0; i < residues.size(); ++i) {
+    // Past the old 150 ms, and late in the 2 s timeout.
+    const auto late = std::chrono::milliseconds(i % 2 ? 1200 : 300);
+    const std::string& residue = residues[i];
+    INFO("after " << late.count() << " ms: " << residue.size() << " bytes, the first "
+                  << static_cast<int>(static_cast<unsigned char>(residue[0])));
+    GarbageListener peer(residue, GarbageListener::kSpeakLate, late);
+    const auto run = rank_1_against(peer);
+    INFO(describe(run));
+    REQUIRE(run.ranks.size() == 1);
+    const std::string& out = run.ranks[0].output;
+    CHECK(run.ranks[0].status == 3);
+    CHECK(has(out, "error-kind: config"));
+    // Named whether they came between two requests or in place of an answer.
+    CHECK(has(out, "a c10d TCPStore response was expected"));
+    CHECK(error_after_seconds(out) < 3.5);
   }
 }

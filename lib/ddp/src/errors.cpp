@@ -27,6 +27,18 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return dtlaunch::seconds_text(ms);
 }
 
+std::string hex_bytes(const std::string& b) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : b) {
+    const auto u = static_cast<unsigned char>(c);
+    if (!out.empty()) out += ' ';
+    out += kHex[u >> 4];
+    out += kHex[u & 0xf];
+  }
+  return out;
+}
+
 std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
   return compact_ranges(std::vector<std::uint32_t>(ranks.begin(), ranks.end()), limit);
 }

@@ -11,7 +11,7 @@
 namespace dtlaunch::ddp {
 
 bool nccl_available() noexcept {
-#ifdef DTLAUNCH_DDP_HAVE_NCCL
+#if DTLAUNCH_DDP_HAVE_NCCL
   return detail::cuda_device_count() > 0;
 #else
   return false;
@@ -32,7 +32,7 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
                 "dtlaunch ddp: InitOptions::progress_every must not be negative");
   Backend backend = options.backend;
   if (backend == Backend::kAuto) backend = nccl_available() ? Backend::kNccl : Backend::kGloo;
-#ifndef DTLAUNCH_DDP_HAVE_NCCL
+#if !DTLAUNCH_DDP_HAVE_NCCL
   if (backend == Backend::kNccl)
     throw Error(ErrorKind::kConfig,
                 "dtlaunch ddp: the nccl backend was requested, but this build of dtlaunch::ddp has "
@@ -63,7 +63,7 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   auto monitor = std::make_shared<detail::Monitor>(env, store, options.timeout, settings);
   std::shared_ptr<ProcessGroup> group;
   try {
-#ifdef DTLAUNCH_DDP_HAVE_NCCL
+#if DTLAUNCH_DDP_HAVE_NCCL
     if (backend == Backend::kNccl)
       group = detail::make_nccl_group(env, resolved, store, monitor,
                                       peer_watch ? peer_watch->abort_flag() : nullptr);

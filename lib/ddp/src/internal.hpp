@@ -8,7 +8,10 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "ddp_config.hpp"
 #include "dtlaunch/ddp.h"
+
+struct addrinfo;
 
 namespace dtlaunch::ddp::detail {
 
@@ -16,6 +19,20 @@ namespace dtlaunch::ddp::detail {
 std::string first_line(const std::exception& e);
 // "2.5s", "30s", as the launcher's messages say durations (core/text.hpp).
 std::string seconds_text(std::chrono::milliseconds ms);
+// A store value from text and back: the store holds bytes, the runtime's records are text.
+inline std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+inline std::string text(const std::vector<uint8_t>& v) {
+  return {v.begin(), v.end()};
+}
+// "ff ff 03": a peer's bytes as the messages that name them show them.
+std::string hex_bytes(const std::string& b);
+// A socket (non-blocking, close-on-exec) connected to `a` by `deadline`; -1 with errno saying why
+// not (ETIMEDOUT at the deadline).
+int connect_by(const addrinfo& a, std::chrono::steady_clock::time_point deadline);
+// Whether `fd` became ready for `events` (poll's) by `deadline`; false on a poll error too.
+bool poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline);
 // kTimeout, kPeerLost or kBackend, from a Gloo, NCCL or store message.
 ErrorKind classify_backend_failure(const std::string& message);
 
@@ -57,7 +74,7 @@ std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOp
 // else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.
 int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size);
 
-#ifdef DTLAUNCH_DDP_HAVE_NCCL
+#if DTLAUNCH_DDP_HAVE_NCCL
 // Number of usable CUDA devices; 0 when the driver or the devices are missing.
 int cuda_device_count() noexcept;
 

@@ -47,13 +47,6 @@ std::string pos_key(int64_t round, int rank) {
   return "dtlaunch/diag/pos/" + std::to_string(round) + "/" + std::to_string(rank);
 }
 
-std::vector<uint8_t> bytes(const std::string& s) {
-  return {s.begin(), s.end()};
-}
-std::string text(const std::vector<uint8_t>& v) {
-  return {v.begin(), v.end()};
-}
-
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -567,14 +560,72 @@ std::string json_entry(const CollectiveRecord& r) {
          "\"}";
 }
 
+// Writes `head`, the entries and the end of the record to fd, in pieces of about 64 KB; false
+// with errno set on failure (ENOSPC on a full filesystem).
+bool write_record(int fd, std::string head, const std::vector<CollectiveRecord>& entries) {
+  std::string& out = head;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    out += (i ? ",\n" : "\n") + json_entry(entries[i]);
+    if (out.size() >= (1u << 16)) {
+      if (!write_all(fd, out)) return false;
+      out.clear();
+    }
+  }
+  out += "\n ]}\n";
+  return write_all(fd, out);
+}
+
+// Gives the written file `tmp` its name and returns it, or "" with `why` set (tmp removed either
+// way). Other dumps replace `path`; an error's file is never replaced: link() refuses an
+// existing name, so a second error of the same rank and run goes to STEM.error-2.json, -3, ...
+std::string publish(const std::string& tmp, std::string path, const std::string& stem,
+                    DumpKind kind, std::string& why) {
+  int err = 0;
+  if (kind != DumpKind::kError) {
+    if (::rename(tmp.c_str(), path.c_str()) == 0) return path;
+    err = errno;
+  } else {
+    for (int n = 1; n <= 100; ++n) {
+      if (n > 1) path = stem + ".error-" + std::to_string(n) + ".json";
+      if (::link(tmp.c_str(), path.c_str()) == 0) {
+        ::unlink(tmp.c_str());
+        return path;
+      }
+      err = errno;
+      if (err != EEXIST) break;
+    }
+  }
+  ::unlink(tmp.c_str());
+  why = err == EEXIST ? "100 error files of this rank are there already" : std::strerror(err);
+  return "";
+}
+
 }  // namespace
+
+std::string Monitor::record_head(const std::string& reason, DumpKind kind) const {
+  const bool clock_known = clock_->known;
+  return "{\"format\": \"dtlaunch-flight-record\", \"version\": 2, \"run_id\": " +
+         json_quote(settings_.run_id) + ", \"attempt\": " + std::to_string(settings_.attempt) +
+         ", \"rank\": " + std::to_string(env_.rank) +
+         ", \"world_size\": " + std::to_string(env_.world_size) +
+         ", \"local_rank\": " + std::to_string(env_.local_rank) +
+         ", \"host\": " + json_quote(host_) + ", \"kind\": \"" + kind_name(kind) +
+         "\", \"reason\": " + json_quote(reason) +
+         ", \"dumped_at_us\": " + std::to_string(now_us()) + ", \"clock_offset_us\": " +
+         (clock_known ? std::to_string(clock_->offset_us.load()) : "null") +
+         ", \"clock_error_us\": " +
+         (clock_known ? std::to_string(clock_->error_us.load()) : "null") +
+         ", \"collectives_started\": " + std::to_string(recorder_->started()) +
+         ", \"entries_capacity\": " + std::to_string(settings_.trace_entries) +
+         ",\n \"entries\": [";
+}
 
 std::string Monitor::write_file(const std::string& reason, DumpKind kind) const {
   if (settings_.trace_dir.empty()) return "";
   const std::string& dir = settings_.trace_dir;
   const std::string stem = dir + "/" + settings_.run_id + ".a" + std::to_string(settings_.attempt) +
                            ".rank-" + std::to_string(env_.rank);
-  std::string path = stem + (kind == DumpKind::kError ? ".error.json" : ".json");
+  const std::string path = stem + (kind == DumpKind::kError ? ".error.json" : ".json");
   // One warning per rank and run: a full disk must not flood stderr at every collective error.
   auto fail = [&](const std::string& what) -> std::string {
     if (!write_warned_.exchange(true))
@@ -600,57 +651,16 @@ std::string Monitor::write_file(const std::string& reason, DumpKind kind) const 
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(tmp_counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return fail(std::strerror(errno));
-  const auto entries = recorder_->entries();
-  const bool clock_known = clock_->known;
-  std::string out =
-      "{\"format\": \"dtlaunch-flight-record\", \"version\": 2, \"run_id\": " +
-      json_quote(settings_.run_id) + ", \"attempt\": " + std::to_string(settings_.attempt) +
-      ", \"rank\": " + std::to_string(env_.rank) +
-      ", \"world_size\": " + std::to_string(env_.world_size) +
-      ", \"local_rank\": " + std::to_string(env_.local_rank) + ", \"host\": " + json_quote(host_) +
-      ", \"kind\": \"" + kind_name(kind) + "\", \"reason\": " + json_quote(reason) +
-      ", \"dumped_at_us\": " + std::to_string(now_us()) + ", \"clock_offset_us\": " +
-      (clock_known ? std::to_string(clock_->offset_us.load()) : "null") +
-      ", \"clock_error_us\": " + (clock_known ? std::to_string(clock_->error_us.load()) : "null") +
-      ", \"collectives_started\": " + std::to_string(recorder_->started()) +
-      ", \"entries_capacity\": " + std::to_string(settings_.trace_entries) + ",\n \"entries\": [";
-  bool ok = true;
-  for (size_t i = 0; i < entries.size() && ok; ++i) {
-    out += (i ? ",\n" : "\n") + json_entry(entries[i]);
-    if (out.size() >= (1u << 16)) {
-      ok = write_all(fd, out);
-      out.clear();
-    }
-  }
-  out += "\n ]}\n";
-  ok = ok && write_all(fd, out);
+  bool ok = write_record(fd, record_head(reason, kind), recorder_->entries());
   const int write_errno = errno;
   if (::close(fd) != 0 && ok) ok = false;
   if (!ok) {
     ::unlink(tmp.c_str());
     return fail(std::strerror(write_errno != 0 ? write_errno : EIO));
   }
-  if (kind != DumpKind::kError) {
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      const int e = errno;
-      ::unlink(tmp.c_str());
-      return fail(std::strerror(e));
-    }
-    return path;
-  }
-  // An error's file is never replaced: link() refuses an existing name, so a second error of
-  // the same rank and run goes to .error-2.json, -3, ...
-  for (int n = 1; n <= 100; ++n) {
-    if (n > 1) path = stem + ".error-" + std::to_string(n) + ".json";
-    if (::link(tmp.c_str(), path.c_str()) == 0) {
-      ::unlink(tmp.c_str());
-      return path;
-    }
-    if (errno != EEXIST) break;
-  }
-  const int e = errno;
-  ::unlink(tmp.c_str());
-  return fail(e == EEXIST ? "100 error files of this rank are there already" : std::strerror(e));
+  std::string why;
+  const std::string written = publish(tmp, path, stem, kind, why);
+  return written.empty() ? fail(why) : written;
 }
 
 const Error& Monitor::record(const Error& e) {
@@ -690,59 +700,124 @@ Error Monitor::failure(uint64_t seq, const Error& cause) {
   return e;
 }
 
-std::string Monitor::report(uint64_t seq, const CollectiveRecord& mine) {
+namespace {
+
+// What one report round gathered: each rank's position (none for a rank that published nothing
+// within the grace), and where the silent ones were at the start.
+struct Positions {
+  std::vector<std::optional<Position>> of;
+  std::map<int, std::string> silent_where;
+};
+
+// Opens a report round, publishes this rank's position `own` in it, and reads the others' as
+// they arrive, for up to `grace`.
+Positions ask_positions(c10d::Store& store, const WorkerEnv& env, milliseconds grace,
+                        const std::string& own) {
+  Positions p;
+  p.of.resize(static_cast<size_t>(env.world_size));
+  store.add(kReportingKey, 1);
+  const int64_t round = store.add(kAsksKey, 1);
+  store.set(pos_key(round, env.rank), bytes(own));
+  store.set(ask_key(round), bytes(std::to_string(env.rank)));
+  const auto deadline = Clock::now() + grace;
+  for (;;) {
+    bool all = true;
+    for (int r = 0; r < env.world_size; ++r) {
+      if (p.of[r]) continue;
+      if (store.check({pos_key(round, r)}))
+        p.of[r] = parse_position(text(store.get(pos_key(round, r))));
+      if (!p.of[r]) all = false;
+    }
+    if (all || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  // Where the silent ones were at the start, from their check-in records.
+  for (int r = 0; r < env.world_size && p.silent_where.size() < 8; ++r) {
+    if (p.of[r]) continue;
+    std::istringstream rec(text(store.get(checkin_key(r))));
+    std::string host, local;
+    std::getline(rec, host);
+    std::getline(rec, local);
+    p.silent_where[r] = host + ", local rank " + local;
+  }
+  store.add(kReportingKey, -1);
+  return p;
+}
+
+// "ranks 0,2 wait in #5; rank 1 (node2, local rank 1) last entered #4 ...": the ranks that
+// answered grouped by where they are, the group of this rank (in collective `seq`) first.
+std::vector<std::string> where_groups_are(const Positions& p, uint64_t seq) {
+  std::map<std::tuple<int, uint64_t, std::string, std::string>, std::vector<int>> groups;
+  for (int r = 0; r < static_cast<int>(p.of.size()); ++r) {
+    if (!p.of[r]) continue;
+    const bool with_me = p.of[r]->state == "in" && p.of[r]->seq == seq;
+    groups[{with_me ? 0 : 1, p.of[r]->seq, p.of[r]->state, p.of[r]->signature}].push_back(r);
+  }
+  std::vector<std::string> parts;
+  for (const auto& [key, ranks] : groups) {
+    const auto& [order, their_seq, state, sig] = key;
+    const Position& first = *p.of[ranks.front()];
+    const std::string s = "#" + std::to_string(their_seq);
+    const char* wait = ranks.size() == 1 ? " waits in " : " wait in ";
+    if (order == 0)
+      parts.push_back((ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks) + wait + s);
+    else if (state == "none")
+      parts.push_back(name_ranks(ranks, p.of) + " entered no collective yet");
+    else if (state == "in")
+      parts.push_back(name_ranks(ranks, p.of) + wait + s + " " + sig + " since " +
+                      seconds_2(first.age_ms / 1000.0));
+    else
+      parts.push_back(name_ranks(ranks, p.of) + " last entered " + s + " " + sig + ", " +
+                      (state == "failed" ? "which failed " : "finished ") +
+                      seconds_2(first.age_ms / 1000.0) + " ago");
+  }
+  return parts;
+}
+
+// "ranks 3 (node4, local rank 1), 5 published nothing within 10s (...)", or "" when all answered.
+std::string silent_ranks(const Positions& p, milliseconds grace) {
+  std::vector<int> silent;
+  for (int r = 0; r < static_cast<int>(p.of.size()); ++r)
+    if (!p.of[r]) silent.push_back(r);
+  if (silent.empty()) return "";
+  std::string who;
+  for (size_t i = 0; i < silent.size() && i < 8; ++i) {
+    const int r = silent[i];
+    auto it = p.silent_where.find(r);
+    who += (i ? ", " : "") + std::to_string(r) +
+           (it != p.silent_where.end() ? " (" + it->second + ")" : "");
+  }
+  if (silent.size() > 8) who += ", ... (" + std::to_string(silent.size()) + " in all)";
+  return (silent.size() == 1 ? "rank " : "ranks ") + who + " published nothing within " +
+         seconds_text(grace) + " (dead, or stuck where the runtime cannot answer)";
+}
+
+}  // namespace
+
+std::string Monitor::report(uint64_t seq, const CollectiveRecord&) {
   if (!store_ || env_.world_size < 2) return "no other rank to ask";
   struct Result {
     std::mutex mutex;
     std::condition_variable done_cv;
     bool done = false;
     std::string error;
-    std::vector<std::optional<Position>> positions;
-    std::map<int, std::string> silent_where;
+    Positions positions;
   };
   auto result = std::make_shared<Result>();
-  const WorkerEnv env = env_;
   const milliseconds grace = settings_.grace;
-  const std::string own = position_record(*recorder_, host_, env_.local_rank);
   // On a thread of its own, so that a store that stopped answering cannot hold this rank past
   // the grace: the thread is left behind then.
-  std::thread([result, env, grace, own, store = store_] {
-    std::vector<std::optional<Position>> got(static_cast<size_t>(env.world_size));
-    std::map<int, std::string> silent_where;
+  std::thread([result, env = env_, grace, own = position_record(*recorder_, host_, env_.local_rank),
+               store = store_] {
+    Positions got;
     std::string error;
     try {
-      store->add(kReportingKey, 1);
-      const int64_t round = store->add(kAsksKey, 1);
-      store->set(pos_key(round, env.rank), bytes(own));
-      store->set(ask_key(round), bytes(std::to_string(env.rank)));
-      const auto deadline = Clock::now() + grace;
-      for (;;) {
-        bool all = true;
-        for (int r = 0; r < env.world_size; ++r) {
-          if (got[r]) continue;
-          if (store->check({pos_key(round, r)}))
-            got[r] = parse_position(text(store->get(pos_key(round, r))));
-          if (!got[r]) all = false;
-        }
-        if (all || Clock::now() >= deadline) break;
-        std::this_thread::sleep_for(milliseconds(20));
-      }
-      // Where the silent ones were at the start, from their check-in records.
-      for (int r = 0; r < env.world_size && silent_where.size() < 8; ++r) {
-        if (got[r]) continue;
-        std::istringstream rec(text(store->get(checkin_key(r))));
-        std::string host, local;
-        std::getline(rec, host);
-        std::getline(rec, local);
-        silent_where[r] = host + ", local rank " + local;
-      }
-      store->add(kReportingKey, -1);
+      got = ask_positions(*store, env, grace, own);
     } catch (const std::exception& e) {
       error = first_line(e);
     }
     std::lock_guard<std::mutex> lock(result->mutex);
     result->positions = std::move(got);
-    result->silent_where = std::move(silent_where);
     result->error = error;
     result->done = true;
     result->done_cv.notify_all();
@@ -753,60 +828,25 @@ std::string Monitor::report(uint64_t seq, const CollectiveRecord& mine) {
       result->done_cv.wait_for(lock, grace + std::chrono::seconds(2), [&] { return result->done; });
   if (!finished || !result->error.empty()) {
     lock.unlock();
-    const std::string gone = store_host_gone(env_, std::chrono::seconds(2));
-    if (!gone.empty()) return gone;
+    // A store connection that failed at once (reset, closed): rank 0 may be dying, and its
+    // listening socket may still take a connection for a moment. Seen under load with 3 ranks
+    // and rank 0 killed (3 of 9 runs of ddp_proc_test's case, 0 of 6 with the probes): the
+    // report's connection was reset, and the probe's connect right after it succeeded.
+    const int probes = finished ? 3 : 1;
+    for (int i = 0; i < probes; ++i) {
+      if (i > 0) std::this_thread::sleep_for(milliseconds(100));
+      if (std::string gone = store_host_gone(env_, std::chrono::seconds(2)); !gone.empty())
+        return gone;
+    }
     return "no report: the store at " + env_.master_addr + ":" + std::to_string(env_.master_port) +
            " did not answer (" +
            (finished ? result->error : "no reply within " + seconds_text(grace)) + ")";
   }
-
-  // Group the ranks that answered by where they are; this rank's group first.
-  const auto& pos = result->positions;
-  std::map<std::tuple<int, uint64_t, std::string, std::string>, std::vector<int>> groups;
-  std::vector<int> silent;
-  for (int r = 0; r < env_.world_size; ++r) {
-    if (!pos[r]) {
-      silent.push_back(r);
-      continue;
-    }
-    const bool with_me = pos[r]->state == "in" && pos[r]->seq == seq;
-    groups[{with_me ? 0 : 1, pos[r]->seq, pos[r]->state, pos[r]->signature}].push_back(r);
-  }
-  std::vector<std::string> parts;
-  for (const auto& [key, ranks] : groups) {
-    const auto& [order, their_seq, state, sig] = key;
-    const Position& p = *pos[ranks.front()];
-    const std::string s = "#" + std::to_string(their_seq);
-    if (order == 0) {
-      parts.push_back((ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks) +
-                      (ranks.size() == 1 ? " waits in " : " wait in ") + s);
-    } else if (state == "none") {
-      parts.push_back(name_ranks(ranks, pos) + " entered no collective yet");
-    } else if (state == "in") {
-      parts.push_back(name_ranks(ranks, pos) + (ranks.size() == 1 ? " waits in " : " wait in ") +
-                      s + " " + sig + " since " + seconds_2(p.age_ms / 1000.0) + "");
-    } else {
-      parts.push_back(name_ranks(ranks, pos) + " last entered " + s + " " + sig + ", " +
-                      (state == "failed" ? "which failed " : "finished ") +
-                      seconds_2(p.age_ms / 1000.0) + " ago");
-    }
-  }
-  if (!silent.empty()) {
-    std::string who;
-    for (size_t i = 0; i < silent.size() && i < 8; ++i) {
-      const int r = silent[i];
-      auto it = result->silent_where.find(r);
-      who += (i ? ", " : "") + std::to_string(r) +
-             (it != result->silent_where.end() ? " (" + it->second + ")" : "");
-    }
-    if (silent.size() > 8) who += ", ... (" + std::to_string(silent.size()) + " in all)";
-    parts.push_back((silent.size() == 1 ? "rank " : "ranks ") + who + " published nothing within " +
-                    seconds_text(settings_.grace) +
-                    " (dead, or stuck where the runtime cannot answer)");
-  }
+  std::vector<std::string> parts = where_groups_are(result->positions, seq);
+  if (std::string silent = silent_ranks(result->positions, grace); !silent.empty())
+    parts.push_back(silent);
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : "") + parts[i];
-  (void)mine;
   return out;
 }
 

@@ -165,6 +165,8 @@ class Monitor {
 
  private:
   std::string report(uint64_t seq, const CollectiveRecord& mine);
+  // The flight record's JSON up to its entries.
+  std::string record_head(const std::string& reason, DumpKind kind) const;
 
   WorkerEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;

@@ -9,7 +9,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#ifdef DTLAUNCH_DDP_TORCH_CUDA
+#include "ddp_config.hpp"
+#if DTLAUNCH_DDP_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -306,7 +307,7 @@ class NcclGroup final : public ProcessGroup {
     cuda_check(cudaSetDevice(comm_->device), "cudaSetDevice");
     const size_t elem = in.element_size();
     if (in.is_cuda() || out.is_cuda()) {
-#ifdef DTLAUNCH_DDP_TORCH_CUDA
+#if DTLAUNCH_DDP_TORCH_CUDA
       if (!in.is_cuda() || !out.is_cuda() || in.device() != device() || out.device() != device())
         throw Error(ErrorKind::kConfig, "dtlaunch ddp: " + what(op) + " needs tensors on " +
                                             device().str() + ", got " + in.device().str());

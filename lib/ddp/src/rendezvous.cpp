@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@
 #include "internal.hpp"
 #include "monitor.hpp"
 #include "peer_watch.hpp"
+#include "store_client.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
@@ -75,13 +77,6 @@ std::string foreign_key(int64_t n) {
 }
 // Rank 0 logs this many refused foreign ranks, then one line for the rest.
 constexpr int64_t kForeignLinesShown = 8;
-
-std::vector<uint8_t> bytes(const std::string& s) {
-  return {s.begin(), s.end()};
-}
-std::string text(const std::vector<uint8_t>& v) {
-  return {v.begin(), v.end()};
-}
 
 std::string address(const WorkerEnv& env) {
   return env.master_addr + ":" + std::to_string(env.master_port);
@@ -240,50 +235,12 @@ class StoreWatchdog {
 // ---------------------------------------------------------------------------------------------
 
 // One non-blocking connect to `a`, waiting at most a second (and not past the deadline).
-// Returns 0 once accepted, else the errno that says why not. With `spoke_first`, the connection
-// is then held for up to `listen_for` (not past the deadline) to catch a peer that speaks
-// before it is asked: a TCPStore server never does, and LibTorch 1.13's store client hands
-// whatever arrives unasked to a background thread that parses it without bounds and aborts the
-// process (std::length_error from a 64-bit length of 0xff bytes). What arrived, at most 16
-// bytes, goes to *spoke_first; the socket is closed either way.
-int try_connect(const addrinfo& a, Clock::time_point deadline, std::string* spoke_first = nullptr,
-                milliseconds listen_for = milliseconds(0)) {
-  const int fd = ::socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol);
+// Returns 0 once accepted, else the errno that says why not.
+int try_connect(const addrinfo& a, Clock::time_point deadline) {
+  const int fd = connect_by(a, std::min(deadline, Clock::now() + std::chrono::seconds(1)));
   if (fd < 0) return errno;
-  int err = ::connect(fd, a.ai_addr, a.ai_addrlen) == 0 ? 0 : errno;
-  if (err == EINPROGRESS) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    pollfd p{fd, POLLOUT, 0};
-    socklen_t len = sizeof err;
-    if (::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 1, 1000))) != 1 ||
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-      err = ETIMEDOUT;
-  }
-  if (err == 0 && spoke_first != nullptr) {
-    const auto until = std::min(deadline, Clock::now() + listen_for);
-    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) == 1) {
-      char head[16];
-      const ssize_t n = ::recv(fd, head, sizeof head, MSG_DONTWAIT);
-      if (n > 0) spoke_first->assign(head, static_cast<size_t>(n));
-    }
-  }
   ::close(fd);
-  return err;
-}
-
-// "ff ff 03": the bytes of a peer that spoke first, for the message that names it.
-std::string hex_bytes(const std::string& b) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (const char c : b) {
-    const auto u = static_cast<unsigned char>(c);
-    if (!out.empty()) out += ' ';
-    out += kHex[u >> 4];
-    out += kHex[u & 0xf];
-  }
-  return out;
+  return 0;
 }
 
 using AddrList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
@@ -332,9 +289,6 @@ class Progress {
   Clock::time_point next_;
 };
 
-// How long a rank listens, once connected, for a peer that speaks before it is asked.
-constexpr milliseconds kQuietPeer{150};
-
 // Waits until something accepts TCP connections at env's MASTER_ADDR:MASTER_PORT, trying every
 // 5-100 ms, up to the deadline. TCPStore's client spends its whole timeout on a first connect
 // attempt and then backs off for seconds (LibTorch 2.6 reported a missing rank 0 2.5 times past
@@ -348,15 +302,7 @@ std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline,
   for (;;) {
     const AddrList found = resolve(env, reason);
     for (const addrinfo* a = found.get(); a; a = a->ai_next) {
-      std::string spoke;
-      const int err = try_connect(*a, deadline, &spoke, kQuietPeer);
-      if (err == 0 && !spoke.empty())
-        throw Error(ErrorKind::kConfig,
-                    "dtlaunch ddp: rendezvous at " + address(env) + " failed: rank " +
-                        std::to_string(env.rank) + " connected, but the peer there spoke first (" +
-                        hex_bytes(spoke) + (spoke.size() == 16 ? " ..." : "") +
-                        "), which a c10d TCPStore never does: is MASTER_PORT another program's "
-                        "port?");
+      const int err = try_connect(*a, deadline);
       if (err == 0) return "";
       reason = "connect: " + std::string(std::strerror(err));
     }
@@ -381,8 +327,14 @@ struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLib
 // Opens the store on the server env asks for. A LibTorch built without libuv (Debian's 2.x)
 // refuses useLibUV with "use_libuv was requested but PyTorch was build without libuv support",
 // even though its default asks for it: then the older server, which is all 1.13 ever had.
+// On LibTorch 1.x a client is our own bounded one (store_client.hpp): 1.13's would abort the
+// process on unasked bytes from the port.
 template <class Options>
 c10::intrusive_ptr<c10d::Store> open_store(const WorkerEnv& env, Options options) {
+#if TORCH_VERSION_MAJOR < 2
+  if (!options.isServer)
+    return connect_bounded_store(env.master_addr, env.master_port, options.timeout);
+#endif
   if constexpr (HasUseLibUV<Options>::value) {
     options.useLibUV = env.store_use_libuv;
     try {

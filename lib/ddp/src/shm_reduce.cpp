@@ -64,13 +64,6 @@ constexpr auto kLivenessEvery = milliseconds(100);
 
 const std::string kKeyPrefix = "dtlaunch/shm/";
 
-std::vector<uint8_t> bytes(const std::string& s) {
-  return {s.begin(), s.end()};
-}
-std::string text(const std::vector<uint8_t>& v) {
-  return {v.begin(), v.end()};
-}
-
 std::string errno_text(int err) {
   return std::strerror(err);
 }

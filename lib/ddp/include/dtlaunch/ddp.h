@@ -22,6 +22,10 @@
 #include <utility>
 #include <vector>
 
+// The runtime's shared library is built with hidden visibility: it exports what this header
+// marks with DTLAUNCH_DDP_API, and nothing else (tests/ddp/exports_test.sh checks with nm -D).
+#define DTLAUNCH_DDP_API __attribute__((visibility("default")))
+
 namespace dtlaunch::ddp {
 
 // What went wrong, so that a program can act on it (checkpoint and exit 75 on kPeerLost, say).
@@ -33,14 +37,14 @@ enum class ErrorKind {
   kBackend,   // any other failure of Gloo, NCCL, CUDA or the store
 };
 
-const char* to_string(ErrorKind kind) noexcept;
+DTLAUNCH_DDP_API const char* to_string(ErrorKind kind) noexcept;
 
 // The exit status that says "a peer was lost; I am healthy" (the heartbeat's kPeerLost), the
 // same as dtlaunch's own: a job driver restarts without this task's node, and tells it apart
 // from the culprit's status (1, or 128+N). dtlaunch-train exits with it on kPeerLost.
 constexpr int kExitPeerLost = 76;
 
-class Error : public std::runtime_error {
+class DTLAUNCH_DDP_API Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   ErrorKind kind() const noexcept { return kind_; }
@@ -52,12 +56,12 @@ class Error : public std::runtime_error {
 enum class Backend { kAuto, kGloo, kNccl };
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 
-const char* to_string(Backend backend) noexcept;
-const char* to_string(ReduceOp op) noexcept;
+DTLAUNCH_DDP_API const char* to_string(Backend backend) noexcept;
+DTLAUNCH_DDP_API const char* to_string(ReduceOp op) noexcept;
 
 // Whether this build has the NCCL backend compiled in and a usable CUDA device is present.
 // kAuto picks kNccl exactly when this is true.
-bool nccl_available() noexcept;
+DTLAUNCH_DDP_API bool nccl_available() noexcept;
 
 struct InitOptions {
   // kAuto: NCCL when nccl_available(), else Gloo.
@@ -81,7 +85,7 @@ struct InitOptions {
 };
 
 // The launch contract (dtlaunch exports it; torchrun exports all but DTLAUNCH_CUDA_DEVICE).
-struct WorkerEnv {
+struct DTLAUNCH_DDP_API WorkerEnv {
   int rank = 0;                    // RANK
   int world_size = 1;              // WORLD_SIZE
   int local_rank = 0;              // LOCAL_RANK (default 0)
@@ -109,7 +113,7 @@ struct WorkerEnv {
 // thread waits for the GPU work, polling, up to the group's timeout) and rethrows the
 // collective's error, if any.
 class ProcessGroup;
-class Work {
+class DTLAUNCH_DDP_API Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
@@ -120,12 +124,12 @@ namespace detail {
 class Monitor;
 class PeerWatch;
 void attach_peer_watch(ProcessGroup& group, std::shared_ptr<PeerWatch> watch);
-}
+}  // namespace detail
 
 // Every collective is numbered (per group, from 1) and recorded in the group's flight recorder;
 // a collective that times out or loses a peer throws after asking the other ranks where they
 // are (docs/ddp.md, "When a job hangs").
-class ProcessGroup {
+class DTLAUNCH_DDP_API ProcessGroup {
  public:
   virtual ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -186,9 +190,9 @@ class ProcessGroup {
 // Rendezvous through a TCP store at MASTER_ADDR:MASTER_PORT (hosted by rank 0) and connect the
 // backend. When ranks are missing at the deadline, throws kTimeout saying how many arrived,
 // which ranks are missing and the address tried.
-std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
-std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
-                                                 const InitOptions& options = {});
+DTLAUNCH_DDP_API std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+DTLAUNCH_DDP_API std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
+                                                                  const InitOptions& options = {});
 
 // torch.utils.data.distributed.DistributedSampler: the same indices as PyTorch for the same
 // (dataset size, replicas, rank, seed, epoch, shuffle, drop_last). Each next() hands out up to
@@ -197,7 +201,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env,
 // make_data_loader takes the sampler by value and gives no access to it afterwards, so copies
 // of a DistributedSampler share their epoch: keep a copy and call set_epoch(e) on it before
 // each epoch; the loader's copy picks the epoch up when the loader begins the next pass.
-class DistributedSampler : public torch::data::samplers::Sampler<std::vector<size_t>> {
+class DTLAUNCH_DDP_API DistributedSampler
+    : public torch::data::samplers::Sampler<std::vector<size_t>> {
   using Base = torch::data::samplers::Sampler<std::vector<size_t>>;
   template <class S, class A>
   static A argument_of(void (S::*)(A));
@@ -284,7 +289,7 @@ struct DdpStats {
   double overlap_span_seconds = 0;
 };
 
-class DistributedDataParallel {
+class DTLAUNCH_DDP_API DistributedDataParallel {
  public:
   // Broadcasts rank 0's parameters and buffers and registers the gradient hooks.
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
@@ -333,7 +338,7 @@ class DistributedDataParallel {
 // the gradients in the order they are expected to become ready. Returns buckets as positions
 // into slot_bytes, each bucket holding only one kind; a bucket closes once its size reaches
 // cap_bytes (a gradient larger than the cap gets a bucket of its own).
-std::vector<std::vector<size_t>> plan_buckets(const std::vector<size_t>& slot_bytes,
-                                              const std::vector<int>& slot_kind, size_t cap_bytes);
+DTLAUNCH_DDP_API std::vector<std::vector<size_t>> plan_buckets(
+    const std::vector<size_t>& slot_bytes, const std::vector<int>& slot_kind, size_t cap_bytes);
 
 }  // namespace dtlaunch::ddp
