@@ -243,7 +243,26 @@ class Ctx:
             for line in text.splitlines()[:40]:
                 print(f"    {stream}: {line}")
 
+    def wait_all_idle(self, timeout=120):
+        """Waits until every node is idle again: a scenario that cut a node off leaves it
+        allocated (completing, or down until its slurmd answers) for up to a minute, and the next
+        scenario, in whatever order ctest runs them, may want any node."""
+        deadline = time.monotonic() + timeout
+        while True:
+            p = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
+            busy = [line for line in p.stdout.splitlines() if not line.endswith(" idle")]
+            if p.returncode == 0 and not busy:
+                return
+            if time.monotonic() >= deadline:
+                self.fail(f"nodes not idle {timeout} s after the scenario: {busy or p.stderr}")
+                return
+            time.sleep(0.5)
+
     def finish(self):
+        t0 = time.monotonic()
+        self.wait_all_idle()
+        if time.monotonic() - t0 > 1:
+            print(f"waited {time.monotonic() - t0:.1f} s for every node to be idle again")
         if self.failures:
             print(f"{len(self.failures)} failure(s)")
             sys.exit(1)

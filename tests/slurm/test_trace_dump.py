@@ -3,6 +3,7 @@
 trains makes every rank write its flight recorder into DTLAUNCH_DDP_TRACE_DIR; the training goes
 on to the end; `dtlaunch trace` reads the three files and finds the training's all_reduces.
 Registered only in builds that have dtlaunch-train."""
+import re
 import glob
 import os
 import subprocess
@@ -59,8 +60,11 @@ ctx.eq(t.returncode, 0, "dtlaunch trace exit status (a healthy running job)")
 ctx.check(f"run slurm-{job}.0 attempt 0, 3 of 3 ranks, " in t.stdout, "3 of 3 ranks in the verdict")
 j = ctx.run([ctx.dtlaunch, "trace", traces, "--format", "chrome"], timeout=30)
 ctx.check('"name": "all_reduce #' in j.stdout, "the training's all_reduces in the Chrome trace")
-for k in (1, 2, 3):
-    ctx.check(f"({ctx.node(k)}" in t.stdout or ctx.node(k) in j.stdout, f"node {k} in the trace")
+# The step's 3 nodes are any 3 of the cluster's (a node another scenario cut off may still be
+# unavailable): each of them named in the trace.
+named = {ctx.node(k) for k in range(1, ctx.nodes + 1)
+         if re.search(rf"\b{ctx.node(k)}\b", t.stdout + j.stdout)}
+ctx.eq(len(named), 3, f"the step's 3 nodes named in the trace (named: {sorted(named)})")
 if ctx.failures:
     print(text[-4000:])
 ctx.finish()
