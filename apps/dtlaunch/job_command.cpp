@@ -100,7 +100,7 @@ int run_job_command(const CLI::App& app, const CLI::App& job_app, JobCommand& co
   // parent (as for doctor).
   command.options.program = program_argv(job_app.remaining().empty() ? app : job_app);
   return job::run_job(command.options, own_path(), command.json, EnvMap::from_environ(environ_vars),
-                      std::cout, std::cerr);
+                      std::cerr);
 }
 
 }  // namespace dtlaunch

@@ -1,6 +1,7 @@
 #include "driver.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -19,6 +20,7 @@
 #include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
 #include "outcome.hpp"
+#include "proc/output_relay.hpp"
 
 extern char** environ;
 
@@ -44,6 +46,9 @@ void install_forwarding() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+  // A reader that went away (`dtlaunch job ... | head`) is an EPIPE the console drops quietly,
+  // not the driver's death with the step left to run on: the same policy as local mode.
+  ::signal(SIGPIPE, SIG_IGN);
 }
 
 pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
@@ -55,7 +60,7 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
   posix_spawnattr_init(&attr);
   sigset_t defaults;
   sigemptyset(&defaults);
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaddset(&defaults, sig);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGPIPE}) sigaddset(&defaults, sig);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   std::vector<char*> args;
@@ -129,17 +134,22 @@ struct Stream {
   std::string partial;
 };
 
-void write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // our own output is gone: keep driving the job
-    data += n;
-    size -= static_cast<size_t>(n);
+// Passes srun's output on through the console, which never blocks (a stalled reader must not stop
+// supervision: signals, the stop escalation, the next attempt). Pieces of at most PIPE_BUF bytes,
+// cut after a line's end where there is one, so that what is dropped is mostly whole lines.
+void pass_on(Console& console, int fd, std::string_view data) {
+  while (!data.empty()) {
+    std::size_t piece = std::min<std::size_t>(data.size(), PIPE_BUF);
+    if (piece < data.size()) {
+      const auto nl = data.substr(0, piece).rfind('\n');
+      if (nl != std::string_view::npos) piece = nl + 1;
+    }
+    console.write(fd, data.substr(0, piece));
+    data.remove_prefix(piece);
   }
 }
 
-bool pump(Stream& s, Evidence& evidence) {
+bool pump(Stream& s, Console& console, Evidence& evidence) {
   char buf[8192];
   const ssize_t n = ::read(s.fd, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
@@ -150,7 +160,7 @@ bool pump(Stream& s, Evidence& evidence) {
     s.fd = -1;
     return false;
   }
-  write_all(s.to, buf, static_cast<size_t>(n));
+  pass_on(console, s.to, std::string_view(buf, static_cast<size_t>(n)));
   s.partial.append(buf, static_cast<size_t>(n));
   std::size_t start = 0;
   for (std::size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1)
@@ -167,20 +177,20 @@ struct AttemptRun {
   milliseconds stop{0};
 };
 
-// Waits up to 100 ms for srun's output and reads what came, into `evidence`.
-void pump_ready(Stream (&streams)[2], Evidence& evidence) {
-  pollfd fds[2];
+// Waits up to 100 ms for srun's output or for room in our own, reads what came into `evidence` and
+// writes what waited.
+void pump_ready(Stream (&streams)[2], Console& console, Evidence& evidence) {
+  pollfd fds[4];
   nfds_t n = 0;
   for (auto& s : streams)
     if (s.fd >= 0) fds[n++] = {s.fd, POLLIN, 0};
-  if (n == 0) {
-    ::usleep(100 * 1000);
-    return;
-  }
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO})
+    if (const int waiting = console.waiting_fd(fd); waiting >= 0) fds[n++] = {waiting, POLLOUT, 0};
   if (::poll(fds, n, 100) <= 0) return;
   for (auto& s : streams)
     for (nfds_t i = 0; i < n; ++i)
-      if (s.fd == fds[i].fd && fds[i].revents) pump(s, evidence);
+      if (s.fd == fds[i].fd && fds[i].revents) pump(s, console, evidence);
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) console.flush(fd);
 }
 
 // Ends a step that does not end after a failure (a cut-off node's slurmstepd does not answer):
@@ -227,7 +237,7 @@ class StepStopper {
 };
 
 AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& job_id,
-                       milliseconds grace, std::ostream& err) {
+                       milliseconds grace, Console& console, std::ostream& err) {
   AttemptRun run;
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
@@ -246,7 +256,7 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
     return std::chrono::duration_cast<milliseconds>(Clock::now() - t);
   };
   while (!reaped || streams[0].fd >= 0 || streams[1].fd >= 0) {
-    pump_ready(streams, run.evidence);
+    pump_ready(streams, console, run.evidence);
     if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
       reaped = true;
       g_srun_pid = 0;
@@ -274,10 +284,27 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
   return run;
 }
 
+// The steps are over; what their output left waiting for a slow reader is written as it takes it,
+// unless the driver was told to stop: then the rest is dropped, with a word, rather than keeping
+// the batch script (and its allocation) waiting for that reader.
+void deliver_rest(Console& console) {
+  while (!console.idle() && !g_stop_signal) {
+    pollfd fds[2];
+    nfds_t n = 0;
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO})
+      if (const int waiting = console.waiting_fd(fd); waiting >= 0)
+        fds[n++] = {waiting, POLLOUT, 0};
+    if (n == 0) break;
+    ::poll(fds, n, 100);
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) console.flush(fd);
+  }
+  if (!console.idle()) console.discard("stopping on signal " + std::to_string(g_stop_signal));
+}
+
 }  // namespace
 
 int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, const EnvMap& env,
-            std::ostream& out, std::ostream& err) {
+            std::ostream& err) {
   if (options.program.empty())
     throw Error::usage("job: no PROGRAM given (dtlaunch job -- ./train)");
   const Allocation allocation = read_allocation(env);
@@ -287,6 +314,7 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, c
       << " spare, " << sizes.tasks_per_node << " task(s) per node, up to " << options.max_restarts
       << " restart(s)" << std::endl;
   install_forwarding();
+  Console console;
 
   std::set<std::string> excluded;
   std::vector<AttemptRecord> attempts;
@@ -307,7 +335,7 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, c
     const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options, restart);
     err << "dtlaunch job: attempt " << restart + 1 << " on " << hostlist::compress(nodes)
         << (restart ? " (restart " + std::to_string(restart) + ")" : std::string()) << std::endl;
-    AttemptRun run = run_attempt(argv, allocation.job_id, options.stop_grace, err);
+    AttemptRun run = run_attempt(argv, allocation.job_id, options.stop_grace, console, err);
     AttemptRecord record;
     record.attempt = restart + 1;
     record.nodes = nodes;
@@ -338,8 +366,10 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, c
     }
     excluded.insert(record.outcome.culprits.begin(), record.outcome.culprits.end());
   }
+  // The JSON line goes the way of the program's output, after it, and never blocks either.
+  if (json) console.write(STDOUT_FILENO, summary_json(attempts, result, status));
+  deliver_rest(console);
   err << summary_table(attempts, result) << std::flush;
-  if (json) out << summary_json(attempts, result, status) << std::flush;
   return status == 0 && result.rfind("completed", 0) != 0 ? 1 : status;
 }
 
