@@ -146,3 +146,20 @@ TEST_CASE("a successor whose endpoint comes late is watched from then on", "[pro
     CHECK(vs[0].how == How::kExited);
   }
 }
+
+// slurm.watch's false alarm (issue 21): ranks 0, 3 and 2 end in that order. 0's goodbye reaches
+// its neighbours 3 and 1; 3's reaches 2, which then watches 0, a rank whose goodbye it never
+// heard and whose listener is closed.
+TEST_CASE("ranks that end one after the other are no loss", "[proc]") {
+  Cluster c(4);
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int r = 0; r < 4; ++r)
+    nodes.push_back(std::make_unique<Node>(c.options(r, 1000), std::move(c.listeners[r])));
+  std::this_thread::sleep_for(milliseconds(300));
+  nodes[0].reset();
+  std::this_thread::sleep_for(milliseconds(100));
+  nodes[3].reset();
+  std::this_thread::sleep_for(milliseconds(400));
+  CHECK(nodes[1]->verdicts().empty());
+  CHECK(nodes[2]->verdicts().empty());
+}
