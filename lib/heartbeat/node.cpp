@@ -150,8 +150,10 @@ int connect_result(int fd, short revents, TimePoint now, TimePoint deadline) {
   return err;
 }
 
+// A reset is a refusal too: a connection still in the backlog of a listener that closes is reset.
 Probe probe_of(int err) {
-  return err == 0 ? Probe::kAccepted : err == ECONNREFUSED ? Probe::kRefused : Probe::kTimedOut;
+  if (err == 0) return Probe::kAccepted;
+  return err == ECONNREFUSED || err == ECONNRESET ? Probe::kRefused : Probe::kTimedOut;
 }
 
 // Sends a whole frame or nothing useful: a peer that does not read (frozen) fills the buffer,
@@ -248,6 +250,9 @@ class Node::Loop {
       if (!wait_and_handle()) break;
     }
     if (node_.goodbye_.load()) {
+      // A watcher that switched to this rank a moment ago waits in the backlog: it hears the
+      // goodbye too, instead of the reset that closing the listener sends it.
+      accept_all();
       Message m;
       m.type = FrameType::kBye;
       m.rank = o_.self;
