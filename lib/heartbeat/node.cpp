@@ -241,9 +241,10 @@ class Node::Loop {
       // does; docs/ddp.md says how far ahead the endpoints reach).
       if (const int w = ring_.watched(); w >= 0 && !o_.endpoints.count(w)) ring_.heard(w, now);
       ring_.tick(now);
-      // A verdict changes the watched rank, whose connection may fail at once: a new verdict.
+      // A verdict changes the watched rank, whose connection may fail at once: a new verdict, or
+      // (after a goodbye) a departure and another successor to follow.
       do follow_watch(now);
-      while (spread_news());
+      while (spread_news() || connect_pending_);
       start_probe(now);
       if (node_.stopping_.load()) break;
       beat(now);
@@ -324,10 +325,12 @@ class Node::Loop {
     if (e == o_.endpoints.end()) return;
     int err = 0;
     const int fd = start_connect(e->second, err);
-    if (fd < 0)
+    if (fd < 0) {
       ring_.connect_failed(w, probe_of(err), now);
-    else
+      connect_pending_ = ring_.watched() != w;
+    } else {
       links_.push_back({fd, w, true, true, now + o_.settings.timeout, {}});
+    }
   }
 
   void note_own_sockets() {

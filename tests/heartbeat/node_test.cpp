@@ -38,6 +38,14 @@ struct Cluster {
   }
 };
 
+std::vector<std::unique_ptr<Node>> start_all(Cluster& c, int timeout_ms) {
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (size_t r = 0; r < c.listeners.size(); ++r)
+    nodes.push_back(std::make_unique<Node>(c.options(static_cast<int>(r), timeout_ms),
+                                           std::move(c.listeners[r])));
+  return nodes;
+}
+
 // Waits up to `limit` for every node to have a verdict; returns the time it took.
 milliseconds wait_for_verdicts(const std::vector<Node*>& nodes, milliseconds limit) {
   const auto start = Clock::now();
@@ -54,9 +62,7 @@ milliseconds wait_for_verdicts(const std::vector<Node*>& nodes, milliseconds lim
 
 TEST_CASE("a node that stops without goodbye is seen exited by the others at once", "[proc]") {
   Cluster c(4);
-  std::vector<std::unique_ptr<Node>> nodes;
-  for (int r = 0; r < 4; ++r)
-    nodes.push_back(std::make_unique<Node>(c.options(r, 3000), std::move(c.listeners[r])));
+  auto nodes = start_all(c, 3000);
   std::this_thread::sleep_for(milliseconds(300));
   for (const auto& n : nodes) CHECK_FALSE(n->any_lost());
   nodes[2]->stop(false);
@@ -74,9 +80,7 @@ TEST_CASE("a node that stops without goodbye is seen exited by the others at onc
 
 TEST_CASE("a node that says goodbye is no loss", "[proc]") {
   Cluster c(3);
-  std::vector<std::unique_ptr<Node>> nodes;
-  for (int r = 0; r < 3; ++r)
-    nodes.push_back(std::make_unique<Node>(c.options(r, 1000), std::move(c.listeners[r])));
+  auto nodes = start_all(c, 1000);
   std::this_thread::sleep_for(milliseconds(200));
   nodes[1].reset();  // goodbye
   std::this_thread::sleep_for(milliseconds(1800));
@@ -152,9 +156,7 @@ TEST_CASE("a successor whose endpoint comes late is watched from then on", "[pro
 // heard and whose listener is closed.
 TEST_CASE("ranks that end one after the other are no loss", "[proc]") {
   Cluster c(4);
-  std::vector<std::unique_ptr<Node>> nodes;
-  for (int r = 0; r < 4; ++r)
-    nodes.push_back(std::make_unique<Node>(c.options(r, 1000), std::move(c.listeners[r])));
+  auto nodes = start_all(c, 1000);
   std::this_thread::sleep_for(milliseconds(300));
   nodes[0].reset();
   std::this_thread::sleep_for(milliseconds(100));
