@@ -150,8 +150,10 @@ int connect_result(int fd, short revents, TimePoint now, TimePoint deadline) {
   return err;
 }
 
+// A reset is a refusal too: a connection still in the backlog of a listener that closes is reset.
 Probe probe_of(int err) {
-  return err == 0 ? Probe::kAccepted : err == ECONNREFUSED ? Probe::kRefused : Probe::kTimedOut;
+  if (err == 0) return Probe::kAccepted;
+  return err == ECONNREFUSED || err == ECONNRESET ? Probe::kRefused : Probe::kTimedOut;
 }
 
 // Sends a whole frame or nothing useful: a peer that does not read (frozen) fills the buffer,
@@ -239,15 +241,19 @@ class Node::Loop {
       // does; docs/ddp.md says how far ahead the endpoints reach).
       if (const int w = ring_.watched(); w >= 0 && !o_.endpoints.count(w)) ring_.heard(w, now);
       ring_.tick(now);
-      // A verdict changes the watched rank, whose connection may fail at once: a new verdict.
+      // A verdict changes the watched rank, whose connection may fail at once: a new verdict, or
+      // (after a goodbye) a departure and another successor to follow.
       do follow_watch(now);
-      while (spread_news());
+      while (spread_news() || connect_pending_);
       start_probe(now);
       if (node_.stopping_.load()) break;
       beat(now);
       if (!wait_and_handle()) break;
     }
     if (node_.goodbye_.load()) {
+      // A watcher that switched to this rank a moment ago waits in the backlog: it hears the
+      // goodbye too, instead of the reset that closing the listener sends it.
+      accept_all();
       Message m;
       m.type = FrameType::kBye;
       m.rank = o_.self;
@@ -319,10 +325,12 @@ class Node::Loop {
     if (e == o_.endpoints.end()) return;
     int err = 0;
     const int fd = start_connect(e->second, err);
-    if (fd < 0)
+    if (fd < 0) {
       ring_.connect_failed(w, probe_of(err), now);
-    else
+      connect_pending_ = ring_.watched() != w;
+    } else {
       links_.push_back({fd, w, true, true, now + o_.settings.timeout, {}});
+    }
   }
 
   void note_own_sockets() {

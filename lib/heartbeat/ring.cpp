@@ -54,9 +54,10 @@ std::vector<int> Ring::neighbours() const {
   return out;
 }
 
-void Ring::watch_next(TimePoint now) {
+void Ring::watch_next(TimePoint now, bool after_goodbye) {
   const int next = successor();
   if (next == watched_ && watched_ >= 0) return;
+  after_goodbye_ = after_goodbye;
   // After a loss the new successor has half a timeout to be heard: a live one answers the
   // connection's hello within milliseconds, and two neighbours frozen at once are then both
   // named within 1.5 timeouts instead of 2.
@@ -81,6 +82,13 @@ bool Ring::record(const Verdict& v) {
 }
 
 void Ring::declare(int rank, How how, TimePoint now) {
+  // Watched because its predecessor said goodbye, and gone before it answered: the ranks are
+  // ending together, and its own goodbye went to the links it had, not to this late one. A real
+  // exit there still closes its link to its successor, which declares it.
+  if (how == How::kExited && rank == watched_ && after_goodbye_ && !answered_) {
+    departed(rank, now);
+    return;
+  }
   Verdict v;
   v.rank = rank;
   v.how = how;
@@ -127,7 +135,7 @@ void Ring::probed(int rank, Probe result, TimePoint now) {
 void Ring::departed(int rank, TimePoint now) {
   if (rank < 0 || rank >= world_ || rank == self_ || lost_[static_cast<size_t>(rank)]) return;
   lost_[static_cast<size_t>(rank)] = true;
-  if (rank == watched_) watch_next(now);
+  if (rank == watched_) watch_next(now, true);
 }
 
 bool Ring::receive(const Verdict& v, TimePoint now) {

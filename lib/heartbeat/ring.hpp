@@ -94,7 +94,9 @@ class Ring {
   void connect_failed(int rank, Probe why, TimePoint now);
   // A probe of a silent rank finished.
   void probed(int rank, Probe result, TimePoint now);
-  // `rank` said goodbye: it ended normally. It leaves the ring without a verdict.
+  // `rank` said goodbye: it ended normally. It leaves the ring without a verdict, and so does
+  // the successor watched next if its connection closes or is refused before it answers: ranks
+  // that end together say goodbye only on the links they have.
   void departed(int rank, TimePoint now);
   // A verdict from another rank. Returns true when it is news here (then pass it on).
   bool receive(const Verdict& v, TimePoint now);
@@ -118,7 +120,7 @@ class Ring {
 
  private:
   void declare(int rank, How how, TimePoint now);
-  void watch_next(TimePoint now);
+  void watch_next(TimePoint now, bool after_goodbye = false);
   bool record(const Verdict& v);
   milliseconds limit() const;  // the silence allowed to the watched rank now
 
@@ -137,8 +139,9 @@ class Ring {
   bool probe_started_ = false;
   std::optional<Probe> probe_result_;
   bool watch_changed_ = true;
-  bool startup_ = true;    // watching the first successor since start-up
-  bool answered_ = false;  // the watched rank's heartbeat thread has spoken (a position)
+  bool startup_ = true;         // watching the first successor since start-up
+  bool answered_ = false;       // the watched rank's heartbeat thread has spoken (a position)
+  bool after_goodbye_ = false;  // watched since its predecessor said goodbye
 };
 
 // "frozen (silent for 3.1s; its host still accepts connections)", "exited (its connection

@@ -146,6 +146,43 @@ TEST_CASE("a goodbye is no loss") {
   CHECK(ring.verdicts().empty());
 }
 
+TEST_CASE("ranks ending together: a successor gone before it answered the switch is no loss") {
+  // Ranks 0, 3 and 2 end in that order (slurm.watch, issue 21): 0's goodbye reaches 3 and 1,
+  // 3's reaches 2, and 2 then connects to 0, whose goodbye it never heard.
+  Ring ring(2, 4, settings(), at(0));
+  ring.heard(3, at(5), Position{});
+  ring.departed(3, at(10));
+  CHECK(ring.watched() == 0);
+  ring.connect_failed(0, Probe::kRefused, at(11));  // 0 had closed its listener
+  CHECK(ring.verdicts().empty());
+  CHECK(ring.watched() == 1);
+  ring.heard(1, at(12));  // accepted, then reset from the backlog of a listener closing
+  ring.closed(1, at(13));
+  CHECK(ring.verdicts().empty());
+  CHECK(ring.watched() == -1);
+}
+
+TEST_CASE("after a goodbye, a successor that answered and then exits is lost") {
+  Ring ring(2, 4, settings(), at(0));
+  ring.departed(3, at(10));
+  ring.heard(0, at(11), Position{});  // its hello
+  ring.closed(0, at(500));
+  CHECK(lost_ranks(ring.verdicts()) == std::vector<int>{0});
+  CHECK(ring.watched() == 1);
+  ring.connect_failed(1, Probe::kRefused, at(501));  // after a loss: a loss
+  CHECK(lost_ranks(ring.verdicts()) == std::vector<int>{0, 1});
+}
+
+TEST_CASE("after a goodbye, a silent successor is still frozen or unreachable") {
+  Ring ring(2, 4, settings(), at(0));
+  ring.departed(3, at(10));
+  ring.tick(at(1509));
+  CHECK(ring.verdicts().empty());
+  ring.tick(at(1510));  // half a timeout after the switch, as after any loss
+  CHECK(lost_ranks(ring.verdicts()) == std::vector<int>{0});
+  CHECK(ring.verdicts()[0].how == How::kUnreachable);
+}
+
 TEST_CASE("frames round-trip") {
   Message m;
   m.type = FrameType::kVerdict;
