@@ -56,7 +56,13 @@ for f in files:
 
 t = ctx.run([ctx.dtlaunch, "trace", traces], timeout=30)
 print(t.stdout + t.stderr)
-ctx.eq(t.returncode, 0, "dtlaunch trace exit status (a healthy running job)")
+# A healthy job: exit 0, or 3 for a straggler alone. Three ranks training on a 2-core machine
+# have a real one now and then (a rank the scheduler leaves behind for a few steps of an early
+# dump: seen in a CI-like run, 8 of 35 collectives, 11% of a 0.26 s span).
+straggler_only = (t.returncode == 3 and "straggler: rank" in t.stdout
+                  and "mismatches:" not in t.stdout and "first divergence:" not in t.stdout)
+ctx.check(t.returncode == 0 or straggler_only,
+          f"dtlaunch trace exit status (a healthy running job): {t.returncode}")
 ctx.check(f"run slurm-{job}.0 attempt 0, 3 of 3 ranks, " in t.stdout, "3 of 3 ranks in the verdict")
 j = ctx.run([ctx.dtlaunch, "trace", traces, "--format", "chrome"], timeout=30)
 ctx.check('"name": "all_reduce #' in j.stdout, "the training's all_reduces in the Chrome trace")

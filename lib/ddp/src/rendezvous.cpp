@@ -493,6 +493,14 @@ class Rendezvous {
       // LibTorch 2.x pings the server in the constructor: a silent peer is found here, and is
       // worded as when 1.13 finds it at the first request below.
       if (watchdog_->fired()) throw silent_peer(e);
+      // LibTorch 2.x's client checks the nonce of its first ping's answer: a peer that answered
+      // something else is not a store of this LibTorch (our own 1.x client says so itself).
+      if (std::string_view(e.what()).find("nonce") != std::string_view::npos)
+        throw Error(ErrorKind::kConfig,
+                    where_ + " failed: " + me_ +
+                        " connected, but the peer there sent bytes that are not a c10d TCPStore "
+                        "response (is MASTER_PORT another program's port?): " +
+                        first_line(e));
       throw unreachable(first_line(e));
     }
   }
