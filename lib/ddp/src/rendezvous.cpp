@@ -427,7 +427,9 @@ class Rendezvous {
       check_in();
       wait_for_all();
     } catch (const Error&) {
-      if (watch_ && watch_->lost()) throw watch_->error();
+      // Rank 0's published diagnosis is the cause: a rank that read it and ended may already be
+      // "lost" to this rank's heartbeat, a consequence.
+      if (watch_ && watch_->lost() && !read_diagnosis_) throw watch_->error();
       throw;
     } catch (const std::exception& e) {
       // Once this rank's heartbeat runs (it has claimed its place), a store that fails may be
@@ -585,11 +587,11 @@ class Rendezvous {
   void wait_for_all() {
     auto pause = milliseconds(5);
     for (;;) {
+      if (env_.rank == 0 ? all_arrived() : others_done()) break;
       if (watch_) {
         if (watch_->lost()) throw watch_->error();
         watch_->fetch_endpoints(*store_, false);
       }
-      if (env_.rank == 0 ? all_arrived() : others_done()) break;
       if (Clock::now() >= deadline_) throw timed_out();
       if (progress_.due()) print_progress();
       sleep_a_little(pause);
@@ -603,6 +605,7 @@ class Rendezvous {
       // Rank 0's diagnosis, published before it gave up.
       auto rec = text(store_->get(kFailedKey));
       store_->add(kAckKey, 1);
+      read_diagnosis_ = true;
       throw from_failure_record(rec);
     }
     return false;
@@ -780,7 +783,8 @@ class Rendezvous {
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t arrived_ = 0;
   bool answered_ = false;
-  bool joined_ = false;  // this rank's heartbeat runs
+  bool joined_ = false;          // this rank's heartbeat runs
+  bool read_diagnosis_ = false;  // rank 0's published failure record was read: it is the cause
   Clock::time_point checked_in_{};
   int64_t foreign_logged_ = 0;
   Clock::time_point foreign_since_{};
