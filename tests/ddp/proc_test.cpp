@@ -1190,10 +1190,18 @@ TEST_CASE("rendezvous: bytes sent unasked at any time give a typed error in time
     REQUIRE(run.ranks.size() == 1);
     const std::string& out = run.ranks[0].output;
     CHECK(run.ranks[0].status == 3);
-    CHECK(has(out, "error-kind: config"));
-    // Named whether they came between two requests or in place of an answer (LibTorch 1.x: our
-    // client's words; 2.x: c10d's client finds its ping's answer wrong).
-    CHECK(has(out, "c10d TCPStore response"));
     CHECK(error_after_seconds(out) < 3.5);
+#if DDP_TEST_OWN_STORE_CLIENT
+    // Our own client (LibTorch 1.x) names them whether they came between two requests or in
+    // place of an answer.
+    CHECK(has(out, "error-kind: config"));
+    CHECK(has(out, "a c10d TCPStore response was expected"));
+#else
+    // c10d's client (2.x) never aborts on them either: its ping's answer is refused (config,
+    // backend), or a first byte that looks like the start of one leaves it waiting, which is
+    // the silence of a stopped rank 0 (timeout), as in the test above.
+    CHECK((has(out, "error-kind: config") || has(out, "error-kind: backend") ||
+           has(out, "error-kind: timeout")));
+#endif
   }
 }

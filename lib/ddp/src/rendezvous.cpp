@@ -497,11 +497,19 @@ class Rendezvous {
       if (watchdog_->fired()) throw silent_peer(e);
       // LibTorch 2.x's client checks the nonce of its first ping's answer: a peer that answered
       // something else is not a store of this LibTorch (our own 1.x client says so itself).
-      if (std::string_view(e.what()).find("nonce") != std::string_view::npos)
+      const std::string_view what = e.what();
+      if (what.find("nonce") != std::string_view::npos)
         throw Error(ErrorKind::kConfig,
                     where_ + " failed: " + me_ +
                         " connected, but the peer there sent bytes that are not a c10d TCPStore "
                         "response (is MASTER_PORT another program's port?): " +
+                        first_line(e));
+      // It accepted the connection (wait_for_listener) and then closed it unanswered.
+      if (what.find("recv") != std::string_view::npos)
+        throw Error(ErrorKind::kBackend,
+                    where_ + " failed: " + me_ +
+                        " connected, but the peer there closed the connection instead of "
+                        "answering as a c10d TCPStore (is MASTER_PORT another program's port?): " +
                         first_line(e));
       throw unreachable(first_line(e));
     }
