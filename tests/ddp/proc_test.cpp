@@ -375,7 +375,10 @@ TEST_CASE("rendezvous: any bytes from the port give a typed error in time, never
     CHECK(has(out, "ERROR: dtlaunch ddp: "));
     // What spoke first or answered is named as not the store's protocol; a reply that is a
     // prefix of a valid one and then silence is a timeout, as a stopped rank 0 would be.
-    if (c.mode == GarbageListener::kSpeakFirst || c.mode == GarbageListener::kSpeakAndClose)
+    // (LibTorch 2.x keeps c10d's client, which retries a connection closed on it until its
+    // timeout: there any typed error in time will do.)
+    if (DDP_TEST_OWN_STORE_CLIENT &&
+        (c.mode == GarbageListener::kSpeakFirst || c.mode == GarbageListener::kSpeakAndClose))
       CHECK((has(out, "error-kind: config") || has(out, "error-kind: backend")));
     else
       CHECK((has(out, "error-kind: config") || has(out, "error-kind: backend") ||
