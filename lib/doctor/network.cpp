@@ -166,21 +166,31 @@ double measure(int fd, char direction, Clock::time_point phase_end, bool& broken
   return best >= 0 ? best : last;
 }
 
-LinkResult test_peer(std::uint32_t from, const NetworkPeer& peer, Clock::time_point start,
-                     Clock::time_point end) {
-  LinkResult result{from, peer.node, 0, 0, 0, ""};
-  std::string error;
-  const int fd = connect_to(peer.address, peer.port, end, error);
+// A connection to the peer's agent, greeted; -1 and `error` when it cannot be made.
+int open_test(const NetworkPeer& peer, Clock::time_point end, std::string& error) {
+  std::string why;
+  const int fd = connect_to(peer.address, peer.port, end, why);
   if (fd < 0) {
-    result.error = error;
-    return result;  // zero rates: a link that does not work is as slow as can be
+    error = why;
+    return -1;
   }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  const auto span = end - start;
   set_timeouts(fd, end - Clock::now());
+  if (send_all_bytes(fd, kHello)) return fd;
+  error = peer.address + " did not answer";
+  ::close(fd);
+  return -1;
+}
+
+LinkResult test_peer(std::uint32_t from, const NetworkPeer& peer, Clock::time_point start,
+                     Clock::time_point end) {
+  LinkResult result{from, peer.node, 0, 0, 0, ""};
+  int fd = open_test(peer, end, result.error);
+  if (fd < 0) return result;  // zero rates: a link that does not work is as slow as can be
+  const auto span = end - start;
   std::vector<double> rtts;
-  bool broken = !send_all_bytes(fd, kHello);
+  bool broken = false;
   const auto pings_end = start + span / 10;
   while (!broken && rtts.size() < 16 && (rtts.size() < 3 || Clock::now() < pings_end)) {
     const auto t0 = Clock::now();
@@ -192,10 +202,20 @@ LinkResult test_peer(std::uint32_t from, const NetworkPeer& peer, Clock::time_po
   }
   if (!rtts.empty()) result.rtt_us = robust_spread(rtts).median;
   result.up_bytes_per_s = broken ? -1 : measure(fd, 'U', start + span * 11 / 20, broken);
+  if (broken && !rtts.empty()) {
+    // An upload that overran its phase (a throttled sender whose queue also carries the
+    // acknowledgements of other tests) leaves the connection out of step. The other direction
+    // is still measured, on a fresh connection: without it the job's median is taken over
+    // fewer healthy directions, and the slow node can go unnamed (the Slurm scenario did).
+    ::close(fd);
+    std::string ignored;
+    fd = open_test(peer, end, ignored);
+    broken = fd < 0;
+  }
   result.down_bytes_per_s = broken ? -1 : measure(fd, 'D', end - span / 20, broken);
   if (!broken) send_all_bytes(fd, "Q");
   if (rtts.empty() && result.up_bytes_per_s < 0) result.error = peer.address + " did not answer";
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
   return result;
 }
 
@@ -387,54 +407,58 @@ double log_of(double v) {
   return std::log10(std::max(v, 1.0));
 }
 
-// Where a rate is slow and a round trip is slow, from the job's own medians.
-struct Thresholds {
-  double low_log_rate = 0, high_log_rtt = 0;
-  double median_rate = 0, median_rtt = 0;
+// One side of every node's links (what it sends, what it receives, or its round trips): the
+// node's median, in logarithms, and whether it is an outlier among the nodes' medians. A node is
+// judged by the median of its links, and the job by the median of its nodes, so that a slow node
+// weighs as one node however many links it is on: with three nodes, four of the six directions
+// touch any one node, and a throttled sender slows what it receives too (its acknowledgements
+// queue behind its own data), which dragged a median of directions down to its level.
+struct Side {
+  std::vector<std::optional<double>> node_log;  // none: nothing measured on this side
+  std::vector<bool> slow;
+  double median = 0;  // the job's, in the side's unit
 };
 
-Thresholds thresholds_of(const Measurements& m, const NetworkLimits& limits) {
-  std::vector<double> rates, rtts;
-  for (const Directed& d : m.directed) rates.push_back(log_of(d.rate));
-  for (const LinkResult& r : m.timed) rtts.push_back(log_of(r.rtt_us));
-  const Spread rate = robust_spread(rates);
-  const Spread rtt = robust_spread(rtts);
-  // The MAD widens the margin on a noisy run, but only so far: with few links (a small job)
-  // two slow ones inflate it, and a link 50x slower than the median is never noise.
-  Thresholds t;
-  t.low_log_rate =
-      rate.median - std::clamp(limits.k * rate.sigma, std::log10(limits.min_rate_ratio),
-                               std::log10(limits.max_rate_ratio));
-  t.high_log_rtt = rtt.median + std::clamp(limits.k * rtt.sigma, std::log10(limits.min_rtt_ratio),
-                                           std::log10(limits.max_rtt_ratio));
-  t.median_rate = std::pow(10.0, rate.median);
-  t.median_rtt = std::pow(10.0, rtt.median);
-  return t;
+Side judge_side(const std::vector<std::vector<double>>& per_node, bool higher_is_slow, double k,
+                double min_ratio, double max_ratio, double floor) {
+  Side side;
+  std::vector<double> medians;
+  for (const auto& values : per_node) {
+    std::vector<double> logs;
+    for (double v : values) logs.push_back(log_of(v));
+    side.node_log.push_back(logs.empty() ? std::nullopt
+                                         : std::optional(robust_spread(logs).median));
+    if (side.node_log.back()) medians.push_back(*side.node_log.back());
+  }
+  const Spread job = robust_spread(medians);
+  side.median = std::pow(10.0, job.median);
+  // The MAD widens the margin on a noisy run, but only so far: with few nodes one slow node
+  // inflates it, and a node 50x slower than the median is never noise.
+  const double margin = std::clamp(k * job.sigma, std::log10(min_ratio), std::log10(max_ratio));
+  for (const auto& node : side.node_log) {
+    const bool beyond =
+        node && (higher_is_slow ? *node > job.median + margin : *node < job.median - margin);
+    side.slow.push_back(beyond && std::abs(std::pow(10.0, *node) - side.median) > floor);
+  }
+  return side;
 }
 
-// Each node's links, and how many of them are slow.
-struct Tally {
-  std::vector<double> sent, received, round_trips;
-  std::size_t slow_sent = 0, slow_received = 0, slow_round_trips = 0;
+struct Sides {
+  Side sent, received, round_trips;
 };
 
-std::vector<Tally> tally_nodes(const Measurements& m, const Thresholds& t,
-                               const NetworkLimits& limits, std::size_t n) {
-  std::vector<Tally> tally(n);
+Sides judge_sides(const Measurements& m, const NetworkLimits& limits, std::size_t n) {
+  std::vector<std::vector<double>> sent(n), received(n), round_trips(n);
   for (const Directed& d : m.directed) {
-    const bool slow = log_of(d.rate) < t.low_log_rate;
-    tally[d.from].sent.push_back(d.rate);
-    tally[d.from].slow_sent += slow;
-    tally[d.to].received.push_back(d.rate);
-    tally[d.to].slow_received += slow;
+    sent[d.from].push_back(d.rate);
+    received[d.to].push_back(d.rate);
   }
   for (const LinkResult& r : m.timed)
-    for (std::uint32_t node : {r.from, r.to}) {
-      tally[node].round_trips.push_back(r.rtt_us);
-      tally[node].slow_round_trips +=
-          log_of(r.rtt_us) > t.high_log_rtt && r.rtt_us - t.median_rtt > limits.latency_floor_us;
-    }
-  return tally;
+    for (std::uint32_t node : {r.from, r.to}) round_trips[node].push_back(r.rtt_us);
+  return {judge_side(sent, false, limits.k, limits.min_rate_ratio, limits.max_rate_ratio, 0),
+          judge_side(received, false, limits.k, limits.min_rate_ratio, limits.max_rate_ratio, 0),
+          judge_side(round_trips, true, limits.k, limits.min_rtt_ratio, limits.max_rtt_ratio,
+                     limits.latency_floor_us)};
 }
 
 // Most tests failing says more about the network than about any node: a firewall that lets
@@ -456,17 +480,20 @@ std::optional<Problem> most_tests_failed(const Measurements& m) {
                      "rendezvous port? No node is blamed"};
 }
 
-// What is slow about node i, by a majority of its links; empty when nothing is.
-std::vector<std::string> slow_sides(const Tally& t, const Measurements& m, std::size_t i) {
+// What is slow about node i, each against the job's median; empty when nothing is.
+std::vector<std::string> slow_sides(const Sides& s, const Measurements& m, std::size_t i) {
   std::vector<std::string> why;
-  auto majority = [](std::size_t slow, std::size_t all) { return all > 0 && 2 * slow > all; };
-  if (majority(t.slow_sent, t.sent.size()))
-    why.push_back("sends at " + rate_text(robust_spread(t.sent).median));
-  if (majority(t.slow_received, t.received.size()))
-    why.push_back("receives at " + rate_text(robust_spread(t.received).median));
-  if (majority(t.slow_round_trips, t.round_trips.size()))
-    why.push_back("answers in " + rtt_text(robust_spread(t.round_trips).median));
-  if (majority(m.refused[i], m.tested[i]))
+  auto at = [&](const Side& side) { return std::pow(10.0, *side.node_log[i]); };
+  if (s.sent.slow[i])
+    why.push_back("sends at " + rate_text(at(s.sent)) + " against the job's " +
+                  rate_text(s.sent.median));
+  if (s.received.slow[i])
+    why.push_back("receives at " + rate_text(at(s.received)) + " against the job's " +
+                  rate_text(s.received.median));
+  if (s.round_trips.slow[i])
+    why.push_back("answers in " + rtt_text(at(s.round_trips)) + " against the job's " +
+                  rtt_text(s.round_trips.median));
+  if (2 * m.refused[i] > m.tested[i] && m.tested[i] > 0)
     why.push_back("cannot be reached by " + std::to_string(m.refused[i]) + " of the " +
                   std::to_string(m.tested[i]) + " peers that tested it (" +
                   excerpt(m.first_error[i], 120) + ")");
@@ -482,19 +509,18 @@ std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
   const std::size_t n = hosts.size();
   if (n < limits.min_nodes) return {};
   const Measurements m = sort_out(results, n);
-  const Thresholds t = thresholds_of(m, limits);
-  const std::vector<Tally> tally = tally_nodes(m, t, limits, n);
   if (auto failed = most_tests_failed(m)) return {*failed};
+  const Sides sides = judge_sides(m, limits, n);
   std::vector<Problem> problems;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::vector<std::string> why = slow_sides(tally[i], m, i);
+    const std::vector<std::string> why = slow_sides(sides, m, i);
     if (why.empty()) continue;
     std::string message = excerpt(hosts[i], 60) + " ";
     for (std::size_t k = 0; k < why.size(); ++k)
       message += (k == 0 ? "" : k + 1 == why.size() ? " and " : ", ") + why[k];
-    message += " (median of its links), against a median of " + rate_text(t.median_rate) + " and " +
-               rtt_text(t.median_rtt) + " over the job's " + std::to_string(m.directed.size()) +
-               " measured directions: a degraded link, NIC or interface";
+    message +=
+        " (medians: the node's over its links, the job's over its nodes): a degraded "
+        "link, NIC or interface";
     problems.push_back({"slow-network", Severity::kError, {ranks[i]}, {hosts[i]}, message});
   }
   return problems;

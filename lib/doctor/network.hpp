@@ -53,14 +53,13 @@ NetworkPlan decode_plan(std::string_view text);  // throws Error (bad input)
 std::string encode_results(const std::vector<LinkResult>& results);
 std::vector<LinkResult> decode_results(std::string_view text);  // throws Error (bad input)
 
-// Robust outlier limits, on the logarithms of the rates and round trips (they vary by factors):
-// a link is an outlier when it is further from the median than `k` times the scaled MAD
+// Robust outlier limits, on the logarithms of the rates and round trips (they vary by factors).
+// Each node is judged by its median on each side (sent, received, round trips) against the
+// median of the nodes' medians: an outlier is further from it than `k` times the scaled MAD
 // (1.4826 MAD) and at least `min_rate_ratio` times slower (`min_rtt_ratio` times and
-// `latency_floor_us` longer for a round trip): the floors keep the links of a quiet, uniform
-// run, whose MAD is tiny, from being flagged for being 20% off; `max_rate_ratio` (and
-// `max_rtt_ratio`) times is an outlier whatever the MAD, which a few slow links inflate. A node is
-// slow when more than half of its links in one direction (sent, received, or round trips) are
-// outliers.
+// `latency_floor_us` longer for a round trip): the floors keep a quiet, uniform run, whose MAD is
+// tiny, from flagging a node 20% off; `max_rate_ratio` (and `max_rtt_ratio`) times is an outlier
+// whatever the MAD, which one slow node of few inflates.
 struct NetworkLimits {
   double k = 3.0;
   double min_rate_ratio = 5.0;
