@@ -166,10 +166,6 @@ fi
 # version (the heartbeat's 60 s no-false-alarm run, the recorder's straggler statistics): build/
 # runs them, and they were 110 s of the chroot's tests (docs/slurm-cluster.md, the suite's time).
 exclude='^train: (85% test accuracy|a stop signal)|^ddp: ?(heartbeat: no false alarm|a straggler)'
-# Open on LibTorch 2.6 only (stop 28; both pass on 1.13): a SIGUSR2 dump before the clock offset
-# to rank 0 is known ("clock_offset_us": null), and a rank frozen during Gloo's connect is named
-# by every survivor but one of them does not exit. docs/ddp.md, "LibTorch 2.x".
-exclude+='|^ddp: ?(SIGUSR2 dumps every rank|heartbeat: a rank frozen during the backend)'
 [[ ${FULL:-0} == 1 ]] && exclude='^$'
 if [[ $stage == test && ! -x $build/tests/ddp/ddp_proc_test ]]; then
   rows+=("$(printf '%-16s %-5s %5ss  %s' tests FAIL 0 "nothing built: run --build first")")

@@ -20,6 +20,14 @@ bool nccl_available() noexcept {
 
 namespace {
 
+// However start-up ends, the heartbeat's backstop for a blocked start-up stands down.
+struct StartupOver {
+  detail::PeerWatch* watch;
+  ~StartupOver() {
+    if (watch != nullptr) watch->startup_over();
+  }
+};
+
 std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions& options,
                                          detail::StartupPhases& phases) {
   if (options.timeout.count() <= 0)
@@ -54,6 +62,7 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   // off).
   const std::string agreed = std::string("DTLAUNCH_DDP_CHECK=") + (settings.check ? "1" : "0");
   auto peer_watch = detail::PeerWatch::prepare(env, settings.heartbeat_timeout);
+  const StartupOver startup_over{peer_watch.get()};
   auto store = detail::rendezvous(
       env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
       options.progress_every, phases, agreed, peer_watch.get());

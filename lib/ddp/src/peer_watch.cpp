@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <thread>
@@ -20,6 +21,10 @@ namespace {
 
 // How long after the first verdict the error waits for others (the rest of a node's ranks).
 constexpr std::chrono::milliseconds kGatherVerdicts{300};
+// How long start-up may stay blocked after a verdict before the process ends itself. Where the
+// connections' shutdown works, the blocked call returns within milliseconds, and the error
+// after kGatherVerdicts.
+constexpr std::chrono::milliseconds kStartupGrace{3000};
 
 std::string endpoint_key(int rank) {
   return "dtlaunch/heartbeat/" + std::to_string(rank);
@@ -87,7 +92,36 @@ PeerWatch::PeerWatch(const WorkerEnv& env, std::chrono::milliseconds timeout)
   if (env.rank != 0) hosts_[0] = env.master_addr;
 }
 
-PeerWatch::~PeerWatch() = default;
+PeerWatch::~PeerWatch() {
+  startup_over();
+  if (backstop_.joinable()) backstop_.join();
+}
+
+void PeerWatch::startup_over() {
+  {
+    std::lock_guard<std::mutex> lock(startup_mutex_);
+    startup_over_ = true;
+  }
+  startup_done_.notify_all();
+}
+
+// Torch's NCCL watchdog ends the process on an error it cannot recover from; this does the
+// same, with the verdict and the status a survivor exits with (kExitPeerLost), so that the job
+// fails in seconds, not after the backend's timeout. _Exit: a destructor could wait on the
+// blocked thread.
+void PeerWatch::exit_if_startup_stays_blocked() {
+  {
+    std::unique_lock<std::mutex> lock(startup_mutex_);
+    if (startup_done_.wait_for(lock, kStartupGrace, [this] { return startup_over_; })) return;
+  }
+  const std::string message = std::string(error().what()) +
+                              "; start-up was still blocked in the backend " +
+                              seconds_text(kStartupGrace) + " after the verdict: exiting with " +
+                              std::to_string(kExitPeerLost);
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  std::_Exit(kExitPeerLost);
+}
 
 void PeerWatch::join(c10d::Store& store) {
   heartbeat::NodeOptions o;
@@ -183,6 +217,10 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
   abort_flag_->store(true, std::memory_order_release);
   abort_connections();
   lost_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(startup_mutex_);
+    if (!startup_over_) backstop_ = std::thread([this] { exit_if_startup_stays_blocked(); });
+  }
   std::fprintf(stderr, "dtlaunch ddp: rank %d: peer lost: %s\n", env_.rank, who.c_str());
   if (Monitor* m = monitor_for_position_.load()) m->write_file("peer lost: " + who);
 }

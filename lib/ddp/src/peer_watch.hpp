@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
@@ -58,11 +60,14 @@ class PeerWatch {
   Error error() const;
   // Waits up to `within` for a verdict (a backend failure often comes a moment before it).
   bool wait_lost(std::chrono::milliseconds within) const;
+  // Start-up is over, returned or thrown: the backstop for a blocked start-up stands down.
+  void startup_over();
 
  private:
   PeerWatch(const WorkerEnv& env, std::chrono::milliseconds timeout);
   void on_verdict(const heartbeat::Verdict& v);
   void abort_connections();
+  void exit_if_startup_stays_blocked();
   std::set<std::pair<int, unsigned long>> sockets_since_prepare() const;
 
   WorkerEnv env_;
@@ -86,6 +91,13 @@ class PeerWatch {
   // Held while node_ is being set, so that a verdict at once waits for it.
   mutable std::mutex node_mutex_;
   std::unique_ptr<heartbeat::Node> node_;
+  // A start-up blocked after a verdict with nothing left to shut down (Gloo on LibTorch 2.x
+  // waits in its connect for a lost peer to dial in, for the whole timeout) is ended by this
+  // thread, started with the first verdict during start-up.
+  std::mutex startup_mutex_;
+  std::condition_variable startup_done_;
+  bool startup_over_ = false;
+  std::thread backstop_;
 };
 
 }  // namespace dtlaunch::ddp::detail
