@@ -63,8 +63,8 @@ CLI::Option* add_text(CLI::App& app, const std::string& flag, std::optional<std:
 }
 
 // `dtlaunch doctor`: how long to wait, the report's format, the network test.
-void add_doctor_options(CLI::App& app, RunFlags& flags) {
-  flags.check = Check::kDoctor;
+void add_doctor_options(CLI::App& app, cli::RunFlags& flags) {
+  flags.check = cli::Check::kDoctor;
   add_seconds(app, "--timeout", flags.check_timeout, "seconds to wait for every task (default 60)");
   add_choice(app, "--format", flags.check_json,
              std::map<std::string, bool>{{"table", false}, {"json", true}},
@@ -77,18 +77,18 @@ void add_doctor_options(CLI::App& app, RunFlags& flags) {
 }
 
 // What a launch does besides starting the program: --dry-run, the preflight checks, --watch.
-void add_run_options(CLI::App& app, RunFlags& flags) {
+void add_run_options(CLI::App& app, cli::RunFlags& flags) {
   app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
   app.add_option_function<std::string>(
          "--format",
          [&flags](const std::string& word) {
-           flags.format = word == "json" ? OutputFormat::kJson : OutputFormat::kShell;
+           flags.format = word == "json" ? cli::OutputFormat::kJson : cli::OutputFormat::kShell;
            flags.check_json = word == "json";
          },
          "--dry-run output: shell (export lines) or json")
       ->check(CLI::IsMember({"shell", "json"}));
   app.add_flag_callback(
-      "--preflight", [&flags] { flags.check = Check::kPreflight; },
+      "--preflight", [&flags] { flags.check = cli::Check::kPreflight; },
       "run dtlaunch doctor's checks first; start the program only if they pass (exit 3 "
       "otherwise)");
   add_seconds(app, "--preflight-timeout", flags.check_timeout,
@@ -96,7 +96,7 @@ void add_run_options(CLI::App& app, RunFlags& flags) {
   app.add_flag_callback(
       "--preflight-network",
       [&flags] {
-        flags.check = Check::kPreflight;
+        flags.check = cli::Check::kPreflight;
         flags.check_network = true;
       },
       "--preflight with the network test between the nodes (dtlaunch doctor --network)");
@@ -177,7 +177,7 @@ void add_local_mode_options(CLI::App& app, LaunchOptions& options) {
 
 void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
   LaunchOptions& options = command.options;
-  RunFlags& flags = command.flags;
+  cli::RunFlags& flags = command.flags;
   options.program_optional = doctor;
   if (doctor)
     add_doctor_options(app, flags);

@@ -10,7 +10,7 @@ namespace dtlaunch {
 
 struct LaunchCommand {
   LaunchOptions options;
-  RunFlags flags;
+  cli::RunFlags flags;
 };
 
 // The options of a launch (`dtlaunch ...`) or of `dtlaunch doctor ...`, which share all but

@@ -20,7 +20,7 @@
 #include "proc/exec.hpp"
 #include "proc/supervisor.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::cli {
 
 namespace {
 
@@ -171,4 +171,4 @@ int run_trace_command(const trace::TraceOptions& options, std::ostream& out, std
   return trace::run_trace(options, out, err);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

@@ -11,7 +11,7 @@
 #include "launch/options.hpp"
 #include "trace/trace_dir.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::cli {
 
 enum class OutputFormat { kShell, kJson };
 
@@ -57,4 +57,4 @@ int run_trace_command(const trace::TraceOptions& options, std::ostream& out, std
 // `dtlaunch env-table`: the Markdown table of exported variables that docs/environment.md holds.
 int run_env_table(std::ostream& out);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-namespace dtlaunch {
+namespace dtlaunch::cli {
 
 void log_notes(const std::vector<Note>& notes, const std::string& who, bool is_rank0,
                bool verbose) {
@@ -33,4 +33,4 @@ void log_notes(const std::vector<Note>& notes, const std::string& who, bool is_r
   }
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

@@ -11,7 +11,7 @@
 #include "proc/fd.hpp"
 #include "proc/watch.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::cli {
 
 namespace {
 
@@ -99,4 +99,4 @@ int WatchJoin::run(const WorkerProcess& program, std::chrono::milliseconds timeo
   return watch_program(program, w, std::cerr);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

@@ -11,11 +11,11 @@
 
 #include "proc/supervisor.hpp"
 
-namespace dtlaunch {
-
-namespace heartbeat {
+namespace dtlaunch::heartbeat {
 class Listener;
-}
+}  // namespace dtlaunch::heartbeat
+
+namespace dtlaunch::cli {
 
 class WatchJoin {
  public:
@@ -42,4 +42,4 @@ class WatchJoin {
   std::map<std::uint32_t, std::string> ring_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

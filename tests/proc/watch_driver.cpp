@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[3];
   const std::chrono::milliseconds grace(std::atol(argv[4])), timeout(std::atol(argv[5]));
   try {
-    dtlaunch::WatchJoin join("127.0.0.1", rank, world);
+    dtlaunch::cli::WatchJoin join("127.0.0.1", rank, world);
     {
       const std::string tmp = dir + "/.endpoint." + std::to_string(rank);
       std::ofstream(tmp) << join.endpoint();
