@@ -92,7 +92,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
                                 " (sched_setaffinity, set_mempolicy)",
                             e);
     if (watch) {
-      const WorkerProcess program{
+      const proc::WorkerProcess program{
           self.rank, self.local_rank, spec.program_path, spec.argv, apply_env(env, self.changes),
           nullptr};
       // The job's identity on the heartbeat's connections: MASTER_PORT is the job's own.
@@ -102,16 +102,16 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
       return watch->run(program, flags.watch_timeout,
                         options.grace.value_or(std::chrono::seconds(30)), tag);
     }
-    exec_program(spec.program_path, spec.argv, apply_env(env, self.changes));
+    proc::exec_program(spec.program_path, spec.argv, apply_env(env, self.changes));
   }
 
-  SupervisorOptions supervision;
+  proc::SupervisorOptions supervision;
   if (options.grace) supervision.grace = *options.grace;
   supervision.log_dir = options.log_dir;
   supervision.max_restarts = options.max_restarts;
   supervision.descendant_marker = *launch.descendant_marker;
   auto make_workers = [&](std::uint32_t restart_count) {
-    std::vector<WorkerProcess> processes;
+    std::vector<proc::WorkerProcess> processes;
     for (PlannedWorker& w : plan_workers(launch, env, restart_count))
       processes.push_back(
           {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes),
@@ -119,7 +119,7 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
     return processes;
   };
   out.flush();  // nothing of ours may come out after the workers' output
-  return run_workers(make_workers, supervision).exit_status;
+  return proc::run_workers(make_workers, supervision).exit_status;
 }
 
 int run_hostnames(const std::vector<std::string>& expressions, std::ostream& out) {

@@ -39,12 +39,12 @@ WatchJoin::WatchJoin(const std::string& master_addr, std::uint32_t rank, std::ui
 
 WatchJoin::~WatchJoin() = default;
 
-int WatchJoin::run(const WorkerProcess& program, std::chrono::milliseconds timeout,
+int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds timeout,
                    std::chrono::milliseconds grace, std::uint64_t tag) {
   // The preflight's probes and buffers are freed; hand their pages back, so that dtlaunch stays
   // small for the whole run (docs/benchmarks.md: under 5 MB).
   ::malloc_trim(0);
-  Pipe lost = make_pipe();
+  proc::Pipe lost = proc::make_pipe();
   std::mutex mutex;
   std::string first_loss;
   std::unique_ptr<heartbeat::Node> node;
@@ -85,7 +85,7 @@ int WatchJoin::run(const WorkerProcess& program, std::chrono::milliseconds timeo
     };
     node = std::make_unique<heartbeat::Node>(std::move(o), std::move(*listener_));
   }
-  WatchOptions w;
+  proc::WatchOptions w;
   w.grace = grace;
   w.lost_fd = lost.read.get();
   w.loss_line = [&] {
@@ -96,7 +96,7 @@ int WatchJoin::run(const WorkerProcess& program, std::chrono::milliseconds timeo
   w.before_return = [&] {
     if (node) node->stop(true);
   };
-  return watch_program(program, w, std::cerr);
+  return proc::watch_program(program, w, std::cerr);
 }
 
 }  // namespace dtlaunch::cli

@@ -32,7 +32,7 @@ class WatchJoin {
   std::map<std::uint32_t, std::string>& ring() { return ring_; }
 
   // Starts the heartbeat and the program, waits (proc/watch.hpp). `tag`: the job's identity.
-  int run(const WorkerProcess& program, std::chrono::milliseconds timeout,
+  int run(const proc::WorkerProcess& program, std::chrono::milliseconds timeout,
           std::chrono::milliseconds grace, std::uint64_t tag);
 
  private:

@@ -38,7 +38,7 @@ constexpr std::string_view kPlanMagic = "DTLAUNCH-DOCTOR 1 network plan\n";
 constexpr std::string_view kResultMagic = "DTLAUNCH-DOCTOR 1 network result\n";
 constexpr std::size_t kMaxFrame = 64 * 1024;
 
-using Fd = UniqueFd;
+using Fd = proc::UniqueFd;
 
 int millis_until(Clock::time_point deadline, int cap_ms) {
   const auto left =

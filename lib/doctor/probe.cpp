@@ -110,7 +110,7 @@ FileIdentity identify_file(const std::string& path) {
 
 void probe_exec(std::vector<TaskReport>& reports, const std::string& program_path,
                 const std::vector<std::string>& argv, const EnvMap& env) {
-  const std::optional<int> refused = trial_exec(program_path, argv, env);
+  const std::optional<int> refused = proc::trial_exec(program_path, argv, env);
   if (!refused || *refused == 0) return;
   const Error error = exec_error(program_path, *refused);
   for (TaskReport& r : reports) {

@@ -72,7 +72,7 @@ bool looks_like_system_loader(const std::string& path) {
 std::optional<std::string> run_loader_listing(const std::string& loader, const std::string& program,
                                               const std::string& ld_library_path,
                                               std::chrono::milliseconds budget, std::string& why) {
-  Pipe out = make_pipe();
+  proc::Pipe out = proc::make_pipe();
   posix_spawn_file_actions_t actions;
   ::posix_spawn_file_actions_init(&actions);
   ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -144,7 +144,7 @@ std::vector<std::pair<std::string, std::string>> compared_env(
 }
 
 std::optional<std::string> elf_interpreter(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  proc::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return std::nullopt;
   auto read_at = [&](void* into, std::size_t size, std::uint64_t offset) {
     return ::pread(fd.get(), into, size, static_cast<off_t>(offset)) == static_cast<ssize_t>(size);

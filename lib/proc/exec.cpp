@@ -10,7 +10,7 @@
 
 #include "core/exec_error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -82,4 +82,4 @@ std::optional<int> trial_exec(const std::string& program_path, const std::vector
   return result;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -9,7 +9,7 @@
 
 #include "core/env_map.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // The NULL-terminated argv and envp that execve takes, owning their strings; built before a
 // fork or clone, since the child may not allocate.
@@ -41,4 +41,4 @@ class ExecArguments {
 std::optional<int> trial_exec(const std::string& program_path, const std::vector<std::string>& argv,
                               const EnvMap& env);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -4,7 +4,7 @@
 
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -70,4 +70,4 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
   return text;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "proc/supervisor.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // "exit 3", "killed by SIGSEGV (core dumped)", "killed by signal 40" for a signal with no name.
 std::string describe_end(int exit_code, int signal, bool core_dumped);
@@ -45,4 +45,4 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
 // The line-prefix of a rank's relayed output, "[rank 3] ".
 std::string rank_prefix(std::uint32_t rank);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
@@ -59,4 +59,4 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

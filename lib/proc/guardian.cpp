@@ -16,7 +16,7 @@
 #include "core/error.hpp"
 #include "proc/signal_pipe.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -176,4 +176,4 @@ void Guardian::disarm() {
   pid_ = -1;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -13,7 +13,7 @@
 
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -229,4 +229,4 @@ void StreamRelay::flush() {
   log_batch_.clear();
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -13,7 +13,7 @@
 
 #include "core/parse.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 SubreaperScope::SubreaperScope() {
   ::prctl(PR_GET_CHILD_SUBREAPER, &previous_);
@@ -77,4 +77,4 @@ void kill_all_children(pid_t spare) {
   }
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -129,4 +129,4 @@ void BlockAllSignals::unblock_in_child() const noexcept {
   ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

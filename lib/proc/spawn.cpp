@@ -16,7 +16,7 @@
 #include "proc/exec.hpp"
 #include "proc/signal_pipe.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -141,4 +141,4 @@ StartedWorker start_inheriting(const WorkerProcess& worker) {
   return start_child(worker, 0, 1, 2, 0, nullptr);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

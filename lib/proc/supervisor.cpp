@@ -35,7 +35,7 @@
 #include "proc/signal_pipe.hpp"
 #include "proc/spawn.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -503,4 +503,4 @@ RunResult run_workers(
   }
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -15,7 +15,7 @@
 #include "affinity/apply.hpp"
 #include "core/env_map.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // One worker to start: exec program_path with argv (argv[0] as the user wrote it) and exactly
 // env, nothing inherited besides it. stdin is /dev/null; stdout and stderr are relayed.
@@ -92,4 +92,4 @@ RunResult run_workers(
     const std::function<std::vector<WorkerProcess>(std::uint32_t restart_count)>& make_workers,
     const SupervisorOptions& options);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -13,7 +13,7 @@
 #include "proc/signal_pipe.hpp"
 #include "proc/spawn.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -103,4 +103,4 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
   }
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -43,7 +43,7 @@ int run(int argc, char** argv) {
   std::uint32_t nproc = 1, nnodes = 1, node_rank = 0;
   std::optional<std::uint16_t> port;
   std::string addr = "127.0.0.1";
-  dtlaunch::SupervisorOptions options;
+  dtlaunch::proc::SupervisorOptions options;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -82,7 +82,7 @@ int run(int argc, char** argv) {
   options.descendant_marker = dtlaunch::supervisor_marker(tag);
 
   auto make_workers = [&](std::uint32_t restart_count) {
-    std::vector<dtlaunch::WorkerProcess> workers;
+    std::vector<dtlaunch::proc::WorkerProcess> workers;
     for (std::uint32_t local = 0; local < nproc; ++local) {
       dtlaunch::WorkerContract contract;
       contract.rank = node_rank * nproc + local;
@@ -96,7 +96,7 @@ int run(int argc, char** argv) {
       contract.restart_count = restart_count;
       contract.max_restarts = options.max_restarts;
       contract.supervisor = tag;
-      dtlaunch::WorkerProcess w;
+      dtlaunch::proc::WorkerProcess w;
       w.rank = contract.rank;
       w.local_rank = local;
       w.program_path = program_path;
@@ -106,7 +106,7 @@ int run(int argc, char** argv) {
     }
     return workers;
   };
-  const dtlaunch::RunResult result = dtlaunch::run_workers(make_workers, options);
+  const dtlaunch::proc::RunResult result = dtlaunch::proc::run_workers(make_workers, options);
   std::fprintf(stderr, "proc_driver: exit_status=%d restarts=%u\n", result.exit_status,
                result.restarts);
   return result.exit_status;

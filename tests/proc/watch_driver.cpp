@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       text << std::ifstream(path).rdbuf();
       join.ring()[r] = text.str();
     }
-    dtlaunch::WorkerProcess program;
+    dtlaunch::proc::WorkerProcess program;
     program.rank = rank;
     program.program_path = argv[6];
     program.argv.assign(argv + 6, argv + argc);
