@@ -110,10 +110,11 @@ void add_run_options(CLI::App& app, cli::RunFlags& flags) {
 }
 
 // Where rank 0 listens: the mode, MASTER_ADDR and MASTER_PORT.
-void add_rendezvous_options(CLI::App& app, LaunchOptions& options) {
+void add_rendezvous_options(CLI::App& app, launch::LaunchOptions& options) {
   add_choice(app, "--mode", options.mode,
-             std::map<std::string, Mode>{
-                 {"auto", Mode::kAuto}, {"slurm", Mode::kSlurm}, {"local", Mode::kLocal}},
+             std::map<std::string, launch::Mode>{{"auto", launch::Mode::kAuto},
+                                                 {"slurm", launch::Mode::kSlurm},
+                                                 {"local", launch::Mode::kLocal}},
              "auto (default): Slurm inside an srun step, local with --nproc-per-node; or force "
              "slurm / local");
   add_text(app, "--master-addr", options.master_addr,
@@ -129,13 +130,13 @@ void add_rendezvous_options(CLI::App& app, LaunchOptions& options) {
 }
 
 // Which GPU, CPUs and memory each rank gets.
-void add_binding_options(CLI::App& app, LaunchOptions& options) {
-  add_choice(
-      app, "--gpu-bind", options.gpu_bind,
-      std::map<std::string, GpuBind>{
-          {"share", GpuBind::kShare}, {"isolate", GpuBind::kIsolate}, {"none", GpuBind::kNone}},
-      "share (default): keep all GPUs visible and export DTLAUNCH_CUDA_DEVICE; isolate: "
-      "narrow CUDA_VISIBLE_DEVICES to one GPU; none");
+void add_binding_options(CLI::App& app, launch::LaunchOptions& options) {
+  add_choice(app, "--gpu-bind", options.gpu_bind,
+             std::map<std::string, launch::GpuBind>{{"share", launch::GpuBind::kShare},
+                                                    {"isolate", launch::GpuBind::kIsolate},
+                                                    {"none", launch::GpuBind::kNone}},
+             "share (default): keep all GPUs visible and export DTLAUNCH_CUDA_DEVICE; isolate: "
+             "narrow CUDA_VISIBLE_DEVICES to one GPU; none");
   std::map<std::string, std::optional<CpuBind>> cpu_binds;
   for (const char* word : {"none", "numa", "socket", "exclusive", "cache"})
     cpu_binds[word] = parse_cpu_bind(word);
@@ -155,7 +156,7 @@ void add_binding_options(CLI::App& app, LaunchOptions& options) {
 }
 
 // Spawning and supervising the workers without Slurm.
-void add_local_mode_options(CLI::App& app, LaunchOptions& options) {
+void add_local_mode_options(CLI::App& app, launch::LaunchOptions& options) {
   add_count(app, "--nproc-per-node", options.nproc_per_node, 1, 4096,
             "local mode: spawn and supervise N workers");
   add_count(app, "--nnodes", options.nnodes, 1, 1 << 20,
@@ -176,7 +177,7 @@ void add_local_mode_options(CLI::App& app, LaunchOptions& options) {
 }  // namespace
 
 void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
-  LaunchOptions& options = command.options;
+  launch::LaunchOptions& options = command.options;
   cli::RunFlags& flags = command.flags;
   options.program_optional = doctor;
   if (doctor)

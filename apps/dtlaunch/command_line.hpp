@@ -9,7 +9,7 @@
 namespace dtlaunch {
 
 struct LaunchCommand {
-  LaunchOptions options;
+  launch::LaunchOptions options;
   cli::RunFlags flags;
 };
 

@@ -25,7 +25,7 @@ namespace dtlaunch::cli {
 namespace {
 
 // A dry run supervises nothing: a fixed tag keeps its output the same from run to run.
-class DryRunSystem final : public LiveSystem {
+class DryRunSystem final : public launch::LiveSystem {
  public:
   std::string random_tag() const override { return "dry-run"; }
 };
@@ -47,44 +47,47 @@ doctor::LaunchCheckOptions check_options(const RunFlags& flags, WatchJoin* watch
 
 }  // namespace
 
-int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
+int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
                std::ostream& out) {
-  const LaunchPlan launch =
-      flags.dry_run ? plan(options, env, DryRunSystem()) : plan(options, env, LiveSystem());
-  const LaunchSpec& spec = launch.spec;
-  log_notes(spec.notes, launch.who, launch.speaks_for_job, flags.verbose);
+  const launch::LaunchPlan launch_plan = flags.dry_run
+                                             ? launch::plan(options, env, DryRunSystem())
+                                             : launch::plan(options, env, launch::LiveSystem());
+  const launch::LaunchSpec& spec = launch_plan.spec;
+  log_notes(spec.notes, launch_plan.who, launch_plan.speaks_for_job, flags.verbose);
   // --watch under Slurm: the heartbeat endpoints go through the preflight's check-in, so
   // --watch implies --preflight.
   std::unique_ptr<WatchJoin> watch;
   RunFlags checked = flags;
-  if (flags.watch && launch.mode != Mode::kSlurm)
+  if (flags.watch && launch_plan.mode != launch::Mode::kSlurm)
     throw Error(ExitCode::kBadInput,
                 "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
                 "dtlaunch supervises its workers anyway");
-  if (flags.watch && launch.mode == Mode::kSlurm && !flags.dry_run) {
+  if (flags.watch && launch_plan.mode == launch::Mode::kSlurm && !flags.dry_run) {
     if (flags.watch_timeout < std::chrono::seconds(3))
       throw Error(ExitCode::kBadInput,
                   "--watch-timeout " + seconds_text(flags.watch_timeout) +
                       ": below 3s a loaded node's heartbeat may be late (docs/cli.md)");
-    watch =
-        std::make_unique<WatchJoin>(spec.master.addr, launch.workers.front().rank, spec.world_size);
+    watch = std::make_unique<WatchJoin>(spec.master.addr, launch_plan.workers.front().rank,
+                                        spec.world_size);
     if (checked.check == Check::kNone) checked.check = Check::kPreflight;
   }
   if (checked.check != Check::kNone && !flags.dry_run) {
-    const int status = doctor::check_launch(launch, env, check_options(checked, watch.get()), out);
+    const int status =
+        doctor::check_launch(launch_plan, env, check_options(checked, watch.get()), out);
     if (flags.check == Check::kDoctor || status != 0) return status;
   }
   if (flags.dry_run) {
-    out << (flags.format == OutputFormat::kJson ? render_json(launch.workers, spec.argv)
-                                                : render_shell(launch.workers, spec.argv));
+    out << (flags.format == OutputFormat::kJson
+                ? launch::render_json(launch_plan.workers, spec.argv)
+                : launch::render_shell(launch_plan.workers, spec.argv));
     out.flush();
     return 0;
   }
 
-  if (launch.mode == Mode::kSlurm) {
+  if (launch_plan.mode == launch::Mode::kSlurm) {
     out.flush();
     // On dtlaunch itself: the program inherits both across exec, before its first allocation.
-    const PlannedWorker& self = launch.workers.front();
+    const launch::PlannedWorker& self = launch_plan.workers.front();
     if (self.binding)
       if (const int e = PreparedBinding(*self.binding).apply())
         throw Error::system("binding rank " + std::to_string(self.rank) + " to CPUs " +
@@ -109,10 +112,10 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
   if (options.grace) supervision.grace = *options.grace;
   supervision.log_dir = options.log_dir;
   supervision.max_restarts = options.max_restarts;
-  supervision.descendant_marker = *launch.descendant_marker;
+  supervision.descendant_marker = *launch_plan.descendant_marker;
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<proc::WorkerProcess> processes;
-    for (PlannedWorker& w : plan_workers(launch, env, restart_count))
+    for (launch::PlannedWorker& w : launch::plan_workers(launch_plan, env, restart_count))
       processes.push_back(
           {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes),
            w.binding ? std::make_shared<const PreparedBinding>(*w.binding) : nullptr});

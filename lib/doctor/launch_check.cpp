@@ -16,7 +16,7 @@ namespace {
 
 // The id of the device the contract binds: the narrowed list's one entry under
 // --gpu-bind=isolate, else the entry of the visible devices that the contract's index names.
-std::string bound_device_of(const WorkerContract& contract, const GpuPlan& gpu) {
+std::string bound_device_of(const WorkerContract& contract, const launch::GpuPlan& gpu) {
   if (!contract.device) return "";
   if (contract.visible_devices) return *contract.visible_devices;
   return *contract.device < gpu.visible.size() ? gpu.visible[*contract.device] : "";
@@ -24,7 +24,8 @@ std::string bound_device_of(const WorkerContract& contract, const GpuPlan& gpu) 
 
 // One worker's report before the node is probed: what it is told, and what its program will see
 // of the inherited environment.
-TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker, const EnvMap& env) {
+TaskReport report_of(const launch::LaunchSpec& spec, const launch::PlannedWorker& worker,
+                     const EnvMap& env) {
   const EnvMap seen = apply_env(env, worker.changes);
   TaskReport r;
   r.contract = worker.contract;
@@ -48,17 +49,18 @@ TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker, const 
 
 // Where a rank's GPU can be located on this node, the CPUs local to it, and whether the rank's
 // own CPUs are all elsewhere. The topology is read only when some rank has a GPU.
-void mark_cpus_far_from_gpu(const LaunchPlan& launch, std::vector<TaskReport>& reports) {
+void mark_cpus_far_from_gpu(const launch::LaunchPlan& launch_plan,
+                            std::vector<TaskReport>& reports) {
   if (std::all_of(reports.begin(), reports.end(),
                   [](const TaskReport& r) { return r.bound_device.empty(); }))
     return;
   Topology topology;
   try {
-    topology = LiveSystem().topology(launch.inputs.topology_root);
+    topology = launch::LiveSystem().topology(launch_plan.inputs.topology_root);
   } catch (const Error&) {
     return;  // no topology, no locality: the other checks still stand
   }
-  const auto gpus = locate_gpus(launch.spec, launch.inputs, topology);
+  const auto gpus = launch::locate_gpus(launch_plan.spec, launch_plan.inputs, topology);
   for (TaskReport& r : reports) {
     const std::uint32_t local_rank = r.contract.local_rank;
     if (local_rank >= gpus.size() || !gpus[local_rank]) continue;
@@ -71,10 +73,10 @@ void mark_cpus_far_from_gpu(const LaunchPlan& launch, std::vector<TaskReport>& r
 
 }  // namespace
 
-std::vector<TaskReport> plan_reports(const LaunchPlan& launch, const EnvMap& env) {
+std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan, const EnvMap& env) {
   std::vector<TaskReport> reports;
-  for (const PlannedWorker& w : launch.workers) {
-    reports.push_back(report_of(launch.spec, w, env));
+  for (const launch::PlannedWorker& w : launch_plan.workers) {
+    reports.push_back(report_of(launch_plan.spec, w, env));
     if (reports.size() > 1) {
       copy_node_facts(reports.front(), reports.back());
       continue;
@@ -87,26 +89,28 @@ std::vector<TaskReport> plan_reports(const LaunchPlan& launch, const EnvMap& env
                      std::string(seen.get_raw("PATH").value_or("")));
     }
   }
-  mark_cpus_far_from_gpu(launch, reports);
-  probe_exec(reports, launch.spec.program_path, launch.spec.argv,
-             apply_env(env, launch.workers.front().changes));
+  mark_cpus_far_from_gpu(launch_plan, reports);
+  probe_exec(reports, launch_plan.spec.program_path, launch_plan.spec.argv,
+             apply_env(env, launch_plan.workers.front().changes));
   return reports;
 }
 
-Expectation expectation_of(const LaunchPlan& launch) {
-  if (launch.mode == Mode::kSlurm)
-    return slurm_expectation(launch.inputs.step->hosts, launch.inputs.step->tasks_per_node,
-                             launch.inputs.step->distribution);
-  return local_expectation(launch.spec.nnodes, launch.spec.local_world_size);
+Expectation expectation_of(const launch::LaunchPlan& launch_plan) {
+  if (launch_plan.mode == launch::Mode::kSlurm)
+    return slurm_expectation(launch_plan.inputs.step->hosts,
+                             launch_plan.inputs.step->tasks_per_node,
+                             launch_plan.inputs.step->distribution);
+  return local_expectation(launch_plan.spec.nnodes, launch_plan.spec.local_world_size);
 }
 
 namespace {
 
 // Rank 0's side: serve, hand the --watch ring back, print.
-int judge(const LaunchPlan& launch, std::vector<TaskReport> mine, Clock::time_point deadline,
-          const LaunchCheckOptions& options, const NetworkAgent* agent, std::ostream& out) {
-  const Verdict verdict = serve(expectation_of(launch), std::move(mine), launch.spec.master.port,
-                                deadline, options.network, agent);
+int judge(const launch::LaunchPlan& launch_plan, std::vector<TaskReport> mine,
+          Clock::time_point deadline, const LaunchCheckOptions& options, const NetworkAgent* agent,
+          std::ostream& out) {
+  const Verdict verdict = serve(expectation_of(launch_plan), std::move(mine),
+                                launch_plan.spec.master.port, deadline, options.network, agent);
   if (options.ring)
     for (const TaskReport& r : verdict.reports)
       if (!r.heartbeat.empty() && r.contract.rank != 0 && r.contract.rank <= kHeartbeatWindow)
@@ -123,22 +127,23 @@ int judge(const LaunchPlan& launch, std::vector<TaskReport> mine, Clock::time_po
 
 }  // namespace
 
-int check_launch(const LaunchPlan& launch, const EnvMap& env, const LaunchCheckOptions& options,
-                 std::ostream& out) {
+int check_launch(const launch::LaunchPlan& launch_plan, const EnvMap& env,
+                 const LaunchCheckOptions& options, std::ostream& out) {
   const auto deadline = Clock::now() + options.timeout;
-  std::vector<TaskReport> mine = plan_reports(launch, env);
+  std::vector<TaskReport> mine = plan_reports(launch_plan, env);
   // One network test agent per node: the task (or launcher) with the node's local rank 0.
   std::unique_ptr<NetworkAgent> agent;
-  if (options.network.enabled && launch.workers.front().local_rank == 0) {
+  if (options.network.enabled && launch_plan.workers.front().local_rank == 0) {
     agent = NetworkAgent::start();
     if (agent) mine.front().network_port = agent->port();
   }
   mine.front().heartbeat = options.heartbeat;
-  if (launch.workers.front().rank == 0)
-    return judge(launch, std::move(mine), deadline, options, agent.get(), out);
+  if (launch_plan.workers.front().rank == 0)
+    return judge(launch_plan, std::move(mine), deadline, options, agent.get(), out);
   try {
     return report_to_rank0(
-        launch.spec.master.addr, launch.spec.master.port, std::move(mine), deadline, agent.get(),
+        launch_plan.spec.master.addr, launch_plan.spec.master.port, std::move(mine), deadline,
+        agent.get(),
         options.network.enabled ? options.network.budget : std::chrono::milliseconds(0),
         options.ring);
   } catch (const Error& e) {

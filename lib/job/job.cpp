@@ -44,7 +44,7 @@ Allocation read_allocation(const EnvMap& env) {
     a.tasks_per_node =
         static_cast<std::uint32_t>(parse_count("SLURM_NTASKS_PER_NODE", *per_node, 1, 65536));
   } else if (const auto tasks = env.get("SLURM_TASKS_PER_NODE")) {
-    const auto counts = parse_tasks_per_node("SLURM_TASKS_PER_NODE", *tasks);
+    const auto counts = launch::parse_tasks_per_node("SLURM_TASKS_PER_NODE", *tasks);
     // A heterogeneous allocation would change the world size when a spare replaces a node: the
     // smallest share fits on every node.
     a.tasks_per_node = *std::min_element(counts.begin(), counts.end());

@@ -14,7 +14,7 @@
 #include "launch/gpu.hpp"
 #include "launch/port.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 namespace {
 
@@ -540,4 +540,4 @@ LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
   return spec;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -11,7 +11,7 @@
 #include "launch/spec.hpp"
 #include "launch/system.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 // Under srun: this task's own launch, from inputs read in Mode::kSlurm. Every task computes the
 // same master and port.
@@ -33,4 +33,4 @@ std::vector<std::optional<std::size_t>> locate_gpus(const LaunchSpec& spec, cons
                                                     const Topology& topology,
                                                     std::string* unlocated = nullptr);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -5,7 +5,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 std::vector<std::string> parse_visible_devices(std::string_view text, std::string_view source) {
   std::vector<std::string> ids;
@@ -84,4 +84,4 @@ std::optional<DeviceChoice> choose_device(const GpuPlan& plan, std::uint32_t loc
   return DeviceChoice{index, plan.visible[index]};
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -4,7 +4,7 @@
 #include "contract/settings.hpp"
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   const bool local_options =
@@ -59,4 +59,4 @@ LaunchInputs read_inputs(const EnvMap& env, Mode mode) {
   return in;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -11,7 +11,7 @@
 #include "launch/options.hpp"
 #include "launch/slurm_step.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 struct LaunchInputs {
   SlurmContext slurm = SlurmContext::kNone;
@@ -48,4 +48,4 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm);
 // incomplete or inconsistent (read_slurm_step); every other variable is checked where it is used.
 LaunchInputs read_inputs(const EnvMap& env, Mode mode);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

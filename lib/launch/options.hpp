@@ -10,7 +10,7 @@
 
 #include "affinity/plan.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 enum class Mode { kAuto, kSlurm, kLocal };
 enum class GpuBind {
@@ -44,4 +44,4 @@ struct LaunchOptions {
   bool program_optional = false;  // `dtlaunch doctor` may check a job without a program
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -5,7 +5,7 @@
 #include "launch/build_spec.hpp"
 #include "launch/worker_env.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 namespace {
 
@@ -63,4 +63,4 @@ std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const EnvMap& en
   return workers;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

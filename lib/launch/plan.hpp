@@ -14,7 +14,7 @@
 #include "launch/spec.hpp"
 #include "launch/system.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 struct LaunchPlan {
   Mode mode = Mode::kSlurm;  // never kAuto
@@ -41,4 +41,4 @@ LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& s
 std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const EnvMap& env,
                                         std::uint32_t restart_count);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

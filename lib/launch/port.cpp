@@ -5,7 +5,7 @@
 #include "core/error.hpp"
 #include "core/parse.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 namespace {
 // splitmix64's finaliser: a bijection on 64 bits with full avalanche, so job ids that differ in
@@ -36,4 +36,4 @@ std::uint16_t master_port_for(std::uint64_t job_id, std::uint64_t step_id, std::
   return static_cast<std::uint16_t>(range.lo + offset);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -4,7 +4,7 @@
 
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 std::string shell_quote(const std::string& text) {
   std::string out = "'";
@@ -73,4 +73,4 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
   return out + "]}\n";
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

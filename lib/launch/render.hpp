@@ -6,7 +6,7 @@
 
 #include "launch/worker_env.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 struct PlannedWorker {
   std::uint32_t rank = 0;
@@ -29,4 +29,4 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
 
 std::string shell_quote(const std::string& text);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

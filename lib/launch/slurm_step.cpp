@@ -10,7 +10,7 @@
 #include "hostlist/hostlist.hpp"
 #include "launch/tasks_per_node.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 namespace {
 
@@ -239,4 +239,4 @@ SlurmStep read_slurm_step(const EnvMap& env) {
   return step;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

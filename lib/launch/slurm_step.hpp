@@ -11,7 +11,7 @@
 #include "core/env_map.hpp"
 #include "launch/spec.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 enum class SlurmContext {
   kNone,            // not in a Slurm job at all
@@ -43,4 +43,4 @@ struct SlurmStep {
 // script that runs dtlaunch without srun: rank 0 would wait forever for ranks that never start).
 SlurmStep read_slurm_step(const EnvMap& env);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

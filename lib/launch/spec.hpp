@@ -10,7 +10,7 @@
 
 #include "launch/options.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 // A decision worth telling the user, produced by pure code and logged by the shell around it.
 struct Note {
@@ -88,4 +88,4 @@ struct WorkerInfo {
   std::uint32_t restart_count = 0;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -20,7 +20,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 std::optional<std::string> LiveSystem::read_file_head(const std::string& path,
                                                       std::size_t max_bytes) const {
@@ -155,4 +155,4 @@ std::string LiveSystem::random_tag() const {
   return supervisor_tag();
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -11,7 +11,7 @@
 #include "core/env_map.hpp"
 #include "launch/port.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 class System {
  public:
@@ -64,4 +64,4 @@ std::string supervisor_tag();
 // execute; throws Error(kNotFound / kNotExecutable).
 std::string resolve_program(const std::string& program, const std::optional<std::string>& path);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

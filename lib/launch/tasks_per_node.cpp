@@ -6,7 +6,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 std::vector<std::uint32_t> parse_tasks_per_node(std::string_view variable, std::string_view text,
                                                 std::size_t max_nodes) {
@@ -44,4 +44,4 @@ std::vector<std::uint32_t> parse_tasks_per_node(std::string_view variable, std::
   return counts;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

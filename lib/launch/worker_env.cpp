@@ -2,7 +2,7 @@
 
 #include "launch/gpu.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker) {
   WorkerContract c;
@@ -41,4 +41,4 @@ EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
   return to_env(worker_contract(spec, worker), inherited);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -7,7 +7,7 @@
 #include "core/env_map.hpp"
 #include "launch/spec.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 // What this worker is told. Throws Error only if the GPU plan cannot serve worker.local_rank,
 // which check_gpu_plan already rules out for a spec built by lib/.
@@ -17,4 +17,4 @@ WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker)
 EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
                           const EnvMap& inherited);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -77,8 +77,8 @@ int run(int argc, char** argv) {
   const std::vector<std::string> args(argv + i, argv + argc);
   const std::string program_path = resolve(args[0]);
   const dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
-  if (!port) port = dtlaunch::find_free_port();
-  const std::string tag = dtlaunch::supervisor_tag();
+  if (!port) port = dtlaunch::launch::find_free_port();
+  const std::string tag = dtlaunch::launch::supervisor_tag();
   options.descendant_marker = dtlaunch::supervisor_marker(tag);
 
   auto make_workers = [&](std::uint32_t restart_count) {

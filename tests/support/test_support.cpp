@@ -66,7 +66,7 @@ Ranks::Ranks(const std::string& program, const std::vector<std::string>& args, i
   launched_ = options.launch;
   if (launched_.empty())
     for (int r = 0; r < world; ++r) launched_.push_back(r);
-  const std::uint16_t port = dtlaunch::find_free_port("127.0.0.1");
+  const std::uint16_t port = dtlaunch::launch::find_free_port("127.0.0.1");
   for (int r : launched_) {
     dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
     for (const std::string_view knob : kRuntimeKnobs) inherited.erase(knob);

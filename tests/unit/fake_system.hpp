@@ -8,11 +8,11 @@
 
 namespace dtlaunch_test {
 
-class FakeSystem final : public dtlaunch::System {
+class FakeSystem final : public dtlaunch::launch::System {
  public:
   std::map<std::string, std::string> files;
   std::uint32_t gpu_files = 0;
-  std::optional<dtlaunch::PortRange> ephemeral = dtlaunch::PortRange{32768, 60999};
+  std::optional<dtlaunch::launch::PortRange> ephemeral = dtlaunch::launch::PortRange{32768, 60999};
 
   std::optional<std::string> read_file_head(const std::string& path,
                                             std::size_t max_bytes) const override {
@@ -21,7 +21,9 @@ class FakeSystem final : public dtlaunch::System {
     return it->second.substr(0, max_bytes);
   }
   std::uint32_t count_gpu_device_files() const override { return gpu_files; }
-  std::optional<dtlaunch::PortRange> ephemeral_port_range() const override { return ephemeral; }
+  std::optional<dtlaunch::launch::PortRange> ephemeral_port_range() const override {
+    return ephemeral;
+  }
   dtlaunch::Topology node;
   dtlaunch::TaskMask mask;
   mutable std::optional<std::string> topology_root;  // the root the launch asked for

@@ -4,6 +4,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
 using S = std::vector<std::string>;
 
 TEST_CASE("CUDA_VISIBLE_DEVICES parsing follows CUDA's rules") {

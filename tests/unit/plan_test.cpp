@@ -6,6 +6,7 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
 

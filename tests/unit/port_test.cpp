@@ -6,6 +6,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
 
 TEST_CASE("port: deterministic and inside the range") {
   for (std::uint64_t job = 0; job < 2000; ++job) {

@@ -5,6 +5,7 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
 using dtlaunch_test::slurm_step_env;
 
 namespace {

@@ -4,7 +4,7 @@
 #include "dtlaunch_catch.hpp"
 
 using dtlaunch::Error;
-using dtlaunch::parse_tasks_per_node;
+using dtlaunch::launch::parse_tasks_per_node;
 using V = std::vector<std::uint32_t>;
 
 TEST_CASE("tasks per node: Slurm's compressed syntax expands per node") {
