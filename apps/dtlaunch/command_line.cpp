@@ -137,14 +137,15 @@ void add_binding_options(CLI::App& app, launch::LaunchOptions& options) {
                                                     {"none", launch::GpuBind::kNone}},
              "share (default): keep all GPUs visible and export DTLAUNCH_CUDA_DEVICE; isolate: "
              "narrow CUDA_VISIBLE_DEVICES to one GPU; none");
-  std::map<std::string, std::optional<CpuBind>> cpu_binds;
+  std::map<std::string, std::optional<affinity::CpuBind>> cpu_binds;
   for (const char* word : {"none", "numa", "socket", "exclusive", "cache"})
-    cpu_binds[word] = parse_cpu_bind(word);
+    cpu_binds[word] = affinity::parse_cpu_bind(word);
   add_choice(app, "--cpu-bind", options.cpu_bind, cpu_binds,
              "none (default), numa, socket, exclusive or cache: the CPUs of each rank, near its "
              "GPU, within what Slurm gave the task (also DTLAUNCH_CPU_BIND)");
-  std::map<std::string, std::optional<MemBind>> mem_binds;
-  for (const char* word : {"none", "local", "strict"}) mem_binds[word] = parse_mem_bind(word);
+  std::map<std::string, std::optional<affinity::MemBind>> mem_binds;
+  for (const char* word : {"none", "local", "strict"})
+    mem_binds[word] = affinity::parse_mem_bind(word);
   add_choice(app, "--mem-bind", options.mem_bind, mem_binds,
              "none, local (prefer the NUMA nodes of the bound CPUs; the default with --cpu-bind) "
              "or strict (allocate only there) (also DTLAUNCH_MEM_BIND)");

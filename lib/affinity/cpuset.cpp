@@ -6,7 +6,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 CpuSet::CpuSet(std::vector<unsigned> ids) : ids_(std::move(ids)) {
   std::sort(ids_.begin(), ids_.end());
@@ -63,4 +63,4 @@ std::string CpuSet::to_list() const {
   return compact_ranges({ids_.begin(), ids_.end()});
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

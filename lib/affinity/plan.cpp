@@ -9,7 +9,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 namespace {
 
@@ -293,4 +293,4 @@ std::optional<std::size_t> find_gpu(const Topology& topology, std::string_view i
   return candidates[*k];
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

@@ -17,7 +17,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 namespace {
 
@@ -262,4 +262,4 @@ TaskMask read_task_mask(const std::string& root, const Topology& topology) {
   return mask;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

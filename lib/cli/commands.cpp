@@ -89,7 +89,7 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
     // On dtlaunch itself: the program inherits both across exec, before its first allocation.
     const launch::PlannedWorker& self = launch_plan.workers.front();
     if (self.binding)
-      if (const int e = PreparedBinding(*self.binding).apply())
+      if (const int e = affinity::PreparedBinding(*self.binding).apply())
         throw Error::system("binding rank " + std::to_string(self.rank) + " to CPUs " +
                                 self.binding->cpus.to_list() +
                                 " (sched_setaffinity, set_mempolicy)",
@@ -118,7 +118,7 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
     for (launch::PlannedWorker& w : launch::plan_workers(launch_plan, env, restart_count))
       processes.push_back(
           {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes),
-           w.binding ? std::make_shared<const PreparedBinding>(*w.binding) : nullptr});
+           w.binding ? std::make_shared<const affinity::PreparedBinding>(*w.binding) : nullptr});
     return processes;
   };
   out.flush();  // nothing of ours may come out after the workers' output

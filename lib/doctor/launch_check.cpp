@@ -54,7 +54,7 @@ void mark_cpus_far_from_gpu(const launch::LaunchPlan& launch_plan,
   if (std::all_of(reports.begin(), reports.end(),
                   [](const TaskReport& r) { return r.bound_device.empty(); }))
     return;
-  Topology topology;
+  affinity::Topology topology;
   try {
     topology = launch::LiveSystem().topology(launch_plan.inputs.topology_root);
   } catch (const Error&) {
@@ -64,9 +64,9 @@ void mark_cpus_far_from_gpu(const launch::LaunchPlan& launch_plan,
   for (TaskReport& r : reports) {
     const std::uint32_t local_rank = r.contract.local_rank;
     if (local_rank >= gpus.size() || !gpus[local_rank]) continue;
-    const CpuSet& local = topology.gpus[*gpus[local_rank]].local_cpus;
+    const affinity::CpuSet& local = topology.gpus[*gpus[local_rank]].local_cpus;
     r.gpu_local_cpus = local.to_list();
-    const auto cpus = CpuSet::parse(r.cpus);
+    const auto cpus = affinity::CpuSet::parse(r.cpus);
     r.cpus_far_from_gpu = cpus && !cpus->empty() && !local.empty() && !cpus->intersects(local);
   }
 }

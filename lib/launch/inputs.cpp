@@ -35,7 +35,7 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   return Mode::kSlurm;  // read_slurm_step refuses a job context without a step, with the reason
 }
 
-static_assert(setting::kTopologyRoot.name == kTopologyRootVariable);
+static_assert(setting::kTopologyRoot.name == affinity::kTopologyRootVariable);
 
 LaunchInputs read_inputs(const EnvMap& env, Mode mode) {
   LaunchInputs in;

@@ -10,8 +10,8 @@ namespace dtlaunch::launch {
 namespace {
 
 PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const EnvMap& env) {
-  std::optional<Binding> binding;
-  if (const Binding* b = spec.affinity.of(worker.local_rank)) binding = *b;
+  std::optional<affinity::Binding> binding;
+  if (const affinity::Binding* b = spec.affinity.of(worker.local_rank)) binding = *b;
   WorkerContract contract = worker_contract(spec, worker);
   EnvDelta changes = to_env(contract, env);
   return {worker.rank, worker.local_rank, std::move(changes), binding, std::move(contract)};

@@ -26,7 +26,7 @@ std::string render_shell(const std::vector<PlannedWorker>& workers,
              std::to_string(worker.local_rank) + ")\n";
     if (worker.binding)
       out += "# cpus " + worker.binding->cpus.to_list() + " mems " +
-             std::string(to_string(worker.binding->policy)) +
+             std::string(affinity::to_string(worker.binding->policy)) +
              (worker.binding->mems.empty() ? "" : ":" + worker.binding->mems.to_list()) + "\n";
     for (const EnvChange& change : worker.changes) {
       if (change.value)
@@ -52,8 +52,8 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
            ", \"local_rank\": " + std::to_string(worker.local_rank);
     if (worker.binding)
       out += ", \"cpus\": " + json_quote(worker.binding->cpus.to_list()) +
-             ", \"mems\": " + json_quote(worker.binding->mems.to_list()) +
-             ", \"mem_policy\": " + json_quote(std::string(to_string(worker.binding->policy)));
+             ", \"mems\": " + json_quote(worker.binding->mems.to_list()) + ", \"mem_policy\": " +
+             json_quote(std::string(affinity::to_string(worker.binding->policy)));
     out += ", \"set\": {";
     bool first = true;
     for (const EnvChange& change : worker.changes) {

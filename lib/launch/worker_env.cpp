@@ -18,8 +18,8 @@ WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker)
   c.max_restarts = spec.max_restarts;
   c.dtlaunch_run_id = spec.dtlaunch_run_id;
   c.torchelastic_run_id = spec.torchelastic_run_id;
-  const Binding* binding = spec.affinity.of(worker.local_rank);
-  if (binding && spec.affinity.cpu != CpuBind::kNone)
+  const affinity::Binding* binding = spec.affinity.of(worker.local_rank);
+  if (binding && spec.affinity.cpu != affinity::CpuBind::kNone)
     c.omp_num_threads = std::to_string(binding->cores);
   else
     c.omp_num_threads = spec.omp_num_threads;

@@ -32,8 +32,8 @@ struct ChildArgs {
   int copy_below = 0;   // > 0: we share the parent's descriptor table until we unshare it
   int exec_errno = 0;   // written by the child when execve fails; read once it has exited
   int setup_errno = 0;  // written by the child when it could not get a table of its own
-  const PreparedBinding* binding = nullptr;  // --cpu-bind/--mem-bind, masks built before
-  const rlimit* fd_limit = nullptr;          // the RLIMIT_NOFILE the worker gets back
+  const affinity::PreparedBinding* binding = nullptr;  // --cpu-bind/--mem-bind, masks built before
+  const rlimit* fd_limit = nullptr;                    // the RLIMIT_NOFILE the worker gets back
 };
 
 // Planned within the task's own mask, so the kernel refuses it only if that mask changed since.

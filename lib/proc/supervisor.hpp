@@ -26,7 +26,7 @@ struct WorkerProcess {
   std::vector<std::string> argv;
   EnvMap env;
   // CPUs and memory policy, applied in the child between fork and exec (--cpu-bind).
-  std::shared_ptr<const PreparedBinding> binding;
+  std::shared_ptr<const affinity::PreparedBinding> binding;
 };
 
 struct SupervisorOptions {

@@ -15,6 +15,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::affinity;
 
 namespace {
 

@@ -14,6 +14,7 @@
 #include "launch/worker_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::affinity;
 using dtlaunch_test::contains_text;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;

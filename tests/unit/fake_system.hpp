@@ -24,10 +24,10 @@ class FakeSystem final : public dtlaunch::launch::System {
   std::optional<dtlaunch::launch::PortRange> ephemeral_port_range() const override {
     return ephemeral;
   }
-  dtlaunch::Topology node;
-  dtlaunch::TaskMask mask;
+  dtlaunch::affinity::Topology node;
+  dtlaunch::affinity::TaskMask mask;
   mutable std::optional<std::string> topology_root;  // the root the launch asked for
-  dtlaunch::Topology topology(const std::string& root) const override {
+  dtlaunch::affinity::Topology topology(const std::string& root) const override {
     topology_root = root;
     return node;
   }
@@ -38,7 +38,8 @@ class FakeSystem final : public dtlaunch::launch::System {
     return port;
   }
   std::string random_tag() const override { return "4242-00000000deadbeef"; }
-  dtlaunch::TaskMask task_mask(const std::string&, const dtlaunch::Topology&) const override {
+  dtlaunch::affinity::TaskMask task_mask(const std::string&,
+                                         const dtlaunch::affinity::Topology&) const override {
     return mask;
   }
 };

@@ -129,10 +129,10 @@ TEST_CASE("dry-run rendering: shell lines reproduce the launch, JSON is well-for
 }
 
 TEST_CASE("dry-run rendering of a binding: a comment line, and cpus/mems/mem_policy in JSON") {
-  Binding b;
-  b.cpus = *CpuSet::parse("0-3,8-11");
-  b.mems = *CpuSet::parse("0");
-  b.policy = MemPolicy::kPreferred;
+  affinity::Binding b;
+  b.cpus = *affinity::CpuSet::parse("0-3,8-11");
+  b.mems = *affinity::CpuSet::parse("0");
+  b.policy = affinity::MemPolicy::kPreferred;
   EnvDelta d = {{"RANK", "1"}};
   CHECK(render_shell({{1, 1, d, b, {}}}, {"./train"}) ==
         "# cpus 0-3,8-11 mems preferred:0\n"
@@ -142,7 +142,7 @@ TEST_CASE("dry-run rendering of a binding: a comment line, and cpus/mems/mem_pol
         "{\"argv\": [\"./train\"], \"workers\": [{\"rank\": 1, \"local_rank\": 1, "
         "\"cpus\": \"0-3,8-11\", \"mems\": \"0\", \"mem_policy\": \"preferred\", "
         "\"set\": {\"RANK\": \"1\"}, \"unset\": []}]}\n");
-  b.policy = MemPolicy::kNone;
-  b.mems = CpuSet();
+  b.policy = affinity::MemPolicy::kNone;
+  b.mems = affinity::CpuSet();
   CHECK(render_shell({{1, 1, d, b, {}}}, {"./train"}).starts_with("# cpus 0-3,8-11 mems none\n"));
 }
