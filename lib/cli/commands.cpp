@@ -95,9 +95,12 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
                                 " (sched_setaffinity, set_mempolicy)",
                             e);
     if (watch) {
-      const proc::WorkerProcess program{
-          self.rank, self.local_rank, spec.program_path, spec.argv, apply_env(env, self.changes),
-          nullptr};
+      const proc::WorkerProcess program{self.rank,
+                                        self.local_rank,
+                                        spec.program_path,
+                                        spec.argv,
+                                        contract::apply_env(env, self.changes),
+                                        nullptr};
       // The job's identity on the heartbeat's connections: MASTER_PORT is the job's own.
       const std::uint64_t tag =
           std::hash<std::string>{}(spec.master.addr + ":" + std::to_string(spec.master.port) + "/" +
@@ -105,7 +108,7 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
       return watch->run(program, flags.watch_timeout,
                         options.grace.value_or(std::chrono::seconds(30)), tag);
     }
-    proc::exec_program(spec.program_path, spec.argv, apply_env(env, self.changes));
+    proc::exec_program(spec.program_path, spec.argv, contract::apply_env(env, self.changes));
   }
 
   proc::SupervisorOptions supervision;
@@ -117,7 +120,7 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
     std::vector<proc::WorkerProcess> processes;
     for (launch::PlannedWorker& w : launch::plan_workers(launch_plan, env, restart_count))
       processes.push_back(
-          {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes),
+          {w.rank, w.local_rank, spec.program_path, spec.argv, contract::apply_env(env, w.changes),
            w.binding ? std::make_shared<const affinity::PreparedBinding>(*w.binding) : nullptr});
     return processes;
   };
@@ -152,20 +155,22 @@ int run_hostlist(const std::vector<std::string>& names, std::ostream& out) {
 
 int run_env_table(std::ostream& out) {
   out << "| variable | meaning | source |\n|---|---|---|\n";
-  for (const ExportedVar& v : exported_vars())
+  for (const contract::ExportedVar& v : contract::exported_vars())
     out << "| `" << v.name << "` | " << v.meaning << " | " << v.source << " |\n";
   out << "\nRemoved from the inherited environment when present:\n\n"
          "| variable | why |\n|---|---|\n";
-  for (const RemovedVar& v : removed_vars()) out << "| `" << v.name << "` | " << v.why << " |\n";
+  for (const contract::RemovedVar& v : contract::removed_vars())
+    out << "| `" << v.name << "` | " << v.why << " |\n";
   // Then what is read, one table per owner, so that each docs page holds its owner's
   // (docs/environment.md the launcher's, doctor's and example's; docs/ddp.md the runtime's).
-  for (Owner owner : {Owner::kLauncher, Owner::kDoctor, Owner::kRuntime, Owner::kExample}) {
-    out << "\nRead by owner `" << owner_name(owner)
+  for (contract::Owner owner : {contract::Owner::kLauncher, contract::Owner::kDoctor,
+                                contract::Owner::kRuntime, contract::Owner::kExample}) {
+    out << "\nRead by owner `" << contract::owner_name(owner)
         << "`:\n\n| variable | owner | parsed as | default | meaning |\n|---|---|---|---|---|\n";
-    for (const Setting* s : read_settings())
+    for (const contract::Setting* s : contract::read_settings())
       if (s->owner == owner)
-        out << "| `" << s->name << "` | " << owner_name(owner) << " | " << parse_name(*s) << " | "
-            << s->fallback << " | " << s->doc << " |\n";
+        out << "| `" << s->name << "` | " << contract::owner_name(owner) << " | "
+            << contract::parse_name(*s) << " | " << s->fallback << " | " << s->doc << " |\n";
   }
   return 0;
 }

@@ -7,7 +7,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::contract {
 
 namespace {
 using Write = ExportedVar::Write;
@@ -281,4 +281,4 @@ WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>&
   return c;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::contract

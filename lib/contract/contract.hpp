@@ -13,7 +13,7 @@
 
 #include "core/env_map.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::contract {
 
 struct WorkerContract {
   std::uint32_t rank = 0;
@@ -128,4 +128,4 @@ inline constexpr std::string_view kSupervisor = "DTLAUNCH_SUPERVISOR";
 // their environment; derived from the same field to_env exports.
 std::string supervisor_marker(std::string_view tag);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::contract

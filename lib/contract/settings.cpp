@@ -6,7 +6,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::contract {
 
 namespace {
 namespace s = setting;
@@ -111,4 +111,4 @@ bool read_switch(const EnvMap& env, const Setting& setting, bool otherwise) {
   return n ? *n == 1 : otherwise;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::contract

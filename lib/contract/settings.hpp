@@ -17,7 +17,7 @@
 #include "contract/contract.hpp"
 #include "core/env_map.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::contract {
 
 // Who reads the variable: the launcher (dtlaunch and `dtlaunch job`), the DDP runtime
 // (lib/ddp), the pre-start checks (`dtlaunch doctor`) or the example training program.
@@ -279,4 +279,4 @@ inline constexpr Setting kXdgCacheHome =
          "the example caches Fashion-MNIST in its dtlaunch/");
 }  // namespace setting
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::contract

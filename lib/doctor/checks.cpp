@@ -10,6 +10,9 @@
 #include "doctor/compare.hpp"
 
 namespace dtlaunch::doctor {
+
+namespace env_var = contract::env_var;
+
 namespace {
 
 std::string seconds(std::int64_t ms) {

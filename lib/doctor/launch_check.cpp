@@ -16,7 +16,7 @@ namespace {
 
 // The id of the device the contract binds: the narrowed list's one entry under
 // --gpu-bind=isolate, else the entry of the visible devices that the contract's index names.
-std::string bound_device_of(const WorkerContract& contract, const launch::GpuPlan& gpu) {
+std::string bound_device_of(const contract::WorkerContract& contract, const launch::GpuPlan& gpu) {
   if (!contract.device) return "";
   if (contract.visible_devices) return *contract.visible_devices;
   return *contract.device < gpu.visible.size() ? gpu.visible[*contract.device] : "";
@@ -26,11 +26,12 @@ std::string bound_device_of(const WorkerContract& contract, const launch::GpuPla
 // of the inherited environment.
 TaskReport report_of(const launch::LaunchSpec& spec, const launch::PlannedWorker& worker,
                      const EnvMap& env) {
-  const EnvMap seen = apply_env(env, worker.changes);
+  const EnvMap seen = contract::apply_env(env, worker.changes);
   TaskReport r;
   r.contract = worker.contract;
-  r.visible_devices = std::string(seen.get_raw(env_var::kCudaVisibleDevices).value_or(""));
-  r.omp_num_threads = std::string(seen.get(env_var::kOmpNumThreads).value_or(""));
+  r.visible_devices =
+      std::string(seen.get_raw(contract::env_var::kCudaVisibleDevices).value_or(""));
+  r.omp_num_threads = std::string(seen.get(contract::env_var::kOmpNumThreads).value_or(""));
   r.bound_device = bound_device_of(worker.contract, spec.gpu);
   r.gpu_sharing_allowed = spec.gpu.allow_sharing;
   r.gpu_isolated_by_slurm = spec.gpu.isolated_by_slurm;
@@ -40,9 +41,10 @@ TaskReport report_of(const launch::LaunchSpec& spec, const launch::PlannedWorker
   r.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
   // The variables the contract sets per rank are checked above as the contract, not compared
   // as the node's.
-  std::vector<std::string_view> set_by_contract = {env_var::kCudaVisibleDevices};
-  for (const ExportedVar& var : exported_vars()) set_by_contract.push_back(var.name);
-  for (const EnvChange& change : worker.changes) set_by_contract.push_back(change.name);
+  std::vector<std::string_view> set_by_contract = {contract::env_var::kCudaVisibleDevices};
+  for (const contract::ExportedVar& var : contract::exported_vars())
+    set_by_contract.push_back(var.name);
+  for (const contract::EnvChange& change : worker.changes) set_by_contract.push_back(change.name);
   r.env = compared_env(seen.vars(), set_by_contract);
   return r;
 }
@@ -84,14 +86,14 @@ std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan, cons
     probe_node(reports.front());
     // The node's software once, by its lowest local rank, with that worker's environment.
     if (w.local_rank == 0) {
-      const EnvMap seen = apply_env(env, w.changes);
+      const EnvMap seen = contract::apply_env(env, w.changes);
       probe_software(reports.front(), std::string(seen.get_raw("LD_LIBRARY_PATH").value_or("")),
                      std::string(seen.get_raw("PATH").value_or("")));
     }
   }
   mark_cpus_far_from_gpu(launch_plan, reports);
   probe_exec(reports, launch_plan.spec.program_path, launch_plan.spec.argv,
-             apply_env(env, launch_plan.workers.front().changes));
+             contract::apply_env(env, launch_plan.workers.front().changes));
   return reports;
 }
 

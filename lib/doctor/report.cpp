@@ -120,7 +120,7 @@ class Reader {
 
 // The contract under the keys of the first wire format (rank, world_size, ...), and what it
 // added since under "contract.*", so that the report's contract arrives whole.
-void put_contract(Writer& w, const WorkerContract& c) {
+void put_contract(Writer& w, const contract::WorkerContract& c) {
   w.num("rank", c.rank);
   w.num("local_rank", c.local_rank);
   w.num("node_rank", c.node_rank);
@@ -130,7 +130,7 @@ void put_contract(Writer& w, const WorkerContract& c) {
   w.num("master_port", c.master_port);
   w.optional("run_id", c.dtlaunch_run_id);
   // Only what differs from the defaults: about 1 KiB per report crosses the wire at scale.
-  const WorkerContract defaults;
+  const contract::WorkerContract defaults;
   if (c.local_world_size != defaults.local_world_size)
     w.num("contract.local_world_size", c.local_world_size);
   if (c.restart_count != 0) w.num("contract.restart_count", c.restart_count);
@@ -143,8 +143,8 @@ void put_contract(Writer& w, const WorkerContract& c) {
   if (c.pci_device_order) w.num("contract.pci_device_order", 1);
 }
 
-WorkerContract read_contract(const Reader& in) {
-  WorkerContract c;
+contract::WorkerContract read_contract(const Reader& in) {
+  contract::WorkerContract c;
   c.rank = in.u32("rank");
   c.local_rank = in.u32("local_rank");
   c.node_rank = in.u32("node_rank");

@@ -16,6 +16,8 @@
 
 namespace dtlaunch::launch {
 
+namespace setting = contract::setting;
+
 namespace {
 
 // Bytes of SLURM_HOSTFILE read, at most, to find the first host.
@@ -390,7 +392,8 @@ void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& 
             std::optional<std::uint64_t> job_id) {
   // The run identity's rule is the contract's (DTLAUNCH_RUN_ID is read by the same check).
   if (options.run_id) {
-    std::string why = options.run_id->empty() ? "is empty" : run_id_problem(*options.run_id);
+    std::string why =
+        options.run_id->empty() ? "is empty" : contract::run_id_problem(*options.run_id);
     if (!why.empty()) throw Error::usage("--run-id '" + excerpt(*options.run_id) + "' " + why);
   }
   if (options.argv.empty() && !options.program_optional)

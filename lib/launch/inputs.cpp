@@ -6,6 +6,8 @@
 
 namespace dtlaunch::launch {
 
+using contract::read_text;
+
 Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   const bool local_options =
       options.nnodes || options.node_rank || options.max_restarts > 0 || options.log_dir;
@@ -35,13 +37,13 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   return Mode::kSlurm;  // read_slurm_step refuses a job context without a step, with the reason
 }
 
-static_assert(setting::kTopologyRoot.name == affinity::kTopologyRootVariable);
+static_assert(contract::setting::kTopologyRoot.name == affinity::kTopologyRootVariable);
 
 LaunchInputs read_inputs(const EnvMap& env, Mode mode) {
   LaunchInputs in;
   in.slurm = detect_slurm(env);
   if (mode == Mode::kSlurm || in.slurm == SlurmContext::kStep) in.step = read_slurm_step(env);
-  namespace s = setting;
+  namespace s = contract::setting;
   in.master_addr = read_text(env, s::kMasterAddr);
   in.master_port = read_text(env, s::kMasterPort);
   in.port_range = read_text(env, s::kPortRange);

@@ -28,7 +28,7 @@ std::string render_shell(const std::vector<PlannedWorker>& workers,
       out += "# cpus " + worker.binding->cpus.to_list() + " mems " +
              std::string(affinity::to_string(worker.binding->policy)) +
              (worker.binding->mems.empty() ? "" : ":" + worker.binding->mems.to_list()) + "\n";
-    for (const EnvChange& change : worker.changes) {
+    for (const contract::EnvChange& change : worker.changes) {
       if (change.value)
         out += "export " + change.name + "=" + shell_quote(*change.value) + "\n";
       else
@@ -56,14 +56,14 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
              json_quote(std::string(affinity::to_string(worker.binding->policy)));
     out += ", \"set\": {";
     bool first = true;
-    for (const EnvChange& change : worker.changes) {
+    for (const contract::EnvChange& change : worker.changes) {
       if (!change.value) continue;
       out += (first ? "" : ", ") + json_quote(change.name) + ": " + json_quote(*change.value);
       first = false;
     }
     out += "}, \"unset\": [";
     first = true;
-    for (const EnvChange& change : worker.changes) {
+    for (const contract::EnvChange& change : worker.changes) {
       if (change.value) continue;
       out += (first ? "" : ", ") + json_quote(change.name);
       first = false;

@@ -11,9 +11,9 @@ namespace dtlaunch::launch {
 struct PlannedWorker {
   std::uint32_t rank = 0;
   std::uint32_t local_rank = 0;
-  EnvDelta changes;                          // to_env(contract, the inherited environment)
+  contract::EnvDelta changes;                // to_env(contract, the inherited environment)
   std::optional<affinity::Binding> binding;  // --cpu-bind / --mem-bind, when on
-  WorkerContract contract;  // what the worker is told (worker_contract), for the doctor
+  contract::WorkerContract contract;  // what the worker is told (worker_contract), for the doctor
 };
 
 // Shell: "export NAME='value'" / "unset NAME" lines, then "exec 'prog' 'arg'...". Pasting it into

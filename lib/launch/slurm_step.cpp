@@ -52,7 +52,7 @@ void note_fallback(SlurmStep& step, const Found& used, std::string_view preferre
                               "=" + std::string(used.value)});
 }
 
-namespace s = setting;
+namespace s = contract::setting;
 
 // The classic mistake: the batch script runs the launcher itself. With several tasks the others
 // would never start; with one, nothing hangs, but the step's variables (node list, tasks per
@@ -178,8 +178,8 @@ void read_gpus_per_task(const EnvMap& env, SlurmStep& step) {
 }
 
 void read_placement(const EnvMap& env, SlurmStep& step) {
-  step.distribution = read_text(env, s::kSlurmDistribution).value_or("");
-  step.hostfile = read_text(env, s::kSlurmHostfile);
+  step.distribution = contract::read_text(env, s::kSlurmDistribution).value_or("");
+  step.hostfile = contract::read_text(env, s::kSlurmHostfile);
   if (auto cpus = env.get(s::kSlurmCpusPerTask.name)) {
     auto n = parse_uint_var(s::kSlurmCpusPerTask.name, *cpus, 1u << 20);
     if (n == 0) throw Error::bad_env(s::kSlurmCpusPerTask.name, *cpus, "must be at least 1");

@@ -4,8 +4,8 @@
 
 namespace dtlaunch::launch {
 
-WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker) {
-  WorkerContract c;
+contract::WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker) {
+  contract::WorkerContract c;
   c.rank = worker.rank;
   c.local_rank = worker.local_rank;
   c.world_size = spec.world_size;
@@ -36,9 +36,9 @@ WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker)
   return c;
 }
 
-EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
-                          const EnvMap& inherited) {
-  return to_env(worker_contract(spec, worker), inherited);
+contract::EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
+                                    const EnvMap& inherited) {
+  return contract::to_env(worker_contract(spec, worker), inherited);
 }
 
 }  // namespace dtlaunch::launch

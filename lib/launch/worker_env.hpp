@@ -11,10 +11,10 @@ namespace dtlaunch::launch {
 
 // What this worker is told. Throws Error only if the GPU plan cannot serve worker.local_rank,
 // which check_gpu_plan already rules out for a spec built by lib/.
-WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker);
+contract::WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker);
 
 // to_env(worker_contract(spec, worker), inherited): the changes, in the order of the table.
-EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
-                          const EnvMap& inherited);
+contract::EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
+                                    const EnvMap& inherited);
 
 }  // namespace dtlaunch::launch

@@ -185,7 +185,8 @@ FakeSystem small_system() {
 std::map<std::string, std::string> env_of(const launch::LaunchSpec& spec, std::uint32_t local_rank,
                                           const EnvMap& env) {
   std::map<std::string, std::string> m;
-  for (const EnvChange& c : launch::build_worker_env(spec, {local_rank, local_rank, 0}, env))
+  for (const contract::EnvChange& c :
+       launch::build_worker_env(spec, {local_rank, local_rank, 0}, env))
     m[c.name] = c.value.value_or("<unset>");
   return m;
 }

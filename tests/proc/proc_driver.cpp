@@ -79,12 +79,12 @@ int run(int argc, char** argv) {
   const dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
   if (!port) port = dtlaunch::launch::find_free_port();
   const std::string tag = dtlaunch::launch::supervisor_tag();
-  options.descendant_marker = dtlaunch::supervisor_marker(tag);
+  options.descendant_marker = dtlaunch::contract::supervisor_marker(tag);
 
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<dtlaunch::proc::WorkerProcess> workers;
     for (std::uint32_t local = 0; local < nproc; ++local) {
-      dtlaunch::WorkerContract contract;
+      dtlaunch::contract::WorkerContract contract;
       contract.rank = node_rank * nproc + local;
       contract.local_rank = local;
       contract.world_size = nnodes * nproc;
@@ -101,7 +101,8 @@ int run(int argc, char** argv) {
       w.local_rank = local;
       w.program_path = program_path;
       w.argv = args;
-      w.env = dtlaunch::apply_env(inherited, dtlaunch::to_env(contract, inherited));
+      w.env =
+          dtlaunch::contract::apply_env(inherited, dtlaunch::contract::to_env(contract, inherited));
       workers.push_back(std::move(w));
     }
     return workers;

@@ -70,14 +70,15 @@ Ranks::Ranks(const std::string& program, const std::vector<std::string>& args, i
   for (int r : launched_) {
     dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
     for (const std::string_view knob : kRuntimeKnobs) inherited.erase(knob);
-    dtlaunch::WorkerContract contract;
+    dtlaunch::contract::WorkerContract contract;
     contract.rank = static_cast<std::uint32_t>(r);
     contract.world_size = static_cast<std::uint32_t>(world);
     contract.local_rank = static_cast<std::uint32_t>(r);
     contract.local_world_size = static_cast<std::uint32_t>(world);
     contract.master_addr = "127.0.0.1";
     contract.master_port = port;
-    dtlaunch::EnvMap vars = dtlaunch::apply_env(inherited, dtlaunch::to_env(contract, inherited));
+    dtlaunch::EnvMap vars =
+        dtlaunch::contract::apply_env(inherited, dtlaunch::contract::to_env(contract, inherited));
     for (const auto& [name, value] : options.env) vars.set(name, value);
 
     std::vector<std::string> env = vars.to_strings();

@@ -10,6 +10,7 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::contract;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
 

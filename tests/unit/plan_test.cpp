@@ -20,7 +20,7 @@ LaunchOptions local(std::uint32_t nproc) {
 }
 
 std::optional<std::string> value_of(const PlannedWorker& worker, std::string_view name) {
-  for (const EnvChange& change : worker.changes)
+  for (const contract::EnvChange& change : worker.changes)
     if (change.name == name) return change.value;
   return std::nullopt;
 }

@@ -11,6 +11,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::contract;
 
 TEST_CASE("settings: one declaration per variable and owner, each printable in a table row") {
   std::set<std::pair<std::string_view, Owner>> seen;

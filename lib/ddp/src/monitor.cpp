@@ -315,25 +315,25 @@ milliseconds default_grace(int world_size) {
   return 2 * watch_interval(world_size) + milliseconds(500);
 }
 
-static_assert(setting::kTraceEntries.max == kMaxTraceEntries);
+static_assert(contract::setting::kTraceEntries.max == kMaxTraceEntries);
 
 MonitorSettings MonitorSettings::read(const EnvMap& env, int world_size) {
-  namespace v = setting;
+  namespace v = contract::setting;
   MonitorSettings s;
-  if (auto n = read_number(env, v::kTraceEntries)) s.trace_entries = *n;
-  s.trace_dir = read_text(env, v::kTraceDir).value_or("");
-  s.trace_at_exit = read_switch(env, v::kTraceAtExit, false);
-  s.dump_signal = read_switch(env, v::kDumpSignal, true);
-  if (auto id = read_text(env, v::kRunId)) s.run_id = file_name_part(*id);
+  if (auto n = contract::read_number(env, v::kTraceEntries)) s.trace_entries = *n;
+  s.trace_dir = contract::read_text(env, v::kTraceDir).value_or("");
+  s.trace_at_exit = contract::read_switch(env, v::kTraceAtExit, false);
+  s.dump_signal = contract::read_switch(env, v::kDumpSignal, true);
+  if (auto id = contract::read_text(env, v::kRunId)) s.run_id = file_name_part(*id);
   // A restart of the local supervisor, or a requeue of the Slurm job (whose run id stays).
-  for (const Setting* count : {&v::kTorchelasticRestartCount, &v::kSlurmRestartCount})
-    if (auto n = parse_uint(read_text(env, *count).value_or(""), 999'999))
+  for (const contract::Setting* count : {&v::kTorchelasticRestartCount, &v::kSlurmRestartCount})
+    if (auto n = parse_uint(contract::read_text(env, *count).value_or(""), 999'999))
       s.attempt += static_cast<int>(*n);
-  s.check = read_switch(env, v::kCheck, false);
-  s.timeline = read_switch(env, v::kTimeline, false);
+  s.check = contract::read_switch(env, v::kCheck, false);
+  s.timeline = contract::read_switch(env, v::kTimeline, false);
   s.grace = default_grace(world_size);
-  if (auto g = read_number(env, v::kReportGraceMs)) s.grace = milliseconds(*g);
-  if (auto t = read_number(env, v::kHeartbeatTimeout))
+  if (auto g = contract::read_number(env, v::kReportGraceMs)) s.grace = milliseconds(*g);
+  if (auto t = contract::read_number(env, v::kHeartbeatTimeout))
     s.heartbeat_timeout = std::chrono::seconds(*t);
   return s;
 }

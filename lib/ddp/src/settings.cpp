@@ -13,7 +13,7 @@ RuntimeSettings RuntimeSettings::read(const EnvMap& env, int world_size) {
   try {
     RuntimeSettings s;
     s.monitor = MonitorSettings::read(env, world_size);
-    s.shm_all_reduce = read_switch(env, setting::kShm, true);
+    s.shm_all_reduce = contract::read_switch(env, contract::setting::kShm, true);
     return s;
   } catch (const dtlaunch::Error& e) {
     throw Error(ErrorKind::kConfig, std::string("dtlaunch ddp: ") + e.what());
@@ -24,7 +24,7 @@ RuntimeSettings RuntimeSettings::from_environment(int world_size) {
   return read(EnvMap::from_environ(environ), world_size);
 }
 
-bool set_in_environment(const Setting& setting) {
+bool set_in_environment(const contract::Setting& setting) {
   return EnvMap::from_environ(environ).has_entry(setting.name);
 }
 

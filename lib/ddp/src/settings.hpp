@@ -23,6 +23,6 @@ struct RuntimeSettings {
 // Whether the process environment has `setting`, even empty: glibc reads its malloc tunables
 // (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) at start-up, before any settings value exists,
 // and DistributedDataParallel leaves a tunable the user set alone.
-bool set_in_environment(const Setting& setting);
+bool set_in_environment(const contract::Setting& setting);
 
 }  // namespace dtlaunch::ddp::detail
