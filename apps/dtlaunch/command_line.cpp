@@ -28,7 +28,7 @@ CLI::Option* add_count(CLI::App& app, const std::string& flag, T& target, std::u
       .add_option_function<std::string>(
           flag,
           [&target, flag, min, max](const std::string& text) {
-            target = static_cast<typename Number<T>::type>(parse_count(flag, text, min, max));
+            target = static_cast<typename Number<T>::type>(core::parse_count(flag, text, min, max));
           },
           help)
       ->type_name("N");
@@ -40,7 +40,9 @@ CLI::Option* add_seconds(CLI::App& app, const std::string& flag, T& target,
   return app
       .add_option_function<std::string>(
           flag,
-          [&target, flag](const std::string& text) { target = parse_seconds(flag, text, 86400); },
+          [&target, flag](const std::string& text) {
+            target = core::parse_seconds(flag, text, 86400);
+          },
           help)
       ->type_name("SECONDS");
 }
@@ -206,7 +208,8 @@ std::vector<std::string> program_argv(const CLI::App& app) {
   } else if (!argv.empty() && argv.front().size() > 1 && argv.front().front() == '-') {
     // prefix_command() hands an unknown option over as the program name; a typo in an option
     // must not become "command not found" (a program named "-x" goes after "--").
-    throw Error::usage("unknown option " + excerpt(argv.front()) + " (see dtlaunch --help)");
+    throw core::Error::usage("unknown option " + core::excerpt(argv.front()) +
+                             " (see dtlaunch --help)");
   }
   return argv;
 }

@@ -16,7 +16,7 @@ extern char** environ;
 
 namespace {
 
-using dtlaunch::ExitCode;
+using dtlaunch::core::ExitCode;
 
 constexpr const char* kDescription =
     "Launch distributed PyTorch/LibTorch workers under Slurm or locally.\n\n"
@@ -167,7 +167,7 @@ int run(int argc, char** argv) {
   if (env_table->parsed()) {
     if (!env_table->remaining().empty())
       return usage_error("env-table takes no arguments, got '" +
-                         excerpt(env_table->remaining().front()) + "'");
+                         core::excerpt(env_table->remaining().front()) + "'");
     return cli::run_env_table(std::cout);
   }
   if (trace_app->parsed()) {
@@ -176,7 +176,8 @@ int run(int argc, char** argv) {
     std::vector<std::string> extra = app.remaining();
     for (const std::string& arg : trace_app->remaining()) extra.push_back(arg);
     for (const std::string& arg : extra)
-      if (arg != "--") return usage_error("trace takes one DIR, got also '" + excerpt(arg) + "'");
+      if (arg != "--")
+        return usage_error("trace takes one DIR, got also '" + core::excerpt(arg) + "'");
     return cli::run_trace_command(trace, std::cout, std::cerr);
   }
   if (job_app->parsed()) return run_job_command(app, *job_app, job, environ);
@@ -185,7 +186,8 @@ int run(int argc, char** argv) {
   // back to the parent: `dtlaunch doctor --timeout 5 -- PROGRAM` leaves PROGRAM in app's.
   const bool own_program = doctor_app->parsed() && !doctor_app->remaining().empty();
   command.options.argv = program_argv(own_program ? *doctor_app : app);
-  return cli::run_launch(command.options, command.flags, EnvMap::from_environ(environ), std::cout);
+  return cli::run_launch(command.options, command.flags, core::EnvMap::from_environ(environ),
+                         std::cout);
 }
 
 }  // namespace
@@ -193,7 +195,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const dtlaunch::Error& e) {
+  } catch (const dtlaunch::core::Error& e) {
     std::cerr << "dtlaunch: " << e.what() << "\n";
     return e.exit_status();
   } catch (const std::exception& e) {

@@ -47,7 +47,7 @@ doctor::LaunchCheckOptions check_options(const RunFlags& flags, WatchJoin* watch
 
 }  // namespace
 
-int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
+int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const core::EnvMap& env,
                std::ostream& out) {
   const launch::LaunchPlan launch_plan = flags.dry_run
                                              ? launch::plan(options, env, DryRunSystem())
@@ -59,14 +59,15 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
   std::unique_ptr<WatchJoin> watch;
   RunFlags checked = flags;
   if (flags.watch && launch_plan.mode != launch::Mode::kSlurm)
-    throw Error(ExitCode::kBadInput,
-                "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
-                "dtlaunch supervises its workers anyway");
+    throw core::Error(
+        core::ExitCode::kBadInput,
+        "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
+        "dtlaunch supervises its workers anyway");
   if (flags.watch && launch_plan.mode == launch::Mode::kSlurm && !flags.dry_run) {
     if (flags.watch_timeout < std::chrono::seconds(3))
-      throw Error(ExitCode::kBadInput,
-                  "--watch-timeout " + seconds_text(flags.watch_timeout) +
-                      ": below 3s a loaded node's heartbeat may be late (docs/cli.md)");
+      throw core::Error(core::ExitCode::kBadInput,
+                        "--watch-timeout " + core::seconds_text(flags.watch_timeout) +
+                            ": below 3s a loaded node's heartbeat may be late (docs/cli.md)");
     watch = std::make_unique<WatchJoin>(spec.master.addr, launch_plan.workers.front().rank,
                                         spec.world_size);
     if (checked.check == Check::kNone) checked.check = Check::kPreflight;
@@ -90,10 +91,10 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
     const launch::PlannedWorker& self = launch_plan.workers.front();
     if (self.binding)
       if (const int e = affinity::PreparedBinding(*self.binding).apply())
-        throw Error::system("binding rank " + std::to_string(self.rank) + " to CPUs " +
-                                self.binding->cpus.to_list() +
-                                " (sched_setaffinity, set_mempolicy)",
-                            e);
+        throw core::Error::system("binding rank " + std::to_string(self.rank) + " to CPUs " +
+                                      self.binding->cpus.to_list() +
+                                      " (sched_setaffinity, set_mempolicy)",
+                                  e);
     if (watch) {
       const proc::WorkerProcess program{self.rank,
                                         self.local_rank,

@@ -41,7 +41,7 @@ struct RunFlags {
 // printing the report on `out`; with kPreflight it does the same checks first and returns 3
 // without starting anything when they fail.
 // Throws Error for anything wrong, before anything was started.
-int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
+int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const core::EnvMap& env,
                std::ostream& out);
 
 // `dtlaunch hostnames EXPR...`: one host per line. Nothing is printed unless every expression

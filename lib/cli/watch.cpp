@@ -29,8 +29,8 @@ WatchJoin::WatchJoin(const std::string& master_addr, std::uint32_t rank, std::ui
   try {
     listener_ = std::make_unique<heartbeat::Listener>();
   } catch (const std::exception& e) {
-    throw Error(ExitCode::kFailure,
-                std::string("--watch: cannot open the heartbeat endpoint: ") + e.what());
+    throw core::Error(core::ExitCode::kFailure,
+                      std::string("--watch: cannot open the heartbeat endpoint: ") + e.what());
   }
   std::string address = heartbeat::local_address_towards(master_addr);
   if (address.empty()) address = host_;
@@ -59,8 +59,8 @@ int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds
       try {
         o.endpoints[static_cast<int>(r)] = heartbeat::parse_endpoint(text);
       } catch (const std::invalid_argument& e) {
-        throw Error(ExitCode::kFailure,
-                    "--watch: rank " + std::to_string(r) + "'s heartbeat endpoint: " + e.what());
+        throw core::Error(core::ExitCode::kFailure, "--watch: rank " + std::to_string(r) +
+                                                        "'s heartbeat endpoint: " + e.what());
       }
     }
     const int lost_write = lost.write.get();

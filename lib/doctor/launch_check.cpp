@@ -25,8 +25,8 @@ std::string bound_device_of(const contract::WorkerContract& contract, const laun
 // One worker's report before the node is probed: what it is told, and what its program will see
 // of the inherited environment.
 TaskReport report_of(const launch::LaunchSpec& spec, const launch::PlannedWorker& worker,
-                     const EnvMap& env) {
-  const EnvMap seen = contract::apply_env(env, worker.changes);
+                     const core::EnvMap& env) {
+  const core::EnvMap seen = contract::apply_env(env, worker.changes);
   TaskReport r;
   r.contract = worker.contract;
   r.visible_devices =
@@ -59,7 +59,7 @@ void mark_cpus_far_from_gpu(const launch::LaunchPlan& launch_plan,
   affinity::Topology topology;
   try {
     topology = launch::LiveSystem().topology(launch_plan.inputs.topology_root);
-  } catch (const Error&) {
+  } catch (const core::Error&) {
     return;  // no topology, no locality: the other checks still stand
   }
   const auto gpus = launch::locate_gpus(launch_plan.spec, launch_plan.inputs, topology);
@@ -75,7 +75,8 @@ void mark_cpus_far_from_gpu(const launch::LaunchPlan& launch_plan,
 
 }  // namespace
 
-std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan, const EnvMap& env) {
+std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan,
+                                     const core::EnvMap& env) {
   std::vector<TaskReport> reports;
   for (const launch::PlannedWorker& w : launch_plan.workers) {
     reports.push_back(report_of(launch_plan.spec, w, env));
@@ -86,7 +87,7 @@ std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan, cons
     probe_node(reports.front());
     // The node's software once, by its lowest local rank, with that worker's environment.
     if (w.local_rank == 0) {
-      const EnvMap seen = contract::apply_env(env, w.changes);
+      const core::EnvMap seen = contract::apply_env(env, w.changes);
       probe_software(reports.front(), std::string(seen.get_raw("LD_LIBRARY_PATH").value_or("")),
                      std::string(seen.get_raw("PATH").value_or("")));
     }
@@ -124,12 +125,12 @@ int judge(const launch::LaunchPlan& launch_plan, std::vector<TaskReport> mine,
   } else if (!verdict.ok() || !verdict.problems.empty() || options.verbose) {
     std::cerr << report;
   }
-  return verdict.ok() ? 0 : static_cast<int>(ExitCode::kProblem);
+  return verdict.ok() ? 0 : static_cast<int>(core::ExitCode::kProblem);
 }
 
 }  // namespace
 
-int check_launch(const launch::LaunchPlan& launch_plan, const EnvMap& env,
+int check_launch(const launch::LaunchPlan& launch_plan, const core::EnvMap& env,
                  const LaunchCheckOptions& options, std::ostream& out) {
   const auto deadline = Clock::now() + options.timeout;
   std::vector<TaskReport> mine = plan_reports(launch_plan, env);
@@ -148,9 +149,9 @@ int check_launch(const launch::LaunchPlan& launch_plan, const EnvMap& env,
         agent.get(),
         options.network.enabled ? options.network.budget : std::chrono::milliseconds(0),
         options.ring);
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     std::cerr << "dtlaunch doctor: " << e.what() << "\n";
-    return static_cast<int>(ExitCode::kProblem);
+    return static_cast<int>(core::ExitCode::kProblem);
   }
 }
 

@@ -70,7 +70,7 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
   const int rc = ::posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) throw Error::system("cannot start " + argv[0], rc);
+  if (rc != 0) throw core::Error::system("cannot start " + argv[0], rc);
   return pid;
 }
 
@@ -87,7 +87,7 @@ std::string capture(const std::vector<std::string>& argv) {
   pid_t pid = -1;
   try {
     pid = spawn(argv, fds[1], -1);
-  } catch (const Error&) {
+  } catch (const core::Error&) {
     ::close(fds[0]);
     ::close(fds[1]);
     return {};
@@ -204,7 +204,7 @@ class StepStopper {
   void advance(Clock::time_point first_failure, Evidence& evidence, std::ostream& err) {
     const auto now = Clock::now();
     if (stage_ == Stage::kWaiting && now - first_failure > grace_) {
-      err << "dtlaunch job: the step has not ended " << seconds_text(grace_)
+      err << "dtlaunch job: the step has not ended " << core::seconds_text(grace_)
           << " after the first failure: asking srun to abort it" << std::endl;
       ::kill(srun_, SIGINT);
       ::usleep(200 * 1000);
@@ -241,7 +241,7 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
   AttemptRun run;
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
-    throw Error::system("cannot create a pipe for srun", errno);
+    throw core::Error::system("cannot create a pipe for srun", errno);
   const auto start = Clock::now();
   const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1]);
   g_srun_pid = pid;
@@ -303,10 +303,10 @@ void deliver_rest(proc::Console& console) {
 
 }  // namespace
 
-int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, const EnvMap& env,
-            std::ostream& err) {
+int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
+            const core::EnvMap& env, std::ostream& err) {
   if (options.program.empty())
-    throw Error::usage("job: no PROGRAM given (dtlaunch job -- ./train)");
+    throw core::Error::usage("job: no PROGRAM given (dtlaunch job -- ./train)");
   const Allocation allocation = read_allocation(env);
   const Sizes sizes = decide_sizes(allocation, options);
   err << "dtlaunch job: " << allocation.nodes.size() << " node(s) allocated ("

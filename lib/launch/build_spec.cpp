@@ -16,6 +16,10 @@
 
 namespace dtlaunch::launch {
 
+using core::Error;
+using core::excerpt;
+using core::num;
+
 namespace setting = contract::setting;
 
 namespace {
@@ -43,7 +47,7 @@ void note(LaunchSpec& spec, Note::Level level, bool rank0_only, std::string text
 }
 
 std::uint16_t parse_port(std::string_view source, std::string_view text) {
-  auto port = parse_uint(text, 65535);
+  auto port = core::parse_uint(text, 65535);
   if (!port || *port == 0) throw Error::bad_env(source, text, "expected a port in 1..65535");
   return static_cast<std::uint16_t>(*port);
 }
@@ -88,8 +92,8 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
     try {
       first = first_host(line);
     } catch (const Error& e) {
-      throw Error(ExitCode::kBadInput, "SLURM_HOSTFILE='" + excerpt(*step.hostfile) + "' line " +
-                                           num(line_number) + ": " + e.what());
+      throw Error(core::ExitCode::kBadInput, "SLURM_HOSTFILE='" + excerpt(*step.hostfile) +
+                                                 "' line " + num(line_number) + ": " + e.what());
     }
     if (first.empty()) continue;
     auto it = std::find(step.hosts.begin(), step.hosts.end(), first);
@@ -286,7 +290,7 @@ std::optional<std::vector<unsigned>> allocated_minors(const LaunchInputs& in) {
     if (!*text) continue;
     std::vector<unsigned> minors;
     for (const std::string& id : parse_visible_devices(**text, name))
-      if (auto n = parse_uint(id, affinity::kMaxCpuNumber))
+      if (auto n = core::parse_uint(id, affinity::kMaxCpuNumber))
         minors.push_back(static_cast<unsigned>(*n));
     return minors;
   }

@@ -14,23 +14,24 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   switch (options.mode) {
     case Mode::kSlurm:
       if (options.nproc_per_node)
-        throw Error::usage(
+        throw core::Error::usage(
             "--mode slurm and --nproc-per-node contradict each other: under Slurm "
             "every srun task is one worker");
       return Mode::kSlurm;
     case Mode::kLocal:
-      if (!options.nproc_per_node) throw Error::usage("--mode local needs --nproc-per-node N");
+      if (!options.nproc_per_node)
+        throw core::Error::usage("--mode local needs --nproc-per-node N");
       return Mode::kLocal;
     case Mode::kAuto:
       break;
   }
   if (options.nproc_per_node) return Mode::kLocal;
   if (local_options)
-    throw Error::usage(
+    throw core::Error::usage(
         "--nnodes, --node-rank, --max-restarts and --log-dir belong to the local "
         "mode: add --nproc-per-node N");
   if (slurm == SlurmContext::kNone)
-    throw Error::usage(
+    throw core::Error::usage(
         "not inside a Slurm step (no SLURM_STEP_ID): run under 'srun dtlaunch "
         "PROGRAM', or spawn workers locally with 'dtlaunch --nproc-per-node N "
         "PROGRAM'");
@@ -39,7 +40,7 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
 
 static_assert(contract::setting::kTopologyRoot.name == affinity::kTopologyRootVariable);
 
-LaunchInputs read_inputs(const EnvMap& env, Mode mode) {
+LaunchInputs read_inputs(const core::EnvMap& env, Mode mode) {
   LaunchInputs in;
   in.slurm = detect_slurm(env);
   if (mode == Mode::kSlurm || in.slurm == SlurmContext::kStep) in.step = read_slurm_step(env);

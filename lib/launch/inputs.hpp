@@ -46,6 +46,6 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm);
 
 // Reads the inputs of a launch in `mode`. Throws Error (exit 2) for a Slurm step that is missing,
 // incomplete or inconsistent (read_slurm_step); every other variable is checked where it is used.
-LaunchInputs read_inputs(const EnvMap& env, Mode mode);
+LaunchInputs read_inputs(const core::EnvMap& env, Mode mode);
 
 }  // namespace dtlaunch::launch

@@ -9,7 +9,7 @@ namespace dtlaunch::launch {
 
 namespace {
 
-PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const EnvMap& env) {
+PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const core::EnvMap& env) {
   std::optional<affinity::Binding> binding;
   if (const affinity::Binding* b = spec.affinity.of(worker.local_rank)) binding = *b;
   contract::WorkerContract contract = worker_contract(spec, worker);
@@ -19,16 +19,16 @@ PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const En
 
 // Under Slurm the restarts are counted by `dtlaunch job` (docs/resilience.md), which runs each
 // attempt as a new step and says which one it is.
-std::uint32_t slurm_restart_count(const EnvMap& env) {
+std::uint32_t slurm_restart_count(const core::EnvMap& env) {
   const auto value = contract::read_text(env, contract::setting::kRestartCount);
   if (!value) return 0;
   return static_cast<std::uint32_t>(
-      parse_count(contract::setting::kRestartCount.name, *value, 0, UINT32_MAX));
+      core::parse_count(contract::setting::kRestartCount.name, *value, 0, UINT32_MAX));
 }
 
 }  // namespace
 
-LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& system) {
+LaunchPlan plan(const LaunchOptions& options, const core::EnvMap& env, const System& system) {
   LaunchPlan p;
   p.mode = resolve_mode(options, detect_slurm(env));
   p.inputs = read_inputs(env, p.mode);
@@ -50,7 +50,7 @@ LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& s
   return p;
 }
 
-std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const EnvMap& env,
+std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const core::EnvMap& env,
                                         std::uint32_t restart_count) {
   const LaunchSpec& spec = plan.spec;
   if (plan.mode == Mode::kSlurm) {

@@ -37,7 +37,7 @@ contract::WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInf
 }
 
 contract::EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
-                                    const EnvMap& inherited) {
+                                    const core::EnvMap& inherited) {
   return contract::to_env(worker_contract(spec, worker), inherited);
 }
 

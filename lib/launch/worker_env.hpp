@@ -15,6 +15,6 @@ contract::WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInf
 
 // to_env(worker_contract(spec, worker), inherited): the changes, in the order of the table.
 contract::EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
-                                    const EnvMap& inherited);
+                                    const core::EnvMap& inherited);
 
 }  // namespace dtlaunch::launch

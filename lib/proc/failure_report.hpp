@@ -24,7 +24,7 @@ inline constexpr int kExitStoppedToResume = 75;
 
 // The heartbeat's "a peer was lost; I am healthy" (ExitCode::kPeerLost, docs/ddp.md): the worker
 // is a victim of another rank's loss, and the report says so instead of "failed".
-inline constexpr int kExitPeerLost = static_cast<int>(ExitCode::kPeerLost);
+inline constexpr int kExitPeerLost = static_cast<int>(core::ExitCode::kPeerLost);
 
 // Whether the failure is such a stop: it ends the group and is never restarted.
 bool is_stopped_to_resume(const WorkerFailure& failure);

@@ -21,7 +21,7 @@ void UniqueFd::reset(int fd) {
 
 Pipe make_pipe() {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error::system("pipe", errno);
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw core::Error::system("pipe", errno);
   return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 

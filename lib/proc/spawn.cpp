@@ -112,12 +112,12 @@ StartedWorker start_child(const WorkerProcess& worker, int devnull, int out_fd, 
     const int files = args.copy_below > 0 ? CLONE_FILES : 0;
     pid = ::clone(child_main, child_stack_top(), CLONE_VM | CLONE_VFORK | files | SIGCHLD, &args);
   }
-  if (pid < 0) throw Error::system("clone", errno);
+  if (pid < 0) throw core::Error::system("clone", errno);
   if (args.setup_errno != 0) {
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    throw Error::system("unshare", args.setup_errno);
+    throw core::Error::system("unshare", args.setup_errno);
   }
   StartedWorker started;
   started.pid = pid;

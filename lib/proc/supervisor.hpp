@@ -24,7 +24,7 @@ struct WorkerProcess {
   std::uint32_t local_rank = 0;
   std::string program_path;  // already resolved and checked executable by the caller
   std::vector<std::string> argv;
-  EnvMap env;
+  core::EnvMap env;
   // CPUs and memory policy, applied in the child between fork and exec (--cpu-bind).
   std::shared_ptr<const affinity::PreparedBinding> binding;
 };
@@ -85,7 +85,7 @@ struct RunResult {
 // low it raises it, for dtlaunch alone, and says so on stderr; if the hard one is, it throws
 // Error (kBadInput) saying how many are needed.
 //
-// Throws dtlaunch::Error only for OS failures before or while starting (pipe, fork, the log
+// Throws dtlaunch::core::Error only for OS failures before or while starting (pipe, fork, the log
 // directory), for a program that cannot be executed (ExitCode 127 / 126) and for the limit
 // above; in every case the workers already started are killed and reaped first.
 RunResult run_workers(

@@ -44,7 +44,7 @@ Topology small_node() {
 std::string message_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     CHECK(e.exit_status() == 2);
     return e.what();
   }
@@ -183,7 +183,7 @@ FakeSystem small_system() {
   return sys;
 }
 std::map<std::string, std::string> env_of(const launch::LaunchSpec& spec, std::uint32_t local_rank,
-                                          const EnvMap& env) {
+                                          const core::EnvMap& env) {
   std::map<std::string, std::string> m;
   for (const contract::EnvChange& c :
        launch::build_worker_env(spec, {local_rank, local_rank, 0}, env))
@@ -194,7 +194,7 @@ std::map<std::string, std::string> env_of(const launch::LaunchSpec& spec, std::u
 
 TEST_CASE("spec: the options, their variables and their defaults") {
   FakeSystem sys = small_system();
-  EnvMap env{{"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "0,1"}};
+  core::EnvMap env{{"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "0,1"}};
   launch::LaunchOptions o = local(2);
 
   // Off by default: the topology is not even read.
@@ -239,7 +239,7 @@ TEST_CASE("spec: the options, their variables and their defaults") {
 
 TEST_CASE("spec: bad values of the variables are one-line errors naming them") {
   FakeSystem sys = small_system();
-  EnvMap env{{"PATH", "/usr/bin:/bin"}, {"DTLAUNCH_CPU_BIND", "cores"}};
+  core::EnvMap env{{"PATH", "/usr/bin:/bin"}, {"DTLAUNCH_CPU_BIND", "cores"}};
   CHECK(message_of([&] {
           launch::spec_from_local(launch::read_inputs(env, launch::Mode::kLocal), local(2), sys);
         }) == "DTLAUNCH_CPU_BIND='cores': expected none, numa, socket, exclusive or cache");
@@ -251,7 +251,7 @@ TEST_CASE("spec: bad values of the variables are one-line errors naming them") {
 
 TEST_CASE("spec under Slurm: only this task's binding, Slurm's own binding is kept") {
   FakeSystem sys = small_system();
-  EnvMap env = slurm_step_env(3, 1, 1);  // rank 3, local 1 of 2 on node 1
+  core::EnvMap env = slurm_step_env(3, 1, 1);  // rank 3, local 1 of 2 on node 1
   launch::LaunchOptions o;
   o.argv = {"sh", "-c", "true"};
   o.cpu_bind = CpuBind::kExclusive;

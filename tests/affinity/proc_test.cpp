@@ -13,8 +13,8 @@
 #include "blackbox/run_process.hpp"
 #include "dtlaunch_catch.hpp"
 
-using dtlaunch::EnvMap;
 using dtlaunch::affinity::CpuSet;
+using dtlaunch::core::EnvMap;
 using dtlaunch_test::ProcessResult;
 using dtlaunch_test::run_process;
 

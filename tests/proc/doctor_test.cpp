@@ -327,7 +327,7 @@ TEST_CASE("doctor: each report holds the contract its worker is told, and what i
   options.argv = {"/bin/true"};
   options.nproc_per_node = 2;
   options.gpu_bind = dtlaunch::launch::GpuBind::kIsolate;
-  const dtlaunch::EnvMap env{
+  const dtlaunch::core::EnvMap env{
       {"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "3,5"}, {"OMP_NUM_THREADS", "4"}};
   const dtlaunch::launch::LaunchPlan launch =
       dtlaunch::launch::plan(options, env, dtlaunch::launch::LiveSystem());

@@ -35,8 +35,8 @@ TEST_CASE("find_free_port rejects an address that does not resolve", "[proc]") {
   try {
     dtlaunch::launch::find_free_port("256.1.2.3.invalid");
     FAIL("no error");
-  } catch (const dtlaunch::Error& e) {
-    CHECK(e.code() == dtlaunch::ExitCode::kBadInput);
+  } catch (const dtlaunch::core::Error& e) {
+    CHECK(e.code() == dtlaunch::core::ExitCode::kBadInput);
     CHECK(std::string(e.what()).find("'256.1.2.3.invalid' does not resolve") != std::string::npos);
   }
 }

@@ -24,7 +24,7 @@ extern char** environ;
 
 namespace {
 
-using dtlaunch::Error;
+using dtlaunch::core::Error;
 
 std::string resolve(const std::string& program) {
   if (program.find('/') != std::string::npos) return program;
@@ -54,19 +54,19 @@ int run(int argc, char** argv) {
     if (i + 1 >= argc) throw Error::usage(arg + " needs a value");
     const std::string value = argv[++i];
     if (arg == "--nproc-per-node") {
-      nproc = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+      nproc = static_cast<std::uint32_t>(dtlaunch::core::parse_uint_var(arg, value, 4096));
     } else if (arg == "--nnodes") {
-      nnodes = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+      nnodes = static_cast<std::uint32_t>(dtlaunch::core::parse_uint_var(arg, value, 4096));
     } else if (arg == "--node-rank") {
-      node_rank = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+      node_rank = static_cast<std::uint32_t>(dtlaunch::core::parse_uint_var(arg, value, 4096));
     } else if (arg == "--master-addr") {
       addr = value;
     } else if (arg == "--master-port") {
-      port = static_cast<std::uint16_t>(dtlaunch::parse_uint_var(arg, value, 65535));
+      port = static_cast<std::uint16_t>(dtlaunch::core::parse_uint_var(arg, value, 65535));
     } else if (arg == "--grace") {
-      options.grace = dtlaunch::parse_seconds(arg, value, 86400);
+      options.grace = dtlaunch::core::parse_seconds(arg, value, 86400);
     } else if (arg == "--max-restarts") {
-      options.max_restarts = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value));
+      options.max_restarts = static_cast<std::uint32_t>(dtlaunch::core::parse_uint_var(arg, value));
     } else if (arg == "--log-dir") {
       options.log_dir = value;
     } else {
@@ -76,7 +76,7 @@ int run(int argc, char** argv) {
   if (i >= argc) throw Error::usage("no program given after --");
   const std::vector<std::string> args(argv + i, argv + argc);
   const std::string program_path = resolve(args[0]);
-  const dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
+  const dtlaunch::core::EnvMap inherited = dtlaunch::core::EnvMap::from_environ(environ);
   if (!port) port = dtlaunch::launch::find_free_port();
   const std::string tag = dtlaunch::launch::supervisor_tag();
   options.descendant_marker = dtlaunch::contract::supervisor_marker(tag);

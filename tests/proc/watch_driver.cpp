@@ -48,10 +48,10 @@ int main(int argc, char** argv) {
     program.rank = rank;
     program.program_path = argv[6];
     program.argv.assign(argv + 6, argv + argc);
-    program.env = dtlaunch::EnvMap::from_environ(environ);
+    program.env = dtlaunch::core::EnvMap::from_environ(environ);
     program.env.set("RANK", std::to_string(rank));
     return join.run(program, timeout, grace, 42);
-  } catch (const dtlaunch::Error& e) {
+  } catch (const dtlaunch::core::Error& e) {
     std::cerr << "watch_driver: " << e.what() << "\n";
     return e.exit_status();
   }

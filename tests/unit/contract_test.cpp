@@ -11,6 +11,7 @@
 
 using namespace dtlaunch;
 using namespace dtlaunch::contract;
+using dtlaunch::core::EnvMap;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
 
@@ -173,7 +174,7 @@ TEST_CASE("contract: parse names every problem in one line") {
     std::string msg;
     try {
       parse_contract(c.env);
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       msg = e.what();
       CHECK(e.exit_status() == 2);
     }

@@ -54,6 +54,6 @@ TEST_CASE("port range: parsing") {
   for (const char* bad :
        {"", "1", "1000-2000", "40000", "5-4", "30000-70000", "a-b", "2000-1999"}) {
     INFO(bad);
-    CHECK_THROWS_AS(parse_port_range("DTLAUNCH_PORT_RANGE", bad), Error);
+    CHECK_THROWS_AS(parse_port_range("DTLAUNCH_PORT_RANGE", bad), core::Error);
   }
 }

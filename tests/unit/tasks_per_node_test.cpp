@@ -3,7 +3,7 @@
 #include "core/error.hpp"
 #include "dtlaunch_catch.hpp"
 
-using dtlaunch::Error;
+using dtlaunch::core::Error;
 using dtlaunch::launch::parse_tasks_per_node;
 using V = std::vector<std::uint32_t>;
 

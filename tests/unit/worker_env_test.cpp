@@ -16,7 +16,7 @@ using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
 
 namespace {
-LaunchSpec spec_for(const EnvMap& env, LaunchOptions o = {}) {
+LaunchSpec spec_for(const core::EnvMap& env, LaunchOptions o = {}) {
   FakeSystem sys;
   if (o.argv.empty()) o.argv = {"sh", "-c", "echo $RANK"};
   return spec_from_slurm(read_inputs(env, Mode::kSlurm), o, sys);
@@ -29,7 +29,7 @@ std::map<std::string, std::string> as_map(const contract::EnvDelta& d) {
 }  // namespace
 
 TEST_CASE("worker env: the torchrun contract for a task of an srun step") {
-  EnvMap env = slurm_step_env(3, 1, 1);
+  core::EnvMap env = slurm_step_env(3, 1, 1);
   LaunchSpec spec = spec_for(env);
   contract::EnvDelta delta = build_worker_env(spec, WorkerInfo{3, 1, 0}, env);
   const std::string port = std::to_string(master_port_for(4242, 0, 0));
@@ -57,7 +57,7 @@ TEST_CASE("worker env: the torchrun contract for a task of an srun step") {
 }
 
 TEST_CASE("worker env: every exported name is in the contract table, in table order") {
-  EnvMap env = slurm_step_env(1, 1, 0);
+  core::EnvMap env = slurm_step_env(1, 1, 0);
   env.set("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b");
   env.set("TORCHELASTIC_USE_AGENT_STORE", "True");
   LaunchOptions o;
@@ -93,7 +93,7 @@ TEST_CASE("worker env: every exported name is in the contract table, in table or
 }
 
 TEST_CASE("worker env: share mode keeps the visible list and exports the index") {
-  EnvMap env = slurm_step_env(1, 1, 0);
+  core::EnvMap env = slurm_step_env(1, 1, 0);
   env.set("CUDA_VISIBLE_DEVICES", "4,5");
   auto m = as_map(build_worker_env(spec_for(env), WorkerInfo{1, 1, 0}, env));
   CHECK(m["DTLAUNCH_CUDA_DEVICE"] == "1");
@@ -103,11 +103,12 @@ TEST_CASE("worker env: share mode keeps the visible list and exports the index")
 }
 
 TEST_CASE("worker env: the user's settings are kept, a stale device index is removed") {
-  EnvMap env = slurm_step_env();
+  core::EnvMap env = slurm_step_env();
   env.set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0");
   env.set("OMP_NUM_THREADS", "7");
   env.set("DTLAUNCH_CUDA_DEVICE", "5");
-  EnvMap out = contract::apply_env(env, build_worker_env(spec_for(env), WorkerInfo{0, 0, 0}, env));
+  core::EnvMap out =
+      contract::apply_env(env, build_worker_env(spec_for(env), WorkerInfo{0, 0, 0}, env));
   CHECK(out.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
   CHECK(out.get("OMP_NUM_THREADS") == "7");
   CHECK_FALSE(out.get("DTLAUNCH_CUDA_DEVICE"));

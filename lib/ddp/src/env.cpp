@@ -15,7 +15,7 @@ extern char** environ;
 namespace dtlaunch::ddp {
 namespace {
 
-WorkerEnv from_env_map(const EnvMap& vars) {
+WorkerEnv from_env_map(const core::EnvMap& vars) {
   // USE_LIBUV and GLOO_SOCKET_IFNAME are the runtime's own knobs, not the launcher's contract;
   // a bad USE_LIBUV is still named in the same line as the contract's problems.
   std::vector<std::string> problems;
@@ -27,7 +27,7 @@ WorkerEnv from_env_map(const EnvMap& vars) {
   contract::WorkerContract contract;
   try {
     contract = contract::parse_contract(vars, problems);
-  } catch (const dtlaunch::Error& e) {
+  } catch (const core::Error& e) {
     throw Error(ErrorKind::kConfig, std::string("dtlaunch ddp: ") + e.what());
   }
   WorkerEnv env;
@@ -50,29 +50,29 @@ WorkerEnv from_env_map(const EnvMap& vars) {
 }  // namespace
 
 WorkerEnv WorkerEnv::from_variables(const std::map<std::string, std::string>& vars) {
-  EnvMap env;
+  core::EnvMap env;
   for (const auto& [name, value] : vars) env.set(name, value);
   return from_env_map(env);
 }
 
 WorkerEnv WorkerEnv::from_environment() {
-  return from_env_map(EnvMap::from_environ(environ));
+  return from_env_map(core::EnvMap::from_environ(environ));
 }
 
-constexpr Named<Backend> kBackendNames[] = {
+constexpr core::Named<Backend> kBackendNames[] = {
     {Backend::kAuto, "auto"}, {Backend::kGloo, "gloo"}, {Backend::kNccl, "nccl"}};
 
 const char* to_string(Backend backend) noexcept {
-  return name_of(backend, kBackendNames).data();
+  return core::name_of(backend, kBackendNames).data();
 }
 
-constexpr Named<ReduceOp> kReduceOpNames[] = {{ReduceOp::kSum, "sum"},
-                                              {ReduceOp::kAvg, "avg"},
-                                              {ReduceOp::kMin, "min"},
-                                              {ReduceOp::kMax, "max"}};
+constexpr core::Named<ReduceOp> kReduceOpNames[] = {{ReduceOp::kSum, "sum"},
+                                                    {ReduceOp::kAvg, "avg"},
+                                                    {ReduceOp::kMin, "min"},
+                                                    {ReduceOp::kMax, "max"}};
 
 const char* to_string(ReduceOp op) noexcept {
-  return name_of(op, kReduceOpNames).data();
+  return core::name_of(op, kReduceOpNames).data();
 }
 
 }  // namespace dtlaunch::ddp

@@ -16,7 +16,7 @@ struct RuntimeSettings {
       true;  // DTLAUNCH_DDP_SHM (InitOptions::shm_all_reduce can only turn it off)
 
   // Throws Error(kConfig) with one line naming a malformed variable and quoting its value.
-  static RuntimeSettings read(const EnvMap& env, int world_size);
+  static RuntimeSettings read(const core::EnvMap& env, int world_size);
   static RuntimeSettings from_environment(int world_size);
 };
 
