@@ -28,7 +28,7 @@ CLI::Option* add_count(CLI::App& app, const std::string& flag, T& target, std::u
       .add_option_function<std::string>(
           flag,
           [&target, flag, min, max](const std::string& text) {
-            target = static_cast<typename Number<T>::type>(parse_count(flag, text, min, max));
+            target = static_cast<typename Number<T>::type>(core::parse_count(flag, text, min, max));
           },
           help)
       ->type_name("N");
@@ -40,7 +40,9 @@ CLI::Option* add_seconds(CLI::App& app, const std::string& flag, T& target,
   return app
       .add_option_function<std::string>(
           flag,
-          [&target, flag](const std::string& text) { target = parse_seconds(flag, text, 86400); },
+          [&target, flag](const std::string& text) {
+            target = core::parse_seconds(flag, text, 86400);
+          },
           help)
       ->type_name("SECONDS");
 }
@@ -63,8 +65,8 @@ CLI::Option* add_text(CLI::App& app, const std::string& flag, std::optional<std:
 }
 
 // `dtlaunch doctor`: how long to wait, the report's format, the network test.
-void add_doctor_options(CLI::App& app, RunFlags& flags) {
-  flags.check = Check::kDoctor;
+void add_doctor_options(CLI::App& app, cli::RunFlags& flags) {
+  flags.check = cli::Check::kDoctor;
   add_seconds(app, "--timeout", flags.check_timeout, "seconds to wait for every task (default 60)");
   add_choice(app, "--format", flags.check_json,
              std::map<std::string, bool>{{"table", false}, {"json", true}},
@@ -77,18 +79,18 @@ void add_doctor_options(CLI::App& app, RunFlags& flags) {
 }
 
 // What a launch does besides starting the program: --dry-run, the preflight checks, --watch.
-void add_run_options(CLI::App& app, RunFlags& flags) {
+void add_run_options(CLI::App& app, cli::RunFlags& flags) {
   app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
   app.add_option_function<std::string>(
          "--format",
          [&flags](const std::string& word) {
-           flags.format = word == "json" ? OutputFormat::kJson : OutputFormat::kShell;
+           flags.format = word == "json" ? cli::OutputFormat::kJson : cli::OutputFormat::kShell;
            flags.check_json = word == "json";
          },
          "--dry-run output: shell (export lines) or json")
       ->check(CLI::IsMember({"shell", "json"}));
   app.add_flag_callback(
-      "--preflight", [&flags] { flags.check = Check::kPreflight; },
+      "--preflight", [&flags] { flags.check = cli::Check::kPreflight; },
       "run dtlaunch doctor's checks first; start the program only if they pass (exit 3 "
       "otherwise)");
   add_seconds(app, "--preflight-timeout", flags.check_timeout,
@@ -96,7 +98,7 @@ void add_run_options(CLI::App& app, RunFlags& flags) {
   app.add_flag_callback(
       "--preflight-network",
       [&flags] {
-        flags.check = Check::kPreflight;
+        flags.check = cli::Check::kPreflight;
         flags.check_network = true;
       },
       "--preflight with the network test between the nodes (dtlaunch doctor --network)");
@@ -110,10 +112,11 @@ void add_run_options(CLI::App& app, RunFlags& flags) {
 }
 
 // Where rank 0 listens: the mode, MASTER_ADDR and MASTER_PORT.
-void add_rendezvous_options(CLI::App& app, LaunchOptions& options) {
+void add_rendezvous_options(CLI::App& app, launch::LaunchOptions& options) {
   add_choice(app, "--mode", options.mode,
-             std::map<std::string, Mode>{
-                 {"auto", Mode::kAuto}, {"slurm", Mode::kSlurm}, {"local", Mode::kLocal}},
+             std::map<std::string, launch::Mode>{{"auto", launch::Mode::kAuto},
+                                                 {"slurm", launch::Mode::kSlurm},
+                                                 {"local", launch::Mode::kLocal}},
              "auto (default): Slurm inside an srun step, local with --nproc-per-node; or force "
              "slurm / local");
   add_text(app, "--master-addr", options.master_addr,
@@ -129,21 +132,22 @@ void add_rendezvous_options(CLI::App& app, LaunchOptions& options) {
 }
 
 // Which GPU, CPUs and memory each rank gets.
-void add_binding_options(CLI::App& app, LaunchOptions& options) {
-  add_choice(
-      app, "--gpu-bind", options.gpu_bind,
-      std::map<std::string, GpuBind>{
-          {"share", GpuBind::kShare}, {"isolate", GpuBind::kIsolate}, {"none", GpuBind::kNone}},
-      "share (default): keep all GPUs visible and export DTLAUNCH_CUDA_DEVICE; isolate: "
-      "narrow CUDA_VISIBLE_DEVICES to one GPU; none");
-  std::map<std::string, std::optional<CpuBind>> cpu_binds;
+void add_binding_options(CLI::App& app, launch::LaunchOptions& options) {
+  add_choice(app, "--gpu-bind", options.gpu_bind,
+             std::map<std::string, launch::GpuBind>{{"share", launch::GpuBind::kShare},
+                                                    {"isolate", launch::GpuBind::kIsolate},
+                                                    {"none", launch::GpuBind::kNone}},
+             "share (default): keep all GPUs visible and export DTLAUNCH_CUDA_DEVICE; isolate: "
+             "narrow CUDA_VISIBLE_DEVICES to one GPU; none");
+  std::map<std::string, std::optional<affinity::CpuBind>> cpu_binds;
   for (const char* word : {"none", "numa", "socket", "exclusive", "cache"})
-    cpu_binds[word] = parse_cpu_bind(word);
+    cpu_binds[word] = affinity::parse_cpu_bind(word);
   add_choice(app, "--cpu-bind", options.cpu_bind, cpu_binds,
              "none (default), numa, socket, exclusive or cache: the CPUs of each rank, near its "
              "GPU, within what Slurm gave the task (also DTLAUNCH_CPU_BIND)");
-  std::map<std::string, std::optional<MemBind>> mem_binds;
-  for (const char* word : {"none", "local", "strict"}) mem_binds[word] = parse_mem_bind(word);
+  std::map<std::string, std::optional<affinity::MemBind>> mem_binds;
+  for (const char* word : {"none", "local", "strict"})
+    mem_binds[word] = affinity::parse_mem_bind(word);
   add_choice(app, "--mem-bind", options.mem_bind, mem_binds,
              "none, local (prefer the NUMA nodes of the bound CPUs; the default with --cpu-bind) "
              "or strict (allocate only there) (also DTLAUNCH_MEM_BIND)");
@@ -155,7 +159,7 @@ void add_binding_options(CLI::App& app, LaunchOptions& options) {
 }
 
 // Spawning and supervising the workers without Slurm.
-void add_local_mode_options(CLI::App& app, LaunchOptions& options) {
+void add_local_mode_options(CLI::App& app, launch::LaunchOptions& options) {
   add_count(app, "--nproc-per-node", options.nproc_per_node, 1, 4096,
             "local mode: spawn and supervise N workers");
   add_count(app, "--nnodes", options.nnodes, 1, 1 << 20,
@@ -176,8 +180,8 @@ void add_local_mode_options(CLI::App& app, LaunchOptions& options) {
 }  // namespace
 
 void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor) {
-  LaunchOptions& options = command.options;
-  RunFlags& flags = command.flags;
+  launch::LaunchOptions& options = command.options;
+  cli::RunFlags& flags = command.flags;
   options.program_optional = doctor;
   if (doctor)
     add_doctor_options(app, flags);
@@ -204,7 +208,8 @@ std::vector<std::string> program_argv(const CLI::App& app) {
   } else if (!argv.empty() && argv.front().size() > 1 && argv.front().front() == '-') {
     // prefix_command() hands an unknown option over as the program name; a typo in an option
     // must not become "command not found" (a program named "-x" goes after "--").
-    throw Error::usage("unknown option " + excerpt(argv.front()) + " (see dtlaunch --help)");
+    throw core::Error::usage("unknown option " + core::excerpt(argv.front()) +
+                             " (see dtlaunch --help)");
   }
   return argv;
 }

@@ -9,8 +9,8 @@
 namespace dtlaunch {
 
 struct LaunchCommand {
-  LaunchOptions options;
-  RunFlags flags;
+  launch::LaunchOptions options;
+  cli::RunFlags flags;
 };
 
 // The options of a launch (`dtlaunch ...`) or of `dtlaunch doctor ...`, which share all but

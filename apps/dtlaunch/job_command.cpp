@@ -22,7 +22,7 @@ CLI::Option* add_count(CLI::App& app, const std::string& flag, std::optional<std
       .add_option_function<std::string>(
           flag,
           [&target, flag, min, max](const std::string& text) {
-            target = static_cast<std::uint32_t>(parse_count(flag, text, min, max));
+            target = static_cast<std::uint32_t>(core::parse_count(flag, text, min, max));
           },
           help)
       ->type_name("N");
@@ -32,7 +32,7 @@ CLI::Option* add_count(CLI::App& app, const std::string& flag, std::optional<std
 std::string own_path() {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw Error::system("cannot read /proc/self/exe (the path of dtlaunch)", errno);
+  if (n <= 0) throw core::Error::system("cannot read /proc/self/exe (the path of dtlaunch)", errno);
   return std::string(buf, static_cast<size_t>(n));
 }
 
@@ -62,7 +62,7 @@ CLI::App* add_job_options(CLI::App& app, JobCommand& command) {
          "--max-restarts",
          [&o](const std::string& text) {
            o.max_restarts =
-               static_cast<std::uint32_t>(parse_count("--max-restarts", text, 0, 1000));
+               static_cast<std::uint32_t>(core::parse_count("--max-restarts", text, 0, 1000));
          },
          "restarts for the whole job, all nodes together (default 3)")
       ->type_name("R");
@@ -71,7 +71,7 @@ CLI::App* add_job_options(CLI::App& app, JobCommand& command) {
   sub->add_option_function<std::string>(
          "--stop-grace",
          [&o](const std::string& text) {
-           o.stop_grace = parse_seconds("--stop-grace", text, 86400);
+           o.stop_grace = core::parse_seconds("--stop-grace", text, 86400);
          },
          "seconds after the first failure before a step that does not end is aborted, then "
          "cancelled with scancel (default 30)")
@@ -99,8 +99,8 @@ int run_job_command(const CLI::App& app, const CLI::App& job_app, JobCommand& co
   // CLI11 hands a "--" before the subcommand's first positional, and all after it, back to the
   // parent (as for doctor).
   command.options.program = program_argv(job_app.remaining().empty() ? app : job_app);
-  return job::run_job(command.options, own_path(), command.json, EnvMap::from_environ(environ_vars),
-                      std::cerr);
+  return job::run_job(command.options, own_path(), command.json,
+                      core::EnvMap::from_environ(environ_vars), std::cerr);
 }
 
 }  // namespace dtlaunch

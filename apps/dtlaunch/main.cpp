@@ -16,7 +16,7 @@ extern char** environ;
 
 namespace {
 
-using dtlaunch::ExitCode;
+using dtlaunch::core::ExitCode;
 
 constexpr const char* kDescription =
     "Launch distributed PyTorch/LibTorch workers under Slurm or locally.\n\n"
@@ -109,8 +109,8 @@ std::optional<int> run_host_subcommand(int argc, char** argv) {
     return usage_error(expand ? "hostnames: no hostlist expression given (dtlaunch hostnames "
                                 "'gpu[001-003]')"
                               : "hostlist: no host name given (dtlaunch hostlist gpu001 gpu002)");
-  return expand ? dtlaunch::run_hostnames(args, std::cout)
-                : dtlaunch::run_hostlist(args, std::cout);
+  return expand ? dtlaunch::cli::run_hostnames(args, std::cout)
+                : dtlaunch::cli::run_hostlist(args, std::cout);
 }
 
 // hostnames and hostlist take their arguments verbatim, as scontrol does: prefix_command()
@@ -167,8 +167,8 @@ int run(int argc, char** argv) {
   if (env_table->parsed()) {
     if (!env_table->remaining().empty())
       return usage_error("env-table takes no arguments, got '" +
-                         excerpt(env_table->remaining().front()) + "'");
-    return run_env_table(std::cout);
+                         core::excerpt(env_table->remaining().front()) + "'");
+    return cli::run_env_table(std::cout);
   }
   if (trace_app->parsed()) {
     // CLI11 hands what it cannot place (a second DIR, anything after a "--" that ends the
@@ -176,8 +176,9 @@ int run(int argc, char** argv) {
     std::vector<std::string> extra = app.remaining();
     for (const std::string& arg : trace_app->remaining()) extra.push_back(arg);
     for (const std::string& arg : extra)
-      if (arg != "--") return usage_error("trace takes one DIR, got also '" + excerpt(arg) + "'");
-    return run_trace_command(trace, std::cout, std::cerr);
+      if (arg != "--")
+        return usage_error("trace takes one DIR, got also '" + core::excerpt(arg) + "'");
+    return cli::run_trace_command(trace, std::cout, std::cerr);
   }
   if (job_app->parsed()) return run_job_command(app, *job_app, job, environ);
   LaunchCommand& command = doctor_app->parsed() ? doctor : launch;
@@ -185,7 +186,8 @@ int run(int argc, char** argv) {
   // back to the parent: `dtlaunch doctor --timeout 5 -- PROGRAM` leaves PROGRAM in app's.
   const bool own_program = doctor_app->parsed() && !doctor_app->remaining().empty();
   command.options.argv = program_argv(own_program ? *doctor_app : app);
-  return run_launch(command.options, command.flags, EnvMap::from_environ(environ), std::cout);
+  return cli::run_launch(command.options, command.flags, core::EnvMap::from_environ(environ),
+                         std::cout);
 }
 
 }  // namespace
@@ -193,7 +195,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const dtlaunch::Error& e) {
+  } catch (const dtlaunch::core::Error& e) {
     std::cerr << "dtlaunch: " << e.what() << "\n";
     return e.exit_status();
   } catch (const std::exception& e) {

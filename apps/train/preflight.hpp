@@ -10,7 +10,7 @@ namespace dtlaunch::train {
 
 // --checkpoint PATH must name a regular file or nothing yet (not a symbolic link, FIFO or device),
 // in an existing, writable directory: a file is created there and removed again (every rank checks, as any rank may be rank 0 after a requeue). Throws
-// dtlaunch::Error (exit status 2) naming the option, the path and what is wrong with it.
+// dtlaunch::train::Error (exit status 2) naming the option, the path and what is wrong with it.
 void check_checkpoint_path(const std::string& path);
 
 }  // namespace dtlaunch::train

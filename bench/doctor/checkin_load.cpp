@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
       "|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
   for (std::uint32_t n : sizes) {
-    const std::uint16_t port = dtlaunch::find_free_port();
+    const std::uint16_t port = dtlaunch::launch::find_free_port();
     int go[2], results[2];
     if (::pipe(go) != 0 || ::pipe(results) != 0) return 1;
     std::vector<pid_t> children;

@@ -18,7 +18,7 @@ using namespace dtlaunch::doctor;
 namespace {
 
 double run_once(std::uint32_t n, double& spawn_seconds) {
-  const std::uint16_t port = dtlaunch::find_free_port();
+  const std::uint16_t port = dtlaunch::launch::find_free_port();
   const Expectation expected = local_expectation(1, n);
   auto report = [&](std::uint32_t rank) {
     TaskReport r;

@@ -5,7 +5,7 @@
 
 #include <cerrno>
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 namespace {
 // The kernel's values (include/uapi/linux/mempolicy.h), so as not to depend on how new the
@@ -53,4 +53,4 @@ int PreparedBinding::apply() const noexcept {
   return 0;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

@@ -8,7 +8,7 @@
 
 #include "affinity/plan.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 // A Binding turned into the kernel's masks ahead of time, so that a forked child can apply it
 // with nothing left to allocate (async-signal-safe).
@@ -28,4 +28,4 @@ class PreparedBinding {
   int mode_ = -1;  // MPOL_*, or -1: leave the memory policy alone
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

@@ -6,7 +6,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 CpuSet::CpuSet(std::vector<unsigned> ids) : ids_(std::move(ids)) {
   std::sort(ids_.begin(), ids_.end());
@@ -22,9 +22,10 @@ std::optional<CpuSet> CpuSet::parse(std::string_view text) {
     if (comma == std::string_view::npos) comma = text.size();
     std::string_view item = text.substr(pos, comma - pos);
     const std::size_t dash = item.find('-');
-    auto lo = parse_uint(item.substr(0, dash), kMaxCpuNumber);
-    auto hi =
-        dash == std::string_view::npos ? lo : parse_uint(item.substr(dash + 1), kMaxCpuNumber);
+    auto lo = core::parse_uint(item.substr(0, dash), kMaxCpuNumber);
+    auto hi = dash == std::string_view::npos
+                  ? lo
+                  : core::parse_uint(item.substr(dash + 1), kMaxCpuNumber);
     if (!lo || !hi || *lo > *hi) return std::nullopt;
     for (auto id = *lo; id <= *hi; ++id) ids.push_back(static_cast<unsigned>(id));
     pos = comma + 1;
@@ -60,7 +61,7 @@ CpuSet CpuSet::operator|(const CpuSet& other) const {
 }
 
 std::string CpuSet::to_list() const {
-  return compact_ranges({ids_.begin(), ids_.end()});
+  return core::compact_ranges({ids_.begin(), ids_.end()});
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 // Kernel CPU and node numbers stop well below this (CONFIG_NR_CPUS is at most 8192); a larger
 // number in a list is a typo or garbage, not a machine.
@@ -38,4 +38,4 @@ class CpuSet {
   std::vector<unsigned> ids_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

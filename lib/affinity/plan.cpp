@@ -9,21 +9,23 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
+
+using core::num;
 
 namespace {
 
-constexpr Named<CpuBind> kCpuBinds[] = {{CpuBind::kNone, "none"},
-                                        {CpuBind::kNuma, "numa"},
-                                        {CpuBind::kSocket, "socket"},
-                                        {CpuBind::kExclusive, "exclusive"},
-                                        {CpuBind::kCache, "cache"}};
-constexpr Named<MemBind> kMemBinds[] = {
+constexpr core::Named<CpuBind> kCpuBinds[] = {{CpuBind::kNone, "none"},
+                                              {CpuBind::kNuma, "numa"},
+                                              {CpuBind::kSocket, "socket"},
+                                              {CpuBind::kExclusive, "exclusive"},
+                                              {CpuBind::kCache, "cache"}};
+constexpr core::Named<MemBind> kMemBinds[] = {
     {MemBind::kNone, "none"}, {MemBind::kLocal, "local"}, {MemBind::kStrict, "strict"}};
-constexpr Named<MemPolicy> kMemPolicies[] = {{MemPolicy::kNone, "none"},
-                                             {MemPolicy::kPreferred, "preferred"},
-                                             {MemPolicy::kPreferredMany, "preferred-many"},
-                                             {MemPolicy::kBind, "bind"}};
+constexpr core::Named<MemPolicy> kMemPolicies[] = {{MemPolicy::kNone, "none"},
+                                                   {MemPolicy::kPreferred, "preferred"},
+                                                   {MemPolicy::kPreferredMany, "preferred-many"},
+                                                   {MemPolicy::kBind, "bind"}};
 
 // Member `index` of `members` gets a contiguous block of the `count` items, the blocks as even
 // as they can be; with fewer items than members, members share them (block k to several).
@@ -155,23 +157,23 @@ unsigned count_cores(const Topology& topology, const CpuSet& cpus) {
 }  // namespace
 
 std::optional<CpuBind> parse_cpu_bind(std::string_view text) {
-  return value_of(text, kCpuBinds);
+  return core::value_of(text, kCpuBinds);
 }
 
 std::optional<MemBind> parse_mem_bind(std::string_view text) {
-  return value_of(text, kMemBinds);
+  return core::value_of(text, kMemBinds);
 }
 
 std::string_view to_string(CpuBind bind) {
-  return name_of(bind, kCpuBinds);
+  return core::name_of(bind, kCpuBinds);
 }
 
 std::string_view to_string(MemBind bind) {
-  return name_of(bind, kMemBinds);
+  return core::name_of(bind, kMemBinds);
 }
 
 std::string_view to_string(MemPolicy policy) {
-  return name_of(policy, kMemPolicies);
+  return core::name_of(policy, kMemPolicies);
 }
 
 namespace {
@@ -211,18 +213,18 @@ Binding plan_binding(const Topology& topology, const AffinityRequest& r) {
     return set.empty() ? std::string("empty") : set.to_list();
   };
   if (pool.empty())
-    throw Error(ExitCode::kBadInput,
-                rank + ": " + mode + ": its affinity mask " + list(r.task_cpus) +
-                    " holds no online CPU of this node (online: " + list(topology.online) +
-                    "); ask Slurm for CPUs here, or pass --cpu-bind=none");
+    throw core::Error(core::ExitCode::kBadInput,
+                      rank + ": " + mode + ": its affinity mask " + list(r.task_cpus) +
+                          " holds no online CPU of this node (online: " + list(topology.online) +
+                          "); ask Slurm for CPUs here, or pass --cpu-bind=none");
   Want want = want_of(topology, r, pool);
   Binding b;
   b.cpus = want.cpus & pool;
   if (b.cpus.empty())
-    throw Error(ExitCode::kBadInput,
-                rank + ": " + mode + " wants CPUs " + list(want.cpus) + " (" + want.why +
-                    ") but its affinity mask is " + list(r.task_cpus) +
-                    ": no CPU in common; ask Slurm for CPUs there, or pass --cpu-bind=none");
+    throw core::Error(core::ExitCode::kBadInput,
+                      rank + ": " + mode + " wants CPUs " + list(want.cpus) + " (" + want.why +
+                          ") but its affinity mask is " + list(r.task_cpus) +
+                          ": no CPU in common; ask Slurm for CPUs there, or pass --cpu-bind=none");
   // OMP_NUM_THREADS: the cores, divided among the ranks that run on them; not the whole
   // domain for each, which oversubscribes it as many times as ranks share it.
   const unsigned cores = count_cores(topology, b.cpus);
@@ -248,11 +250,11 @@ Binding plan_binding(const Topology& topology, const AffinityRequest& r) {
   b.mems = nodes & r.task_mems;
   if (b.mems.empty()) {
     if (r.mem == MemBind::kStrict)
-      throw Error(ExitCode::kBadInput,
-                  rank + ": --mem-bind=strict wants NUMA node(s) " + nodes.to_list() +
-                      " (those of CPUs " + b.cpus.to_list() +
-                      ") but the task may allocate only on " +
-                      (r.task_mems.empty() ? std::string("none") : r.task_mems.to_list()));
+      throw core::Error(core::ExitCode::kBadInput,
+                        rank + ": --mem-bind=strict wants NUMA node(s) " + nodes.to_list() +
+                            " (those of CPUs " + b.cpus.to_list() +
+                            ") but the task may allocate only on " +
+                            (r.task_mems.empty() ? std::string("none") : r.task_mems.to_list()));
     b.why += "; memory: no policy (NUMA node(s) " + nodes.to_list() +
              " are not among the allowed " + r.task_mems.to_list() + ")";
     return b;
@@ -274,14 +276,14 @@ std::optional<std::size_t> find_gpu(const Topology& topology, std::string_view i
       if (gpus[i].uuid == id) return i;
     return std::nullopt;
   }
-  auto k = parse_uint(id, kMaxCpuNumber);
+  auto k = core::parse_uint(id, kMaxCpuNumber);
   if (!k) return std::nullopt;  // MIG-...: only NVML knows its parent
   std::vector<std::size_t> candidates;
   for (std::size_t i = 0; i < gpus.size(); ++i) candidates.push_back(i);
   if (allocated) {
     bool renumbered = true;
     for (const std::string& v : visible) {
-      auto index = parse_uint(v, kMaxCpuNumber);
+      auto index = core::parse_uint(v, kMaxCpuNumber);
       if (index && *index >= allocated->size()) renumbered = false;
     }
     if (renumbered)
@@ -293,4 +295,4 @@ std::optional<std::size_t> find_gpu(const Topology& topology, std::string_view i
   return candidates[*k];
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

@@ -13,7 +13,7 @@
 #include "affinity/cpuset.hpp"
 #include "affinity/topology.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 enum class CpuBind {
   kNone,       // leave the inherited mask alone
@@ -75,4 +75,4 @@ std::optional<std::size_t> find_gpu(const Topology& topology, std::string_view i
                                     const std::vector<std::string>& visible,
                                     const std::optional<std::vector<unsigned>>& allocated);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

@@ -17,7 +17,9 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
+
+using core::Error;
 
 namespace {
 
@@ -25,7 +27,7 @@ namespace {
 constexpr std::size_t kFileLimit = 64 * 1024;
 
 std::optional<std::string> read_small(const std::string& path) {
-  return read_file_head(path, kFileLimit);
+  return core::read_file_head(path, kFileLimit);
 }
 
 // The value after "key:" on its line of a "key: value" file (nvidia information, status).
@@ -97,10 +99,10 @@ constexpr std::uintmax_t kTreeFileLimit = 4 << 20;
 constexpr std::size_t kTreeEntryLimit = 1'000'000;
 
 Error bad_tree_file(const std::string& path, const std::string& why) {
-  return Error(ExitCode::kBadInput, std::string(kTopologyRootVariable) + ": '" +
-                                        excerpt(path, 200) + "' " + why +
-                                        ": not what a node's sys/ or proc/ holds; refusing "
-                                        "rather than guessing the topology");
+  return Error(core::ExitCode::kBadInput, std::string(kTopologyRootVariable) + ": '" +
+                                              core::excerpt(path, 200) + "' " + why +
+                                              ": not what a node's sys/ or proc/ holds; refusing "
+                                              "rather than guessing the topology");
 }
 
 // Checks every file under root before hwloc (or we) read any: regular files of bounded size,
@@ -155,7 +157,7 @@ void read_gpus(const std::string& root, Topology& topology) {
     std::transform(gpu.bus_id.begin(), gpu.bus_id.end(), gpu.bus_id.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     gpu.uuid = field(*info, "GPU UUID").value_or("");
-    auto minor = parse_uint(field(*info, "Device Minor").value_or(""), 1 << 20);
+    auto minor = core::parse_uint(field(*info, "Device Minor").value_or(""), 1 << 20);
     if (!minor) continue;
     gpu.minor = static_cast<unsigned>(*minor);
     const std::string pci = root + "/sys/bus/pci/devices/" + gpu.bus_id;
@@ -163,7 +165,8 @@ void read_gpus(const std::string& root, Topology& topology) {
       if (auto cpus = CpuSet::parse(*list)) gpu.local_cpus = *cpus & topology.online;
     if (auto node = read_small(pci + "/numa_node")) {
       while (!node->empty() && node->back() == '\n') node->pop_back();
-      if (auto n = parse_uint(*node, kMaxCpuNumber)) gpu.numa_node = static_cast<unsigned>(*n);
+      if (auto n = core::parse_uint(*node, kMaxCpuNumber))
+        gpu.numa_node = static_cast<unsigned>(*n);
     }
     topology.gpus.push_back(std::move(gpu));
   }
@@ -188,7 +191,7 @@ Topology read_topology(const std::string& root) {
     check_tree(root);
     listed_online = CpuSet::parse(*online);
     if (!listed_online || listed_online->empty())
-      throw bad_tree_file(online_path, "is not a CPU list ('" + excerpt(*online, 40) + "')");
+      throw bad_tree_file(online_path, "is not a CPU list ('" + core::excerpt(*online, 40) + "')");
   }
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) throw Error::system("hwloc_topology_init", errno);
@@ -262,4 +265,4 @@ TaskMask read_task_mask(const std::string& root, const Topology& topology) {
   return mask;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

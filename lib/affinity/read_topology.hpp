@@ -8,7 +8,7 @@
 #include "affinity/cpuset.hpp"
 #include "affinity/topology.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 // Reads the node under `root` ("/" for this machine; DTLAUNCH_TOPOLOGY_ROOT for a fixture):
 // cores, NUMA nodes, packages and last-level caches from hwloc, offline CPUs left out; NVIDIA
@@ -30,4 +30,4 @@ struct TaskMask {
 // present (a fixture of a narrowed task), else the whole node.
 TaskMask read_task_mask(const std::string& root, const Topology& topology);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

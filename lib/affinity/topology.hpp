@@ -9,7 +9,7 @@
 
 #include "affinity/cpuset.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::affinity {
 
 // One group of CPUs: a core, a NUMA node, a package or a cache. `os_index` is the kernel's
 // number for NUMA nodes (what set_mempolicy takes) and packages; for cores and caches only the
@@ -36,4 +36,4 @@ struct Topology {
   std::vector<Gpu> gpus;         // in PCI bus id order
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::affinity

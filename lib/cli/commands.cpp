@@ -20,12 +20,12 @@
 #include "proc/exec.hpp"
 #include "proc/supervisor.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::cli {
 
 namespace {
 
 // A dry run supervises nothing: a fixed tag keeps its output the same from run to run.
-class DryRunSystem final : public LiveSystem {
+class DryRunSystem final : public launch::LiveSystem {
  public:
   std::string random_tag() const override { return "dry-run"; }
 };
@@ -47,54 +47,61 @@ doctor::LaunchCheckOptions check_options(const RunFlags& flags, WatchJoin* watch
 
 }  // namespace
 
-int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
+int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const core::EnvMap& env,
                std::ostream& out) {
-  const LaunchPlan launch =
-      flags.dry_run ? plan(options, env, DryRunSystem()) : plan(options, env, LiveSystem());
-  const LaunchSpec& spec = launch.spec;
-  log_notes(spec.notes, launch.who, launch.speaks_for_job, flags.verbose);
+  const launch::LaunchPlan launch_plan = flags.dry_run
+                                             ? launch::plan(options, env, DryRunSystem())
+                                             : launch::plan(options, env, launch::LiveSystem());
+  const launch::LaunchSpec& spec = launch_plan.spec;
+  log_notes(spec.notes, launch_plan.who, launch_plan.speaks_for_job, flags.verbose);
   // --watch under Slurm: the heartbeat endpoints go through the preflight's check-in, so
   // --watch implies --preflight.
   std::unique_ptr<WatchJoin> watch;
   RunFlags checked = flags;
-  if (flags.watch && launch.mode != Mode::kSlurm)
-    throw Error(ExitCode::kBadInput,
-                "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
-                "dtlaunch supervises its workers anyway");
-  if (flags.watch && launch.mode == Mode::kSlurm && !flags.dry_run) {
+  if (flags.watch && launch_plan.mode != launch::Mode::kSlurm)
+    throw core::Error(
+        core::ExitCode::kBadInput,
+        "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
+        "dtlaunch supervises its workers anyway");
+  if (flags.watch && launch_plan.mode == launch::Mode::kSlurm && !flags.dry_run) {
     if (flags.watch_timeout < std::chrono::seconds(3))
-      throw Error(ExitCode::kBadInput,
-                  "--watch-timeout " + seconds_text(flags.watch_timeout) +
-                      ": below 3s a loaded node's heartbeat may be late (docs/cli.md)");
-    watch =
-        std::make_unique<WatchJoin>(spec.master.addr, launch.workers.front().rank, spec.world_size);
+      throw core::Error(core::ExitCode::kBadInput,
+                        "--watch-timeout " + core::seconds_text(flags.watch_timeout) +
+                            ": below 3s a loaded node's heartbeat may be late (docs/cli.md)");
+    watch = std::make_unique<WatchJoin>(spec.master.addr, launch_plan.workers.front().rank,
+                                        spec.world_size);
     if (checked.check == Check::kNone) checked.check = Check::kPreflight;
   }
   if (checked.check != Check::kNone && !flags.dry_run) {
-    const int status = doctor::check_launch(launch, env, check_options(checked, watch.get()), out);
+    const int status =
+        doctor::check_launch(launch_plan, env, check_options(checked, watch.get()), out);
     if (flags.check == Check::kDoctor || status != 0) return status;
   }
   if (flags.dry_run) {
-    out << (flags.format == OutputFormat::kJson ? render_json(launch.workers, spec.argv)
-                                                : render_shell(launch.workers, spec.argv));
+    out << (flags.format == OutputFormat::kJson
+                ? launch::render_json(launch_plan.workers, spec.argv)
+                : launch::render_shell(launch_plan.workers, spec.argv));
     out.flush();
     return 0;
   }
 
-  if (launch.mode == Mode::kSlurm) {
+  if (launch_plan.mode == launch::Mode::kSlurm) {
     out.flush();
     // On dtlaunch itself: the program inherits both across exec, before its first allocation.
-    const PlannedWorker& self = launch.workers.front();
+    const launch::PlannedWorker& self = launch_plan.workers.front();
     if (self.binding)
-      if (const int e = PreparedBinding(*self.binding).apply())
-        throw Error::system("binding rank " + std::to_string(self.rank) + " to CPUs " +
-                                self.binding->cpus.to_list() +
-                                " (sched_setaffinity, set_mempolicy)",
-                            e);
+      if (const int e = affinity::PreparedBinding(*self.binding).apply())
+        throw core::Error::system("binding rank " + std::to_string(self.rank) + " to CPUs " +
+                                      self.binding->cpus.to_list() +
+                                      " (sched_setaffinity, set_mempolicy)",
+                                  e);
     if (watch) {
-      const WorkerProcess program{
-          self.rank, self.local_rank, spec.program_path, spec.argv, apply_env(env, self.changes),
-          nullptr};
+      const proc::WorkerProcess program{self.rank,
+                                        self.local_rank,
+                                        spec.program_path,
+                                        spec.argv,
+                                        contract::apply_env(env, self.changes),
+                                        nullptr};
       // The job's identity on the heartbeat's connections: MASTER_PORT is the job's own.
       const std::uint64_t tag =
           std::hash<std::string>{}(spec.master.addr + ":" + std::to_string(spec.master.port) + "/" +
@@ -102,24 +109,24 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
       return watch->run(program, flags.watch_timeout,
                         options.grace.value_or(std::chrono::seconds(30)), tag);
     }
-    exec_program(spec.program_path, spec.argv, apply_env(env, self.changes));
+    proc::exec_program(spec.program_path, spec.argv, contract::apply_env(env, self.changes));
   }
 
-  SupervisorOptions supervision;
+  proc::SupervisorOptions supervision;
   if (options.grace) supervision.grace = *options.grace;
   supervision.log_dir = options.log_dir;
   supervision.max_restarts = options.max_restarts;
-  supervision.descendant_marker = *launch.descendant_marker;
+  supervision.descendant_marker = *launch_plan.descendant_marker;
   auto make_workers = [&](std::uint32_t restart_count) {
-    std::vector<WorkerProcess> processes;
-    for (PlannedWorker& w : plan_workers(launch, env, restart_count))
+    std::vector<proc::WorkerProcess> processes;
+    for (launch::PlannedWorker& w : launch::plan_workers(launch_plan, env, restart_count))
       processes.push_back(
-          {w.rank, w.local_rank, spec.program_path, spec.argv, apply_env(env, w.changes),
-           w.binding ? std::make_shared<const PreparedBinding>(*w.binding) : nullptr});
+          {w.rank, w.local_rank, spec.program_path, spec.argv, contract::apply_env(env, w.changes),
+           w.binding ? std::make_shared<const affinity::PreparedBinding>(*w.binding) : nullptr});
     return processes;
   };
   out.flush();  // nothing of ours may come out after the workers' output
-  return run_workers(make_workers, supervision).exit_status;
+  return proc::run_workers(make_workers, supervision).exit_status;
 }
 
 int run_hostnames(const std::vector<std::string>& expressions, std::ostream& out) {
@@ -149,20 +156,22 @@ int run_hostlist(const std::vector<std::string>& names, std::ostream& out) {
 
 int run_env_table(std::ostream& out) {
   out << "| variable | meaning | source |\n|---|---|---|\n";
-  for (const ExportedVar& v : exported_vars())
+  for (const contract::ExportedVar& v : contract::exported_vars())
     out << "| `" << v.name << "` | " << v.meaning << " | " << v.source << " |\n";
   out << "\nRemoved from the inherited environment when present:\n\n"
          "| variable | why |\n|---|---|\n";
-  for (const RemovedVar& v : removed_vars()) out << "| `" << v.name << "` | " << v.why << " |\n";
+  for (const contract::RemovedVar& v : contract::removed_vars())
+    out << "| `" << v.name << "` | " << v.why << " |\n";
   // Then what is read, one table per owner, so that each docs page holds its owner's
   // (docs/environment.md the launcher's, doctor's and example's; docs/ddp.md the runtime's).
-  for (Owner owner : {Owner::kLauncher, Owner::kDoctor, Owner::kRuntime, Owner::kExample}) {
-    out << "\nRead by owner `" << owner_name(owner)
+  for (contract::Owner owner : {contract::Owner::kLauncher, contract::Owner::kDoctor,
+                                contract::Owner::kRuntime, contract::Owner::kExample}) {
+    out << "\nRead by owner `" << contract::owner_name(owner)
         << "`:\n\n| variable | owner | parsed as | default | meaning |\n|---|---|---|---|---|\n";
-    for (const Setting* s : read_settings())
+    for (const contract::Setting* s : contract::read_settings())
       if (s->owner == owner)
-        out << "| `" << s->name << "` | " << owner_name(owner) << " | " << parse_name(*s) << " | "
-            << s->fallback << " | " << s->doc << " |\n";
+        out << "| `" << s->name << "` | " << contract::owner_name(owner) << " | "
+            << contract::parse_name(*s) << " | " << s->fallback << " | " << s->doc << " |\n";
   }
   return 0;
 }
@@ -171,4 +180,4 @@ int run_trace_command(const trace::TraceOptions& options, std::ostream& out, std
   return trace::run_trace(options, out, err);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

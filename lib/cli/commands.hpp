@@ -11,7 +11,7 @@
 #include "launch/options.hpp"
 #include "trace/trace_dir.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::cli {
 
 enum class OutputFormat { kShell, kJson };
 
@@ -41,7 +41,7 @@ struct RunFlags {
 // printing the report on `out`; with kPreflight it does the same checks first and returns 3
 // without starting anything when they fail.
 // Throws Error for anything wrong, before anything was started.
-int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap& env,
+int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const core::EnvMap& env,
                std::ostream& out);
 
 // `dtlaunch hostnames EXPR...`: one host per line. Nothing is printed unless every expression
@@ -57,4 +57,4 @@ int run_trace_command(const trace::TraceOptions& options, std::ostream& out, std
 // `dtlaunch env-table`: the Markdown table of exported variables that docs/environment.md holds.
 int run_env_table(std::ostream& out);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

@@ -7,10 +7,11 @@
 
 #include "launch/spec.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::cli {
 
 // Logs the notes: warnings always, info and debug only when verbose; notes marked rank0_only
 // only when is_rank0. `who` is the prefix, e.g. "rank 3" or "node 0".
-void log_notes(const std::vector<Note>& notes, const std::string& who, bool is_rank0, bool verbose);
+void log_notes(const std::vector<launch::Note>& notes, const std::string& who, bool is_rank0,
+               bool verbose);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

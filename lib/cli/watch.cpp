@@ -11,7 +11,7 @@
 #include "proc/fd.hpp"
 #include "proc/watch.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::cli {
 
 namespace {
 
@@ -29,8 +29,8 @@ WatchJoin::WatchJoin(const std::string& master_addr, std::uint32_t rank, std::ui
   try {
     listener_ = std::make_unique<heartbeat::Listener>();
   } catch (const std::exception& e) {
-    throw Error(ExitCode::kFailure,
-                std::string("--watch: cannot open the heartbeat endpoint: ") + e.what());
+    throw core::Error(core::ExitCode::kFailure,
+                      std::string("--watch: cannot open the heartbeat endpoint: ") + e.what());
   }
   std::string address = heartbeat::local_address_towards(master_addr);
   if (address.empty()) address = host_;
@@ -39,12 +39,12 @@ WatchJoin::WatchJoin(const std::string& master_addr, std::uint32_t rank, std::ui
 
 WatchJoin::~WatchJoin() = default;
 
-int WatchJoin::run(const WorkerProcess& program, std::chrono::milliseconds timeout,
+int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds timeout,
                    std::chrono::milliseconds grace, std::uint64_t tag) {
   // The preflight's probes and buffers are freed; hand their pages back, so that dtlaunch stays
   // small for the whole run (docs/benchmarks.md: under 5 MB).
   ::malloc_trim(0);
-  Pipe lost = make_pipe();
+  proc::Pipe lost = proc::make_pipe();
   std::mutex mutex;
   std::string first_loss;
   std::unique_ptr<heartbeat::Node> node;
@@ -59,8 +59,8 @@ int WatchJoin::run(const WorkerProcess& program, std::chrono::milliseconds timeo
       try {
         o.endpoints[static_cast<int>(r)] = heartbeat::parse_endpoint(text);
       } catch (const std::invalid_argument& e) {
-        throw Error(ExitCode::kFailure,
-                    "--watch: rank " + std::to_string(r) + "'s heartbeat endpoint: " + e.what());
+        throw core::Error(core::ExitCode::kFailure, "--watch: rank " + std::to_string(r) +
+                                                        "'s heartbeat endpoint: " + e.what());
       }
     }
     const int lost_write = lost.write.get();
@@ -85,7 +85,7 @@ int WatchJoin::run(const WorkerProcess& program, std::chrono::milliseconds timeo
     };
     node = std::make_unique<heartbeat::Node>(std::move(o), std::move(*listener_));
   }
-  WatchOptions w;
+  proc::WatchOptions w;
   w.grace = grace;
   w.lost_fd = lost.read.get();
   w.loss_line = [&] {
@@ -96,7 +96,7 @@ int WatchJoin::run(const WorkerProcess& program, std::chrono::milliseconds timeo
   w.before_return = [&] {
     if (node) node->stop(true);
   };
-  return watch_program(program, w, std::cerr);
+  return proc::watch_program(program, w, std::cerr);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

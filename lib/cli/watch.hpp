@@ -11,11 +11,11 @@
 
 #include "proc/supervisor.hpp"
 
-namespace dtlaunch {
-
-namespace heartbeat {
+namespace dtlaunch::heartbeat {
 class Listener;
-}
+}  // namespace dtlaunch::heartbeat
+
+namespace dtlaunch::cli {
 
 class WatchJoin {
  public:
@@ -32,7 +32,7 @@ class WatchJoin {
   std::map<std::uint32_t, std::string>& ring() { return ring_; }
 
   // Starts the heartbeat and the program, waits (proc/watch.hpp). `tag`: the job's identity.
-  int run(const WorkerProcess& program, std::chrono::milliseconds timeout,
+  int run(const proc::WorkerProcess& program, std::chrono::milliseconds timeout,
           std::chrono::milliseconds grace, std::uint64_t tag);
 
  private:
@@ -42,4 +42,4 @@ class WatchJoin {
   std::map<std::uint32_t, std::string> ring_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::cli

@@ -7,7 +7,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::contract {
 
 namespace {
 using Write = ExportedVar::Write;
@@ -122,7 +122,7 @@ constexpr std::array kRemoved = {
 // Collects every problem, so that one line names all of them rather than the first only.
 class Reader {
  public:
-  explicit Reader(const EnvMap& env) : env_(env) {}
+  explicit Reader(const core::EnvMap& env) : env_(env) {}
 
   // The number a kNumber declaration (contract/settings.hpp) allows.
   std::optional<std::uint32_t> number(const Setting& setting, bool required) {
@@ -133,8 +133,8 @@ class Reader {
       if (required) missing_.emplace_back(name);
       return std::nullopt;
     }
-    if (auto n = parse_uint(*value, max)) return static_cast<std::uint32_t>(*n);
-    problem(std::string(name) + "='" + excerpt(*value) + "' is not an integer in 0.." +
+    if (auto n = core::parse_uint(*value, max)) return static_cast<std::uint32_t>(*n);
+    problem(std::string(name) + "='" + core::excerpt(*value) + "' is not an integer in 0.." +
             std::to_string(max));
     return std::nullopt;
   }
@@ -171,11 +171,11 @@ class Reader {
       msg += (i || !missing_.empty()) ? "; " : "";
       msg += problems_[i];
     }
-    throw Error(ExitCode::kBadInput, msg);
+    throw core::Error(core::ExitCode::kBadInput, msg);
   }
 
  private:
-  const EnvMap& env_;
+  const core::EnvMap& env_;
   std::vector<std::string> missing_;
   std::vector<std::string> problems_;
 };
@@ -193,7 +193,7 @@ std::string supervisor_marker(std::string_view tag) {
   return std::string(env_var::kSupervisor) + "=" + std::string(tag);
 }
 
-EnvDelta to_env(const WorkerContract& contract, const EnvMap& inherited) {
+EnvDelta to_env(const WorkerContract& contract, const core::EnvMap& inherited) {
   EnvDelta delta;
   for (const ExportedVar& var : kExported) {
     Value value = var.value(contract);
@@ -207,7 +207,7 @@ EnvDelta to_env(const WorkerContract& contract, const EnvMap& inherited) {
   return delta;
 }
 
-EnvMap apply_env(EnvMap inherited, const EnvDelta& delta) {
+core::EnvMap apply_env(core::EnvMap inherited, const EnvDelta& delta) {
   for (const EnvChange& change : delta) {
     if (change.value)
       inherited.set(change.name, *change.value);
@@ -231,7 +231,8 @@ std::string run_id_problem(std::string_view id) {
   return "";
 }
 
-WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>& more_problems) {
+WorkerContract parse_contract(const core::EnvMap& env,
+                              const std::vector<std::string>& more_problems) {
   Reader in(env);
   namespace s = setting;
   const auto rank = in.number(s::kRank, true);
@@ -256,7 +257,7 @@ WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>&
   const auto run_id = in.text(v::kRunId, false);
   if (run_id)
     if (const std::string why = run_id_problem(*run_id); !why.empty())
-      in.problem(std::string(v::kRunId) + "='" + excerpt(*run_id) + "' " + why);
+      in.problem(std::string(v::kRunId) + "='" + core::excerpt(*run_id) + "' " + why);
   for (const std::string& problem : more_problems) in.problem(problem);
   in.throw_if_any();
 
@@ -281,4 +282,4 @@ WorkerContract parse_contract(const EnvMap& env, const std::vector<std::string>&
   return c;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::contract

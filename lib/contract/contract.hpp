@@ -13,7 +13,7 @@
 
 #include "core/env_map.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::contract {
 
 struct WorkerContract {
   std::uint32_t rank = 0;
@@ -62,16 +62,16 @@ inline constexpr std::size_t kMaxRunIdBytes = 128;
 std::string run_id_problem(std::string_view id);
 
 // The changes to make to `inherited` for this worker, in the order of the table, removals last.
-EnvDelta to_env(const WorkerContract& contract, const EnvMap& inherited);
+EnvDelta to_env(const WorkerContract& contract, const core::EnvMap& inherited);
 
-EnvMap apply_env(EnvMap inherited, const EnvDelta& delta);
+core::EnvMap apply_env(core::EnvMap inherited, const EnvDelta& delta);
 
 // The contract a worker finds in its environment, under dtlaunch or torchrun (which sets no
 // NODE_RANK, NNODES or DTLAUNCH_* variable: their defaults apply). RANK, WORLD_SIZE, MASTER_ADDR
 // and MASTER_PORT are required; an empty value counts as unset. Throws Error (bad input) with
 // one line that names every missing or malformed variable, followed by `more_problems`, those
 // the caller found in variables outside the contract.
-WorkerContract parse_contract(const EnvMap& env,
+WorkerContract parse_contract(const core::EnvMap& env,
                               const std::vector<std::string>& more_problems = {});
 
 // The table: each variable dtlaunch exports, what it means, where its value comes from, and how
@@ -128,4 +128,4 @@ inline constexpr std::string_view kSupervisor = "DTLAUNCH_SUPERVISOR";
 // their environment; derived from the same field to_env exports.
 std::string supervisor_marker(std::string_view tag);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::contract

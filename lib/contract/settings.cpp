@@ -6,7 +6,7 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::contract {
 
 namespace {
 namespace s = setting;
@@ -76,17 +76,17 @@ std::span<const Setting* const> read_settings() {
   return kAll;
 }
 
-std::optional<std::string> read_text(const EnvMap& env, const Setting& setting) {
+std::optional<std::string> read_text(const core::EnvMap& env, const Setting& setting) {
   const auto value =
       setting.parse == Setting::Parse::kRawText ? env.get_raw(setting.name) : env.get(setting.name);
   return value ? std::optional<std::string>(*value) : std::nullopt;
 }
 
 std::string setting_problem(const Setting& setting, std::string_view value) {
-  const std::string quoted = std::string(setting.name) + "='" + excerpt(value) + "'";
+  const std::string quoted = std::string(setting.name) + "='" + core::excerpt(value) + "'";
   switch (setting.parse) {
     case Setting::Parse::kNumber:
-      if (parse_uint(value, setting.max)) return "";
+      if (core::parse_uint(value, setting.max)) return "";
       return quoted + " is not an integer in 0.." + std::to_string(setting.max);
     case Setting::Parse::kSwitch:
       if (value == "0" || value == "1") return "";
@@ -98,17 +98,17 @@ std::string setting_problem(const Setting& setting, std::string_view value) {
   return "";
 }
 
-std::optional<std::uint64_t> read_number(const EnvMap& env, const Setting& setting) {
+std::optional<std::uint64_t> read_number(const core::EnvMap& env, const Setting& setting) {
   const auto value = env.get(setting.name);
   if (!value) return std::nullopt;
   if (std::string problem = setting_problem(setting, *value); !problem.empty())
-    throw Error(ExitCode::kBadInput, problem);
-  return parse_uint(*value);
+    throw core::Error(core::ExitCode::kBadInput, problem);
+  return core::parse_uint(*value);
 }
 
-bool read_switch(const EnvMap& env, const Setting& setting, bool otherwise) {
+bool read_switch(const core::EnvMap& env, const Setting& setting, bool otherwise) {
   const auto n = read_number(env, setting);
   return n ? *n == 1 : otherwise;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::contract

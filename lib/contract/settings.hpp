@@ -17,7 +17,7 @@
 #include "contract/contract.hpp"
 #include "core/env_map.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::contract {
 
 // Who reads the variable: the launcher (dtlaunch and `dtlaunch job`), the DDP runtime
 // (lib/ddp), the pre-start checks (`dtlaunch doctor`) or the example training program.
@@ -47,15 +47,15 @@ std::span<const Setting* const> read_settings();
 
 // The value of `setting` in `env`, nullopt when unset (an empty value counts as unset, except
 // for kRawText).
-std::optional<std::string> read_text(const EnvMap& env, const Setting& setting);
+std::optional<std::string> read_text(const core::EnvMap& env, const Setting& setting);
 // "" when `value` is what `setting` accepts, else the one-line problem, the value quoted through
 // excerpt(): "DTLAUNCH_DDP_SHM='yes' must be 0 or 1".
 std::string setting_problem(const Setting& setting, std::string_view value);
 // A kNumber or kSwitch setting's value; nullopt when unset. Throws Error (bad input) with the
 // line of setting_problem.
-std::optional<std::uint64_t> read_number(const EnvMap& env, const Setting& setting);
+std::optional<std::uint64_t> read_number(const core::EnvMap& env, const Setting& setting);
 // A kSwitch setting: true for 1, false for 0, `otherwise` when unset.
-bool read_switch(const EnvMap& env, const Setting& setting, bool otherwise);
+bool read_switch(const core::EnvMap& env, const Setting& setting, bool otherwise);
 
 namespace setting {
 
@@ -279,4 +279,4 @@ inline constexpr Setting kXdgCacheHome =
          "the example caches Fashion-MNIST in its dtlaunch/");
 }  // namespace setting
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::contract

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 EnvMap EnvMap::from_environ(const char* const* envp) {
   EnvMap env;
@@ -39,4 +39,4 @@ std::vector<std::string> EnvMap::to_strings() const {
   return out;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

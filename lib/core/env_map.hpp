@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 class EnvMap {
  public:
@@ -44,4 +44,4 @@ class EnvMap {
   std::map<std::string, std::string, std::less<>> vars_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

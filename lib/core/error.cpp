@@ -4,7 +4,7 @@
 
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 Error Error::usage(std::string_view what) {
   return Error(ExitCode::kBadInput, std::string(what));
@@ -33,4 +33,4 @@ Error Error::system(std::string_view what, int errno_value) {
   return Error(ExitCode::kFailure, std::move(msg));
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

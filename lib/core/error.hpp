@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 // The documented exit statuses of dtlaunch itself (docs/cli.md, "Exit status"). In local mode a
 // worker's own status is passed through instead (128+N for a worker killed by signal N), so these
@@ -41,4 +41,4 @@ class Error : public std::runtime_error {
   ExitCode code_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

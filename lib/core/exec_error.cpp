@@ -10,7 +10,7 @@
 
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 namespace {
 
@@ -52,4 +52,4 @@ Error exec_error(const std::string& program_path, int errno_value) {
   return Error(ExitCode::kNotExecutable, excerpt(program_path, 300) + ": cannot execute: " + why);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

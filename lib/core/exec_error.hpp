@@ -7,7 +7,7 @@
 
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 // The error for execve(program_path, ...) failing with errno_value, as a shell reports it:
 //   127 "PATH: no such file"                       the program itself does not exist
@@ -19,4 +19,4 @@ namespace dtlaunch {
 // Reads the file's first line to name a #! interpreter; nothing else.
 Error exec_error(const std::string& program_path, int errno_value);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

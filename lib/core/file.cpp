@@ -5,7 +5,7 @@
 
 #include <cerrno>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 std::optional<std::string> read_file_head(const std::string& path, std::size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -27,4 +27,4 @@ std::optional<std::string> read_file_head(const std::string& path, std::size_t m
   return text;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string_view>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 template <typename Enum>
 struct Named {
@@ -32,4 +32,4 @@ constexpr std::optional<Enum> value_of(std::string_view name, const Named<Enum> 
   return std::nullopt;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

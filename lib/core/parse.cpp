@@ -5,7 +5,7 @@
 
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 std::optional<std::uint64_t> parse_uint(std::string_view text, std::uint64_t max) noexcept {
   if (text.empty() || text.front() < '0' || text.front() > '9') return std::nullopt;
@@ -43,4 +43,4 @@ std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view 
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 // Parses a non-negative decimal integer with no sign, no blanks and no trailing text.
 // Returns nullopt when the text is not such a number or exceeds max.
@@ -29,4 +29,4 @@ std::uint64_t parse_count(std::string_view name, std::string_view text, std::uin
 std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view text,
                                         double max_seconds);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <climits>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 int connect_until(const addrinfo& address, std::chrono::steady_clock::time_point deadline,
                   std::chrono::milliseconds cap) {
@@ -32,4 +32,4 @@ int connect_until(const addrinfo& address, std::chrono::steady_clock::time_point
   return -err;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 // Opens a socket for `address` and connects it without blocking: waits at most `cap`, never
 // past `deadline` (but at least 1 ms, so that a connection already accepted is seen). Returns
@@ -15,4 +15,4 @@ namespace dtlaunch {
 int connect_until(const addrinfo& address, std::chrono::steady_clock::time_point deadline,
                   std::chrono::milliseconds cap = std::chrono::seconds(1));
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

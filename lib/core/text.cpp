@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 std::size_t utf8_sequence_length(std::string_view text) noexcept {
   if (text.empty()) return 0;
@@ -164,4 +164,4 @@ std::string compact_ranges(std::vector<std::uint32_t> numbers, std::size_t max_r
   return out;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 
 // `text` with control characters, DEL, backslash and bytes that are not valid UTF-8 escaped
 // (\n, \t, \r, \\, \xNN; `quote_char` too, as \' or \"), valid UTF-8 kept as it is. Texts longer
@@ -63,4 +63,4 @@ inline std::string join(const std::vector<std::string>& items, std::string_view 
 std::string compact_ranges(std::vector<std::uint32_t> numbers,
                            std::size_t max_ranges = static_cast<std::size_t>(-1));
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core

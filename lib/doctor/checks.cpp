@@ -10,17 +10,22 @@
 #include "doctor/compare.hpp"
 
 namespace dtlaunch::doctor {
+
+using core::num;
+
+namespace env_var = contract::env_var;
+
 namespace {
 
 std::string seconds(std::int64_t ms) {
-  return seconds_fixed(static_cast<double>(ms) / 1000.0, 1);
+  return core::seconds_fixed(static_cast<double>(ms) / 1000.0, 1);
 }
 
 // A report's text as a problem line quotes it. Every field comes from another task over the
 // network (or from a host's own configuration): escaped and bounded, one excerpt function for
 // all, so that no field can forge a line, move the cursor or flood the terminal.
 std::string shown(std::string_view value, std::size_t max_bytes = 64) {
-  return excerpt(value, max_bytes);
+  return core::excerpt(value, max_bytes);
 }
 
 bool is_loopback(const std::string& address) {
@@ -159,7 +164,7 @@ void unreachable(const Evidence& ev, Problems& out) {
                    Severity::kError,
                    ranks,
                    {host},
-                   "nothing came from " + shown(host) + " (ranks " + compact_ranges(ranks) +
+                   "nothing came from " + shown(host) + " (ranks " + core::compact_ranges(ranks) +
                        "): its tasks did not start, or cannot reach " + master +
                        " (their stderr says which)"});
 }
@@ -285,7 +290,7 @@ void gpu_shared(const Evidence& ev, Problems& out) {
                      Severity::kError,
                      ranks_of(users),
                      {key.first},
-                     "ranks " + compact_ranges(ranks_of(users)) + " are bound to one GPU (" +
+                     "ranks " + core::compact_ranges(ranks_of(users)) + " are bound to one GPU (" +
                          shown(key.second) + ") on " + shown(key.first) +
                          ": NCCL refuses two ranks on one device; pass "
                          "--allow-gpu-sharing if this is meant"});

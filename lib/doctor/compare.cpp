@@ -47,7 +47,7 @@ Split split_by(const std::vector<const TaskReport*>& reports,
 }
 
 std::string quoted(const std::optional<std::string>& value, std::string_view absent) {
-  return value ? "'" + excerpt(*value, 60) + "'" : std::string(absent);
+  return value ? "'" + core::excerpt(*value, 60) + "'" : std::string(absent);
 }
 
 std::string count_of(std::size_t n, std::string_view what) {
@@ -104,9 +104,9 @@ void compare_env(const std::vector<const TaskReport*>& reports, std::vector<Prob
       return std::nullopt;
     });
     for (const auto& [value, who] : split.others)
-      env.add(who, excerpt(name, 60) + " is " + quoted(value, "unset") + " on " +
+      env.add(who, core::excerpt(name, 60) + " is " + quoted(value, "unset") + " on " +
                        hosts_text(unique_hosts(who)) + " (" + count_of(who.size(), "rank") + ": " +
-                       compact_ranges(ranks_of(who), 8) + ") but " +
+                       core::compact_ranges(ranks_of(who), 8) + ") but " +
                        quoted(split.reference, "unset") + " on " +
                        count_of(split.reference_count, "other rank") +
                        ": NCCL, Gloo and PyTorch would be configured differently there");
@@ -116,7 +116,7 @@ void compare_env(const std::vector<const TaskReport*>& reports, std::vector<Prob
 
 std::string file_text(const FileIdentity& file) {
   if (file.path.empty()) return "not found";
-  return excerpt(file.path, 100) + " (" + std::to_string(file.size) + " bytes, hash " +
+  return core::excerpt(file.path, 100) + " (" + std::to_string(file.size) + " bytes, hash " +
          (file.hash.empty() ? "unreadable" : file.hash) + ")";
 }
 
@@ -157,7 +157,7 @@ void compare_libraries(const std::vector<const TaskReport*>& nodes,
     for (const auto& [value, who] : split.others) {
       const LibraryIdentity* odd = find(*who.front());
       libraries.add(who, (name.starts_with("#!") ? "the script's interpreter (" + name + ")"
-                                                 : excerpt(name, 80)) +
+                                                 : core::excerpt(name, 80)) +
                              " differs on " + hosts_text(unique_hosts(who)) + ": " +
                              (odd ? file_text(odd->file) : std::string("not loaded")) + " there, " +
                              (reference ? file_text(reference->file) : std::string("not loaded")) +
@@ -170,7 +170,7 @@ void compare_libraries(const std::vector<const TaskReport*>& nodes,
 
 void compare_driver(const std::vector<const TaskReport*>& nodes, std::vector<Problem>& problems) {
   const auto describe = [](const std::optional<std::string>& v) {
-    return v && !v->empty() ? "'" + excerpt(*v, 80) + "'" : std::string("none");
+    return v && !v->empty() ? "'" + core::excerpt(*v, 80) + "'" : std::string("none");
   };
   const Split versions = split_by(
       nodes, [](const TaskReport& r) -> std::optional<std::string> { return r.driver_version; });
@@ -203,7 +203,7 @@ bool writable_host(const std::string& host) {
   try {
     hostlist::compress({host});
     return !host.empty();
-  } catch (const Error&) {
+  } catch (const core::Error&) {
     return false;
   }
 }
@@ -219,7 +219,7 @@ std::string hosts_text(const std::vector<std::string>& hosts) {
   std::size_t shown = 0;
   for (const std::string& h : hosts) {
     if (shown++ == 8) return out + ", ... (" + std::to_string(hosts.size()) + " hosts)";
-    out += (out.empty() ? "" : ", ") + excerpt(h, 60);
+    out += (out.empty() ? "" : ", ") + core::excerpt(h, 60);
   }
   return out;
 }

@@ -38,7 +38,7 @@ constexpr std::string_view kPlanMagic = "DTLAUNCH-DOCTOR 1 network plan\n";
 constexpr std::string_view kResultMagic = "DTLAUNCH-DOCTOR 1 network result\n";
 constexpr std::size_t kMaxFrame = 64 * 1024;
 
-using Fd = UniqueFd;
+using Fd = proc::UniqueFd;
 
 int millis_until(Clock::time_point deadline, int cap_ms) {
   const auto left =
@@ -189,11 +189,11 @@ class PeerTrouble {
 // Why rank 0 cannot listen on the port, by its real cause: the program's rendezvous would
 // fail the same way.
 Problem listen_problem(std::uint16_t port, const std::string& host, int error) {
-  const std::string where =
-      " on port " + std::to_string(port) + " of " + excerpt(host, 64) + ": " + std::strerror(error);
+  const std::string where = " on port " + std::to_string(port) + " of " + core::excerpt(host, 64) +
+                            ": " + std::strerror(error);
   if (error == EACCES || error == EPERM) {
     std::string start = "1024";
-    if (auto text = read_file_head("/proc/sys/net/ipv4/ip_unprivileged_port_start", 32)) {
+    if (auto text = core::read_file_head("/proc/sys/net/ipv4/ip_unprivileged_port_start", 32)) {
       while (!text->empty() && text->back() == '\n') text->pop_back();
       if (!text->empty()) start = *text;
     }
@@ -378,10 +378,10 @@ class CheckIn {
         reports_(std::move(own)),
         seen_(expected.world_size, false) {
     for (const TaskReport& r : reports_) count(r);
-    if (epoll_.get() < 0) throw Error::system("doctor: epoll_create1", errno);
+    if (epoll_.get() < 0) throw core::Error::system("doctor: epoll_create1", errno);
     epoll_event listen_event{EPOLLIN, {.u64 = kListener}};
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &listen_event) != 0)
-      throw Error::system("doctor: epoll_ctl", errno);
+      throw core::Error::system("doctor: epoll_ctl", errno);
   }
 
   // Takes reports until every rank has reported or the deadline passes.
@@ -390,7 +390,7 @@ class CheckIn {
     while (distinct_ < world_ && Clock::now() < deadline) {
       const int ready = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
                                      millis_until(deadline, 200));
-      if (ready < 0 && errno != EINTR) throw Error::system("doctor: epoll_wait", errno);
+      if (ready < 0 && errno != EINTR) throw core::Error::system("doctor: epoll_wait", errno);
       bool accept_now = false;
       for (int k = 0; k < ready; ++k) {
         if (events[k].data.u64 == kListener)
@@ -741,8 +741,8 @@ class Reporter {
     }
   }
 
-  Error failure(const std::string& what) const {
-    return Error(ExitCode::kProblem, "rank " + std::to_string(rank_) + what);
+  core::Error failure(const std::string& what) const {
+    return core::Error(core::ExitCode::kProblem, "rank " + std::to_string(rank_) + what);
   }
 
  private:
@@ -788,7 +788,7 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
     const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
     if (rc != 0) last_failure = "name not resolved (" + std::string(::gai_strerror(rc)) + ")";
     for (const addrinfo* a = rc == 0 ? found : nullptr; a; a = a->ai_next) {
-      const int connected = connect_until(*a, deadline);
+      const int connected = core::connect_until(*a, deadline);
       std::string resolved = numeric_host(a->ai_addr, a->ai_addrlen);
       if (resolved.empty()) resolved = addr;
       if (connected < 0) {

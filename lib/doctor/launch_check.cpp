@@ -16,7 +16,7 @@ namespace {
 
 // The id of the device the contract binds: the narrowed list's one entry under
 // --gpu-bind=isolate, else the entry of the visible devices that the contract's index names.
-std::string bound_device_of(const WorkerContract& contract, const GpuPlan& gpu) {
+std::string bound_device_of(const contract::WorkerContract& contract, const launch::GpuPlan& gpu) {
   if (!contract.device) return "";
   if (contract.visible_devices) return *contract.visible_devices;
   return *contract.device < gpu.visible.size() ? gpu.visible[*contract.device] : "";
@@ -24,12 +24,14 @@ std::string bound_device_of(const WorkerContract& contract, const GpuPlan& gpu) 
 
 // One worker's report before the node is probed: what it is told, and what its program will see
 // of the inherited environment.
-TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker, const EnvMap& env) {
-  const EnvMap seen = apply_env(env, worker.changes);
+TaskReport report_of(const launch::LaunchSpec& spec, const launch::PlannedWorker& worker,
+                     const core::EnvMap& env) {
+  const core::EnvMap seen = contract::apply_env(env, worker.changes);
   TaskReport r;
   r.contract = worker.contract;
-  r.visible_devices = std::string(seen.get_raw(env_var::kCudaVisibleDevices).value_or(""));
-  r.omp_num_threads = std::string(seen.get(env_var::kOmpNumThreads).value_or(""));
+  r.visible_devices =
+      std::string(seen.get_raw(contract::env_var::kCudaVisibleDevices).value_or(""));
+  r.omp_num_threads = std::string(seen.get(contract::env_var::kOmpNumThreads).value_or(""));
   r.bound_device = bound_device_of(worker.contract, spec.gpu);
   r.gpu_sharing_allowed = spec.gpu.allow_sharing;
   r.gpu_isolated_by_slurm = spec.gpu.isolated_by_slurm;
@@ -39,42 +41,45 @@ TaskReport report_of(const LaunchSpec& spec, const PlannedWorker& worker, const 
   r.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
   // The variables the contract sets per rank are checked above as the contract, not compared
   // as the node's.
-  std::vector<std::string_view> set_by_contract = {env_var::kCudaVisibleDevices};
-  for (const ExportedVar& var : exported_vars()) set_by_contract.push_back(var.name);
-  for (const EnvChange& change : worker.changes) set_by_contract.push_back(change.name);
+  std::vector<std::string_view> set_by_contract = {contract::env_var::kCudaVisibleDevices};
+  for (const contract::ExportedVar& var : contract::exported_vars())
+    set_by_contract.push_back(var.name);
+  for (const contract::EnvChange& change : worker.changes) set_by_contract.push_back(change.name);
   r.env = compared_env(seen.vars(), set_by_contract);
   return r;
 }
 
 // Where a rank's GPU can be located on this node, the CPUs local to it, and whether the rank's
 // own CPUs are all elsewhere. The topology is read only when some rank has a GPU.
-void mark_cpus_far_from_gpu(const LaunchPlan& launch, std::vector<TaskReport>& reports) {
+void mark_cpus_far_from_gpu(const launch::LaunchPlan& launch_plan,
+                            std::vector<TaskReport>& reports) {
   if (std::all_of(reports.begin(), reports.end(),
                   [](const TaskReport& r) { return r.bound_device.empty(); }))
     return;
-  Topology topology;
+  affinity::Topology topology;
   try {
-    topology = LiveSystem().topology(launch.inputs.topology_root);
-  } catch (const Error&) {
+    topology = launch::LiveSystem().topology(launch_plan.inputs.topology_root);
+  } catch (const core::Error&) {
     return;  // no topology, no locality: the other checks still stand
   }
-  const auto gpus = locate_gpus(launch.spec, launch.inputs, topology);
+  const auto gpus = launch::locate_gpus(launch_plan.spec, launch_plan.inputs, topology);
   for (TaskReport& r : reports) {
     const std::uint32_t local_rank = r.contract.local_rank;
     if (local_rank >= gpus.size() || !gpus[local_rank]) continue;
-    const CpuSet& local = topology.gpus[*gpus[local_rank]].local_cpus;
+    const affinity::CpuSet& local = topology.gpus[*gpus[local_rank]].local_cpus;
     r.gpu_local_cpus = local.to_list();
-    const auto cpus = CpuSet::parse(r.cpus);
+    const auto cpus = affinity::CpuSet::parse(r.cpus);
     r.cpus_far_from_gpu = cpus && !cpus->empty() && !local.empty() && !cpus->intersects(local);
   }
 }
 
 }  // namespace
 
-std::vector<TaskReport> plan_reports(const LaunchPlan& launch, const EnvMap& env) {
+std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan,
+                                     const core::EnvMap& env) {
   std::vector<TaskReport> reports;
-  for (const PlannedWorker& w : launch.workers) {
-    reports.push_back(report_of(launch.spec, w, env));
+  for (const launch::PlannedWorker& w : launch_plan.workers) {
+    reports.push_back(report_of(launch_plan.spec, w, env));
     if (reports.size() > 1) {
       copy_node_facts(reports.front(), reports.back());
       continue;
@@ -82,31 +87,33 @@ std::vector<TaskReport> plan_reports(const LaunchPlan& launch, const EnvMap& env
     probe_node(reports.front());
     // The node's software once, by its lowest local rank, with that worker's environment.
     if (w.local_rank == 0) {
-      const EnvMap seen = apply_env(env, w.changes);
+      const core::EnvMap seen = contract::apply_env(env, w.changes);
       probe_software(reports.front(), std::string(seen.get_raw("LD_LIBRARY_PATH").value_or("")),
                      std::string(seen.get_raw("PATH").value_or("")));
     }
   }
-  mark_cpus_far_from_gpu(launch, reports);
-  probe_exec(reports, launch.spec.program_path, launch.spec.argv,
-             apply_env(env, launch.workers.front().changes));
+  mark_cpus_far_from_gpu(launch_plan, reports);
+  probe_exec(reports, launch_plan.spec.program_path, launch_plan.spec.argv,
+             contract::apply_env(env, launch_plan.workers.front().changes));
   return reports;
 }
 
-Expectation expectation_of(const LaunchPlan& launch) {
-  if (launch.mode == Mode::kSlurm)
-    return slurm_expectation(launch.inputs.step->hosts, launch.inputs.step->tasks_per_node,
-                             launch.inputs.step->distribution);
-  return local_expectation(launch.spec.nnodes, launch.spec.local_world_size);
+Expectation expectation_of(const launch::LaunchPlan& launch_plan) {
+  if (launch_plan.mode == launch::Mode::kSlurm)
+    return slurm_expectation(launch_plan.inputs.step->hosts,
+                             launch_plan.inputs.step->tasks_per_node,
+                             launch_plan.inputs.step->distribution);
+  return local_expectation(launch_plan.spec.nnodes, launch_plan.spec.local_world_size);
 }
 
 namespace {
 
 // Rank 0's side: serve, hand the --watch ring back, print.
-int judge(const LaunchPlan& launch, std::vector<TaskReport> mine, Clock::time_point deadline,
-          const LaunchCheckOptions& options, const NetworkAgent* agent, std::ostream& out) {
-  const Verdict verdict = serve(expectation_of(launch), std::move(mine), launch.spec.master.port,
-                                deadline, options.network, agent);
+int judge(const launch::LaunchPlan& launch_plan, std::vector<TaskReport> mine,
+          Clock::time_point deadline, const LaunchCheckOptions& options, const NetworkAgent* agent,
+          std::ostream& out) {
+  const Verdict verdict = serve(expectation_of(launch_plan), std::move(mine),
+                                launch_plan.spec.master.port, deadline, options.network, agent);
   if (options.ring)
     for (const TaskReport& r : verdict.reports)
       if (!r.heartbeat.empty() && r.contract.rank != 0 && r.contract.rank <= kHeartbeatWindow)
@@ -118,32 +125,33 @@ int judge(const LaunchPlan& launch, std::vector<TaskReport> mine, Clock::time_po
   } else if (!verdict.ok() || !verdict.problems.empty() || options.verbose) {
     std::cerr << report;
   }
-  return verdict.ok() ? 0 : static_cast<int>(ExitCode::kProblem);
+  return verdict.ok() ? 0 : static_cast<int>(core::ExitCode::kProblem);
 }
 
 }  // namespace
 
-int check_launch(const LaunchPlan& launch, const EnvMap& env, const LaunchCheckOptions& options,
-                 std::ostream& out) {
+int check_launch(const launch::LaunchPlan& launch_plan, const core::EnvMap& env,
+                 const LaunchCheckOptions& options, std::ostream& out) {
   const auto deadline = Clock::now() + options.timeout;
-  std::vector<TaskReport> mine = plan_reports(launch, env);
+  std::vector<TaskReport> mine = plan_reports(launch_plan, env);
   // One network test agent per node: the task (or launcher) with the node's local rank 0.
   std::unique_ptr<NetworkAgent> agent;
-  if (options.network.enabled && launch.workers.front().local_rank == 0) {
+  if (options.network.enabled && launch_plan.workers.front().local_rank == 0) {
     agent = NetworkAgent::start();
     if (agent) mine.front().network_port = agent->port();
   }
   mine.front().heartbeat = options.heartbeat;
-  if (launch.workers.front().rank == 0)
-    return judge(launch, std::move(mine), deadline, options, agent.get(), out);
+  if (launch_plan.workers.front().rank == 0)
+    return judge(launch_plan, std::move(mine), deadline, options, agent.get(), out);
   try {
     return report_to_rank0(
-        launch.spec.master.addr, launch.spec.master.port, std::move(mine), deadline, agent.get(),
+        launch_plan.spec.master.addr, launch_plan.spec.master.port, std::move(mine), deadline,
+        agent.get(),
         options.network.enabled ? options.network.budget : std::chrono::milliseconds(0),
         options.ring);
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     std::cerr << "dtlaunch doctor: " << e.what() << "\n";
-    return static_cast<int>(ExitCode::kProblem);
+    return static_cast<int>(core::ExitCode::kProblem);
   }
 }
 

@@ -106,7 +106,7 @@ int connect_to(const std::string& address, std::uint16_t port, Clock::time_point
   error = "no address";
   int connected = -1;
   for (const addrinfo* a = found; a && connected < 0; a = a->ai_next) {
-    const int fd = connect_until(*a, end, std::chrono::milliseconds::max());
+    const int fd = core::connect_until(*a, end, std::chrono::milliseconds::max());
     if (fd < 0) {
       error =
           "cannot connect to " + address + ":" + std::to_string(port) + ": " + std::strerror(-fd);
@@ -257,10 +257,10 @@ void for_each_line(std::string_view text, OnLine on_line) {
 }
 
 std::uint64_t number_of(std::string_view word, std::uint64_t max, std::string_view what) {
-  const auto n = parse_uint(word, max);
+  const auto n = core::parse_uint(word, max);
   if (!n)
-    throw Error(ExitCode::kBadInput, "doctor network " + std::string(what) + ": '" + excerpt(word) +
-                                         "' is not a number");
+    throw core::Error(core::ExitCode::kBadInput, "doctor network " + std::string(what) + ": '" +
+                                                     core::excerpt(word) + "' is not a number");
   return *n;
 }
 
@@ -329,11 +329,12 @@ NetworkPlan decode_plan(std::string_view text) {
                             std::string(w[3]),
                             static_cast<std::uint16_t>(number_of(w[2], 65535, "plan"))});
     } else {
-      throw Error(ExitCode::kBadInput, "doctor network plan: line '" + excerpt(line) + "'");
+      throw core::Error(core::ExitCode::kBadInput,
+                        "doctor network plan: line '" + core::excerpt(line) + "'");
     }
   });
   if (plan.peers.size() > 64)
-    throw Error(ExitCode::kBadInput, "doctor network plan: more than 64 peers");
+    throw core::Error(core::ExitCode::kBadInput, "doctor network plan: more than 64 peers");
   return plan;
 }
 
@@ -345,7 +346,7 @@ std::string encode_results(const std::vector<LinkResult>& results) {
   for (const LinkResult& r : results)
     out += "link " + std::to_string(r.from) + " " + std::to_string(r.to) + " " +
            std::to_string(static_cast<std::uint64_t>(r.rtt_us)) + " " + rate(r.up_bytes_per_s) +
-           " " + rate(r.down_bytes_per_s) + " " + excerpt(r.error, 200) + "\n";
+           " " + rate(r.down_bytes_per_s) + " " + core::excerpt(r.error, 200) + "\n";
   return out;
 }
 
@@ -354,7 +355,8 @@ std::vector<LinkResult> decode_results(std::string_view text) {
   for_each_line(text, [&](std::string_view line) {
     const auto w = words_of(line);
     if (w.size() < 6 || w[0] != "link" || results.size() >= 64)
-      throw Error(ExitCode::kBadInput, "doctor network result: line '" + excerpt(line) + "'");
+      throw core::Error(core::ExitCode::kBadInput,
+                        "doctor network result: line '" + core::excerpt(line) + "'");
     LinkResult r;
     r.from = static_cast<std::uint32_t>(number_of(w[1], UINT32_MAX, "result"));
     r.to = static_cast<std::uint32_t>(number_of(w[2], UINT32_MAX, "result"));
@@ -475,7 +477,7 @@ std::optional<Problem> most_tests_failed(const Measurements& m) {
                  {},
                  {},
                  std::to_string(all_refused) + " of the " + std::to_string(all_tests) +
-                     " network tests could not connect (" + excerpt(*first, 120) +
+                     " network tests could not connect (" + core::excerpt(*first, 120) +
                      "): do the nodes accept TCP connections on ports other than the "
                      "rendezvous port? No node is blamed"};
 }
@@ -496,7 +498,7 @@ std::vector<std::string> slow_sides(const Sides& s, const Measurements& m, std::
   if (2 * m.refused[i] > m.tested[i] && m.tested[i] > 0)
     why.push_back("cannot be reached by " + std::to_string(m.refused[i]) + " of the " +
                   std::to_string(m.tested[i]) + " peers that tested it (" +
-                  excerpt(m.first_error[i], 120) + ")");
+                  core::excerpt(m.first_error[i], 120) + ")");
   return why;
 }
 
@@ -515,7 +517,7 @@ std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
   for (std::size_t i = 0; i < n; ++i) {
     const std::vector<std::string> why = slow_sides(sides, m, i);
     if (why.empty()) continue;
-    std::string message = excerpt(hosts[i], 60) + " ";
+    std::string message = core::excerpt(hosts[i], 60) + " ";
     for (std::size_t k = 0; k < why.size(); ++k)
       message += (k == 0 ? "" : k + 1 == why.size() ? " and " : ", ") + why[k];
     message +=

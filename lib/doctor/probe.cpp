@@ -34,7 +34,7 @@ std::string cpulist_of_this_task() {
   std::vector<std::uint32_t> cpus;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
     if (CPU_ISSET(cpu, &set)) cpus.push_back(static_cast<std::uint32_t>(cpu));
-  return compact_ranges(cpus);
+  return core::compact_ranges(cpus);
 }
 
 std::uint32_t count_entries(const char* directory) {
@@ -109,10 +109,10 @@ FileIdentity identify_file(const std::string& path) {
 }
 
 void probe_exec(std::vector<TaskReport>& reports, const std::string& program_path,
-                const std::vector<std::string>& argv, const EnvMap& env) {
-  const std::optional<int> refused = trial_exec(program_path, argv, env);
+                const std::vector<std::string>& argv, const core::EnvMap& env) {
+  const std::optional<int> refused = proc::trial_exec(program_path, argv, env);
   if (!refused || *refused == 0) return;
-  const Error error = exec_error(program_path, *refused);
+  const core::Error error = core::exec_error(program_path, *refused);
   for (TaskReport& r : reports) {
     r.exec_error = error.what();
     r.exec_status = error.exit_status();

@@ -38,7 +38,7 @@ void probe_node(TaskReport& report);
 // first instruction); when not, every report gets the line and status the launch would fail
 // with (core/exec_error.hpp). Nothing is said when it cannot be told.
 void probe_exec(std::vector<TaskReport>& reports, const std::string& program_path,
-                const std::vector<std::string>& argv, const EnvMap& env);
+                const std::vector<std::string>& argv, const core::EnvMap& env);
 
 // The node facts of `from` (everything probe_node fills) copied into `to`: the workers of one
 // launcher share a node, and hashing the program once is enough.

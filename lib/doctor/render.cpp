@@ -6,6 +6,9 @@
 #include "doctor/checks.hpp"
 
 namespace dtlaunch::doctor {
+
+using core::json_quote;
+
 namespace {
 
 std::string mib(std::uint64_t bytes) {
@@ -81,10 +84,10 @@ std::string render_table(const Verdict& verdict) {
     std::int64_t last = 0;
     for (const TaskReport* r : rs) last = std::max(last, r->received_unix_ms - first);
     // Every cell comes from the reports: escaped and bounded, as the host name.
-    const auto cell = [](const std::string& value) { return excerpt(value, 40); };
+    const auto cell = [](const std::string& value) { return core::excerpt(value, 40); };
     rows.push_back({
         cell(host),
-        compact_ranges(ranks),
+        core::compact_ranges(ranks),
         cell(distinct(rs, [](const TaskReport& r) { return join(r.master_resolves_to); })),
         cell(distinct(
             rs, [](const TaskReport& r) { return r.local_addr.empty() ? "-" : r.local_addr; })),
@@ -118,9 +121,9 @@ std::string render_table(const Verdict& verdict) {
                     std::to_string(order.size()) + " host(s)";
   if (!verdict.reports.empty()) {
     const TaskReport& r0 = verdict.reports.front();
-    out += ", rendezvous " + excerpt(r0.contract.master_addr, 64) + ":" +
-           std::to_string(r0.contract.master_port) + ", program " + excerpt(r0.program.path) +
-           ", " + excerpt(r0.launcher_version, 64);
+    out += ", rendezvous " + core::excerpt(r0.contract.master_addr, 64) + ":" +
+           std::to_string(r0.contract.master_port) + ", program " + core::excerpt(r0.program.path) +
+           ", " + core::excerpt(r0.launcher_version, 64);
   }
   out += "\n\n" + line(header);
   for (const auto& row : rows) out += line(row);

@@ -81,7 +81,8 @@ class Reader {
       text = eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
       const std::size_t eq = line.find('=');
       if (eq == std::string_view::npos)
-        throw Error(ExitCode::kBadInput, "doctor report: line '" + excerpt(line) + "' has no '='");
+        throw core::Error(core::ExitCode::kBadInput,
+                          "doctor report: line '" + core::excerpt(line) + "' has no '='");
       fields_[std::string(line.substr(0, eq))] = unescape(line.substr(eq + 1));
     }
   }
@@ -95,7 +96,7 @@ class Reader {
   }
   std::uint64_t number(std::string_view key, std::uint64_t max) const {
     const std::string value = text(key);
-    if (auto parsed = parse_uint(value, max)) return *parsed;
+    if (auto parsed = core::parse_uint(value, max)) return *parsed;
     throw not_a_number(key, value);
   }
   std::uint32_t u32(std::string_view key) const {
@@ -104,23 +105,23 @@ class Reader {
   std::int64_t signed_number(std::string_view key) const {
     const std::string value = text(key);
     const bool negative = !value.empty() && value.front() == '-';
-    auto parsed = parse_uint(negative ? std::string_view(value).substr(1) : value, INT64_MAX);
+    auto parsed = core::parse_uint(negative ? std::string_view(value).substr(1) : value, INT64_MAX);
     if (!parsed) throw not_a_number(key, value);
     return negative ? -static_cast<std::int64_t>(*parsed) : static_cast<std::int64_t>(*parsed);
   }
   const std::map<std::string, std::string, std::less<>>& fields() const { return fields_; }
 
  private:
-  static Error not_a_number(std::string_view key, std::string_view value) {
-    return Error(ExitCode::kBadInput, "doctor report: " + std::string(key) + "='" + excerpt(value) +
-                                          "' is not a number");
+  static core::Error not_a_number(std::string_view key, std::string_view value) {
+    return core::Error(core::ExitCode::kBadInput, "doctor report: " + std::string(key) + "='" +
+                                                      core::excerpt(value) + "' is not a number");
   }
   std::map<std::string, std::string, std::less<>> fields_;
 };
 
 // The contract under the keys of the first wire format (rank, world_size, ...), and what it
 // added since under "contract.*", so that the report's contract arrives whole.
-void put_contract(Writer& w, const WorkerContract& c) {
+void put_contract(Writer& w, const contract::WorkerContract& c) {
   w.num("rank", c.rank);
   w.num("local_rank", c.local_rank);
   w.num("node_rank", c.node_rank);
@@ -130,7 +131,7 @@ void put_contract(Writer& w, const WorkerContract& c) {
   w.num("master_port", c.master_port);
   w.optional("run_id", c.dtlaunch_run_id);
   // Only what differs from the defaults: about 1 KiB per report crosses the wire at scale.
-  const WorkerContract defaults;
+  const contract::WorkerContract defaults;
   if (c.local_world_size != defaults.local_world_size)
     w.num("contract.local_world_size", c.local_world_size);
   if (c.restart_count != 0) w.num("contract.restart_count", c.restart_count);
@@ -143,8 +144,8 @@ void put_contract(Writer& w, const WorkerContract& c) {
   if (c.pci_device_order) w.num("contract.pci_device_order", 1);
 }
 
-WorkerContract read_contract(const Reader& in) {
-  WorkerContract c;
+contract::WorkerContract read_contract(const Reader& in) {
+  contract::WorkerContract c;
   c.rank = in.u32("rank");
   c.local_rank = in.u32("local_rank");
   c.node_rank = in.u32("node_rank");
@@ -244,10 +245,11 @@ void put_software(Writer& w, const TaskReport& r) {
 LibraryIdentity library_of(std::string_view key, const std::string& value) {
   const std::size_t blank1 = value.find(' ');
   const std::size_t blank2 = blank1 == std::string::npos ? blank1 : value.find(' ', blank1 + 1);
-  const auto size = parse_uint(std::string_view(value).substr(0, blank1), UINT64_MAX);
+  const auto size = core::parse_uint(std::string_view(value).substr(0, blank1), UINT64_MAX);
   if (blank2 == std::string::npos || !size)
-    throw Error(ExitCode::kBadInput, "doctor report: " + excerpt(key) + "='" + excerpt(value) +
-                                         "' is not 'SIZE HASH PATH'");
+    throw core::Error(core::ExitCode::kBadInput, "doctor report: " + core::excerpt(key) + "='" +
+                                                     core::excerpt(value) +
+                                                     "' is not 'SIZE HASH PATH'");
   const std::string hash = value.substr(blank1 + 1, blank2 - blank1 - 1);
   return {std::string(key.substr(4)), {value.substr(blank2 + 1), *size, hash == "-" ? "" : hash}};
 }

@@ -31,7 +31,7 @@ struct LibraryIdentity {
 struct TaskReport {
   // Who, and what it is told: the contract worker_contract() computed for this rank, the very
   // value a real launch exports (contract/contract.hpp). The rest are facts about its node.
-  WorkerContract contract;
+  contract::WorkerContract contract;
   std::string host;  // gethostname()
   // Network, as this node sees it.
   std::vector<std::string> master_resolves_to;  // addresses MASTER_ADDR resolves to here

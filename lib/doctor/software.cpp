@@ -72,7 +72,7 @@ bool looks_like_system_loader(const std::string& path) {
 std::optional<std::string> run_loader_listing(const std::string& loader, const std::string& program,
                                               const std::string& ld_library_path,
                                               std::chrono::milliseconds budget, std::string& why) {
-  Pipe out = make_pipe();
+  proc::Pipe out = proc::make_pipe();
   posix_spawn_file_actions_t actions;
   ::posix_spawn_file_actions_init(&actions);
   ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -118,7 +118,7 @@ std::optional<std::string> run_loader_listing(const std::string& loader, const s
     return std::nullopt;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    why = loader + " --list failed: " + std::string(first_line(text));
+    why = loader + " --list failed: " + std::string(core::first_line(text));
     return std::nullopt;
   }
   return text;
@@ -144,7 +144,7 @@ std::vector<std::pair<std::string, std::string>> compared_env(
 }
 
 std::optional<std::string> elf_interpreter(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  proc::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return std::nullopt;
   auto read_at = [&](void* into, std::size_t size, std::uint64_t offset) {
     return ::pread(fd.get(), into, size, static_cast<off_t>(offset)) == static_cast<ssize_t>(size);
@@ -203,7 +203,7 @@ std::vector<std::pair<std::string, std::string>> parse_loader_listing(std::strin
 }
 
 std::string parse_driver_version(std::string_view text) {
-  const std::string_view line = first_line(text);
+  const std::string_view line = core::first_line(text);
   const std::size_t at = line.find("Kernel Module");
   if (at == std::string_view::npos) return std::string(trim(line));
   // "Kernel Module  535.104.05  ..." or "Open Kernel Module for x86_64  550.54.15  ...": the
@@ -235,7 +235,7 @@ void probe_software(TaskReport& r, const std::string& ld_library_path,
   r.node_software = true;
   utsname name{};
   if (::uname(&name) == 0) r.kernel = name.release;
-  if (auto version = read_file_head("/proc/driver/nvidia/version", 4096))
+  if (auto version = core::read_file_head("/proc/driver/nvidia/version", 4096))
     r.driver_version = parse_driver_version(*version);
   if (DIR* dir = ::opendir("/proc/driver/nvidia/gpus")) {
     std::vector<std::string> buses;
@@ -244,7 +244,8 @@ void probe_software(TaskReport& r, const std::string& ld_library_path,
     ::closedir(dir);
     std::sort(buses.begin(), buses.end());
     for (const std::string& bus : buses)
-      if (auto info = read_file_head("/proc/driver/nvidia/gpus/" + bus + "/information", 4096))
+      if (auto info =
+              core::read_file_head("/proc/driver/nvidia/gpus/" + bus + "/information", 4096))
         r.gpu_models.push_back(parse_gpu_model(*info));
   }
 
@@ -256,7 +257,7 @@ void probe_software(TaskReport& r, const std::string& ld_library_path,
   }
   // The kernel follows a chain of "#!" lines (a pyenv shim, then python): so do we, a few deep.
   for (int depth = 0; depth < 4; ++depth) {
-    const auto head = read_file_head(elf, 512);
+    const auto head = core::read_file_head(elf, 512);
     if (!head || !head->starts_with("#!")) break;
     const Shebang s = *parse_shebang(*head);
     const std::string script = elf;

@@ -7,11 +7,11 @@
 
 namespace dtlaunch::heartbeat {
 
-constexpr Named<How> kHowNames[] = {
+constexpr core::Named<How> kHowNames[] = {
     {How::kExited, "exited"}, {How::kFrozen, "frozen"}, {How::kUnreachable, "unreachable"}};
 
 const char* to_string(How how) noexcept {
-  return name_of(how, kHowNames).data();
+  return core::name_of(how, kHowNames).data();
 }
 
 milliseconds Settings::probe_lead() const {
@@ -188,10 +188,11 @@ std::string describe_how(const Verdict& v) {
     case How::kExited:
       return "exited (its connection closed)";
     case How::kFrozen:
-      return "frozen (silent for " + seconds_text(v.silent_for) +
+      return "frozen (silent for " + core::seconds_text(v.silent_for) +
              "; its host still accepts connections)";
     case How::kUnreachable:
-      return "unreachable (silent for " + seconds_text(v.silent_for) + "; no connection to it)";
+      return "unreachable (silent for " + core::seconds_text(v.silent_for) +
+             "; no connection to it)";
   }
   return "?";
 }

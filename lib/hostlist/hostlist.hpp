@@ -43,12 +43,14 @@ enum class Reason {
   kNotWritable,        // compress(): a name no expression can spell (brackets, blanks, ...)
 };
 
-// The error every function here throws: a dtlaunch::Error with ExitCode::kBadInput, a one-line
-// message that quotes the expression and names the offending character, and the details.
-class ParseError : public Error {
+// The error every function here throws: a dtlaunch::core::Error with ExitCode::kBadInput, a
+// one-line message that quotes the expression and names the offending character, and the details.
+class ParseError : public core::Error {
  public:
   ParseError(Reason reason, std::size_t offset, std::string message)
-      : Error(ExitCode::kBadInput, std::move(message)), reason_(reason), offset_(offset) {}
+      : core::Error(core::ExitCode::kBadInput, std::move(message)),
+        reason_(reason),
+        offset_(offset) {}
   Reason reason() const noexcept { return reason_; }
   // Byte offset of the offending character in the expression (or index of the name).
   std::size_t offset() const noexcept { return offset_; }
@@ -59,7 +61,7 @@ class ParseError : public Error {
 };
 
 // Expands an expression into host names, in Slurm's order, duplicates kept.
-// Throws dtlaunch::Error (ExitCode::kBadInput) with a one-line message that quotes the
+// Throws dtlaunch::core::Error (ExitCode::kBadInput) with a one-line message that quotes the
 // expression and points at the offending character; never returns a partial list.
 std::vector<std::string> expand(std::string_view expr);
 std::vector<std::string> expand(std::string_view expr, Syntax syntax);

@@ -70,7 +70,7 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
   const int rc = ::posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) throw Error::system("cannot start " + argv[0], rc);
+  if (rc != 0) throw core::Error::system("cannot start " + argv[0], rc);
   return pid;
 }
 
@@ -87,7 +87,7 @@ std::string capture(const std::vector<std::string>& argv) {
   pid_t pid = -1;
   try {
     pid = spawn(argv, fds[1], -1);
-  } catch (const Error&) {
+  } catch (const core::Error&) {
     ::close(fds[0]);
     ::close(fds[1]);
     return {};
@@ -137,7 +137,7 @@ struct Stream {
 // Passes srun's output on through the console, which never blocks (a stalled reader must not stop
 // supervision: signals, the stop escalation, the next attempt). Pieces of at most PIPE_BUF bytes,
 // cut after a line's end where there is one, so that what is dropped is mostly whole lines.
-void pass_on(Console& console, int fd, std::string_view data) {
+void pass_on(proc::Console& console, int fd, std::string_view data) {
   while (!data.empty()) {
     std::size_t piece = std::min<std::size_t>(data.size(), PIPE_BUF);
     if (piece < data.size()) {
@@ -149,7 +149,7 @@ void pass_on(Console& console, int fd, std::string_view data) {
   }
 }
 
-bool pump(Stream& s, Console& console, Evidence& evidence) {
+bool pump(Stream& s, proc::Console& console, Evidence& evidence) {
   char buf[8192];
   const ssize_t n = ::read(s.fd, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
@@ -179,7 +179,7 @@ struct AttemptRun {
 
 // Waits up to 100 ms for srun's output or for room in our own, reads what came into `evidence` and
 // writes what waited.
-void pump_ready(Stream (&streams)[2], Console& console, Evidence& evidence) {
+void pump_ready(Stream (&streams)[2], proc::Console& console, Evidence& evidence) {
   pollfd fds[4];
   nfds_t n = 0;
   for (auto& s : streams)
@@ -204,7 +204,7 @@ class StepStopper {
   void advance(Clock::time_point first_failure, Evidence& evidence, std::ostream& err) {
     const auto now = Clock::now();
     if (stage_ == Stage::kWaiting && now - first_failure > grace_) {
-      err << "dtlaunch job: the step has not ended " << seconds_text(grace_)
+      err << "dtlaunch job: the step has not ended " << core::seconds_text(grace_)
           << " after the first failure: asking srun to abort it" << std::endl;
       ::kill(srun_, SIGINT);
       ::usleep(200 * 1000);
@@ -237,11 +237,11 @@ class StepStopper {
 };
 
 AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& job_id,
-                       milliseconds grace, Console& console, std::ostream& err) {
+                       milliseconds grace, proc::Console& console, std::ostream& err) {
   AttemptRun run;
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
-    throw Error::system("cannot create a pipe for srun", errno);
+    throw core::Error::system("cannot create a pipe for srun", errno);
   const auto start = Clock::now();
   const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1]);
   g_srun_pid = pid;
@@ -287,7 +287,7 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
 // The steps are over; what their output left waiting for a slow reader is written as it takes it,
 // unless the driver was told to stop: then the rest is dropped, with a word, rather than keeping
 // the batch script (and its allocation) waiting for that reader.
-void deliver_rest(Console& console) {
+void deliver_rest(proc::Console& console) {
   while (!console.idle() && !g_stop_signal) {
     pollfd fds[2];
     nfds_t n = 0;
@@ -303,10 +303,10 @@ void deliver_rest(Console& console) {
 
 }  // namespace
 
-int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, const EnvMap& env,
-            std::ostream& err) {
+int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
+            const core::EnvMap& env, std::ostream& err) {
   if (options.program.empty())
-    throw Error::usage("job: no PROGRAM given (dtlaunch job -- ./train)");
+    throw core::Error::usage("job: no PROGRAM given (dtlaunch job -- ./train)");
   const Allocation allocation = read_allocation(env);
   const Sizes sizes = decide_sizes(allocation, options);
   err << "dtlaunch job: " << allocation.nodes.size() << " node(s) allocated ("
@@ -314,7 +314,7 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, c
       << " spare, " << sizes.tasks_per_node << " task(s) per node, up to " << options.max_restarts
       << " restart(s)" << std::endl;
   install_forwarding();
-  Console console;
+  proc::Console console;
 
   std::set<std::string> excluded;
   std::vector<AttemptRecord> attempts;

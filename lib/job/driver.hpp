@@ -17,7 +17,7 @@ namespace dtlaunch::job {
 // summary as one JSON line at the end go to stdout and stderr without ever blocking (a stalled
 // reader must not stop supervision; what it does not take in time is dropped, said on stderr); the
 // attempt lines and the table go to `err`.
-int run_job(const JobOptions& options, const std::string& dtlaunch, bool json, const EnvMap& env,
-            std::ostream& err);
+int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
+            const core::EnvMap& env, std::ostream& err);
 
 }  // namespace dtlaunch::job

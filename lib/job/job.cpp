@@ -9,9 +9,11 @@
 
 namespace dtlaunch::job {
 
+using core::Error;
+
 namespace {
 
-std::string_view required(const EnvMap& env, std::string_view name) {
+std::string_view required(const core::EnvMap& env, std::string_view name) {
   const auto value = env.get(name);
   if (!value)
     throw Error::missing_env(name,
@@ -22,7 +24,7 @@ std::string_view required(const EnvMap& env, std::string_view name) {
 
 }  // namespace
 
-Allocation read_allocation(const EnvMap& env) {
+Allocation read_allocation(const core::EnvMap& env) {
   Allocation a;
   a.job_id = std::string(required(env, "SLURM_JOB_ID"));
   if (env.contains("SLURM_STEP_ID") && env.get("SLURM_STEP_ID") != "4294967294" &&
@@ -42,16 +44,16 @@ Allocation read_allocation(const EnvMap& env) {
   if (a.nodes.empty()) throw Error::bad_env("SLURM_JOB_NODELIST", *list, "no node");
   if (const auto per_node = env.get("SLURM_NTASKS_PER_NODE")) {
     a.tasks_per_node =
-        static_cast<std::uint32_t>(parse_count("SLURM_NTASKS_PER_NODE", *per_node, 1, 65536));
+        static_cast<std::uint32_t>(core::parse_count("SLURM_NTASKS_PER_NODE", *per_node, 1, 65536));
   } else if (const auto tasks = env.get("SLURM_TASKS_PER_NODE")) {
-    const auto counts = parse_tasks_per_node("SLURM_TASKS_PER_NODE", *tasks);
+    const auto counts = launch::parse_tasks_per_node("SLURM_TASKS_PER_NODE", *tasks);
     // A heterogeneous allocation would change the world size when a spare replaces a node: the
     // smallest share fits on every node.
     a.tasks_per_node = *std::min_element(counts.begin(), counts.end());
   }
   if (const auto gpus = env.get("SLURM_GPUS_PER_NODE")) a.gpus_per_node = std::string(*gpus);
   if (const auto cpus = env.get("SLURM_CPUS_PER_TASK")) {
-    parse_count("SLURM_CPUS_PER_TASK", *cpus, 1, 1 << 20);
+    core::parse_count("SLURM_CPUS_PER_TASK", *cpus, 1, 1 << 20);
     a.cpus_per_task = std::string(*cpus);
   }
   return a;

@@ -27,7 +27,7 @@ struct Allocation {
 };
 
 // Throws Error (bad input, 2) naming the variable when the environment is not a batch job's.
-Allocation read_allocation(const EnvMap& env);
+Allocation read_allocation(const core::EnvMap& env);
 
 struct JobOptions {
   std::optional<std::uint32_t> nodes;           // --nodes: default all but the spares

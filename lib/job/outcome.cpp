@@ -204,7 +204,7 @@ std::optional<Outcome> preflight_failed(const Evidence& e, const std::vector<std
 std::optional<Outcome> peers_named_lost(const Evidence& e, const std::vector<std::string>& nodes,
                                         int srun_status) {
   if (e.lost_nodes.empty()) return std::nullopt;
-  return stop_with(Verdict::kRestart, srun_status, excerpt(e.first_lost_message, 160, '\0'),
+  return stop_with(Verdict::kRestart, srun_status, core::excerpt(e.first_lost_message, 160, '\0'),
                    among(e.lost_nodes, nodes));
 }
 
@@ -283,13 +283,13 @@ std::string nodes_text(const std::vector<std::string>& nodes) {
   return hostlist::compress(nodes);
 }
 
-constexpr Named<Verdict> kVerdictWords[] = {{Verdict::kSucceeded, "completed"},
-                                            {Verdict::kRestart, "failed"},
-                                            {Verdict::kPreempted, "preempted"},
-                                            {Verdict::kPermanent, "failed, not retried"}};
+constexpr core::Named<Verdict> kVerdictWords[] = {{Verdict::kSucceeded, "completed"},
+                                                  {Verdict::kRestart, "failed"},
+                                                  {Verdict::kPreempted, "preempted"},
+                                                  {Verdict::kPermanent, "failed, not retried"}};
 
 std::string verdict_word(const Outcome& o) {
-  return std::string(name_of(o.verdict, kVerdictWords));
+  return std::string(core::name_of(o.verdict, kVerdictWords));
 }
 
 }  // namespace
@@ -297,13 +297,13 @@ std::string verdict_word(const Outcome& o) {
 std::string attempt_line(const AttemptRecord& r) {
   std::string line = "dtlaunch job: attempt " + std::to_string(r.attempt) + " on " +
                      nodes_text(r.nodes) + ": " + verdict_word(r.outcome) + " after " +
-                     seconds_text(r.wall);
+                     core::seconds_text(r.wall);
   if (r.outcome.verdict == Verdict::kSucceeded) return line;
   line +=
       "; culprit " + (r.outcome.culprits.empty() ? std::string("none") : list(r.outcome.culprits));
   line += "; cause: " + r.outcome.cause;
   if (r.stop.count() > 0)
-    line += "; step stopped " + seconds_text(r.stop) + " after the first failure";
+    line += "; step stopped " + core::seconds_text(r.stop) + " after the first failure";
   return line;
 }
 
@@ -317,8 +317,9 @@ std::string summary_table(const std::vector<AttemptRecord>& attempts, std::strin
     std::snprintf(buf, sizeof buf, "%-7u  %-24s  %-20s  %-16s  %8s  %8s  %s\n", r.attempt,
                   nodes_text(r.nodes).c_str(), verdict_word(r.outcome).c_str(),
                   r.outcome.culprits.empty() ? "-" : list(r.outcome.culprits).c_str(),
-                  seconds_text(r.wall).c_str(), r.stop.count() ? seconds_text(r.stop).c_str() : "-",
-                  excerpt(r.outcome.cause, 100, '\0').c_str());
+                  core::seconds_text(r.wall).c_str(),
+                  r.stop.count() ? core::seconds_text(r.stop).c_str() : "-",
+                  core::excerpt(r.outcome.cause, 100, '\0').c_str());
     out += buf;
   }
   return out;
@@ -326,20 +327,20 @@ std::string summary_table(const std::vector<AttemptRecord>& attempts, std::strin
 
 std::string summary_json(const std::vector<AttemptRecord>& attempts, std::string_view result,
                          int exit_status) {
-  std::string out = "{\"result\": " + json_quote(result) +
+  std::string out = "{\"result\": " + core::json_quote(result) +
                     ", \"exit_status\": " + std::to_string(exit_status) + ", \"attempts\": [";
   for (std::size_t i = 0; i < attempts.size(); ++i) {
     const auto& r = attempts[i];
     out += i ? ", " : "";
     out += "{\"attempt\": " + std::to_string(r.attempt) +
-           ", \"nodes\": " + json_quote(nodes_text(r.nodes)) +
-           ", \"result\": " + json_quote(verdict_word(r.outcome)) + ", \"culprits\": [";
+           ", \"nodes\": " + core::json_quote(nodes_text(r.nodes)) +
+           ", \"result\": " + core::json_quote(verdict_word(r.outcome)) + ", \"culprits\": [";
     bool first = true;
     for (const auto& c : r.outcome.culprits) {
-      out += (first ? "" : ", ") + json_quote(c);
+      out += (first ? "" : ", ") + core::json_quote(c);
       first = false;
     }
-    out += "], \"cause\": " + json_quote(r.outcome.cause) +
+    out += "], \"cause\": " + core::json_quote(r.outcome.cause) +
            ", \"exit_status\": " + std::to_string(r.outcome.exit_status) +
            ", \"ran_s\": " + std::to_string(r.wall.count() / 1000.0) +
            ", \"stop_s\": " + std::to_string(r.stop.count() / 1000.0) + "}";

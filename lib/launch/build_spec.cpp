@@ -14,7 +14,13 @@
 #include "launch/gpu.hpp"
 #include "launch/port.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
+
+using core::Error;
+using core::excerpt;
+using core::num;
+
+namespace setting = contract::setting;
 
 namespace {
 
@@ -41,7 +47,7 @@ void note(LaunchSpec& spec, Note::Level level, bool rank0_only, std::string text
 }
 
 std::uint16_t parse_port(std::string_view source, std::string_view text) {
-  auto port = parse_uint(text, 65535);
+  auto port = core::parse_uint(text, 65535);
   if (!port || *port == 0) throw Error::bad_env(source, text, "expected a port in 1..65535");
   return static_cast<std::uint16_t>(*port);
 }
@@ -86,8 +92,8 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
     try {
       first = first_host(line);
     } catch (const Error& e) {
-      throw Error(ExitCode::kBadInput, "SLURM_HOSTFILE='" + excerpt(*step.hostfile) + "' line " +
-                                           num(line_number) + ": " + e.what());
+      throw Error(core::ExitCode::kBadInput, "SLURM_HOSTFILE='" + excerpt(*step.hostfile) +
+                                                 "' line " + num(line_number) + ": " + e.what());
     }
     if (first.empty()) continue;
     auto it = std::find(step.hosts.begin(), step.hosts.end(), first);
@@ -255,22 +261,24 @@ void choose_omp(LaunchSpec& spec, const LaunchInputs& in,
            (cpus_per_task ? " from SLURM_CPUS_PER_TASK" : " (not set; SLURM_CPUS_PER_TASK unset)"));
 }
 
-CpuBind cpu_bind_of(const LaunchOptions& options, const LaunchInputs& in) {
+affinity::CpuBind cpu_bind_of(const LaunchOptions& options, const LaunchInputs& in) {
   if (options.cpu_bind) return *options.cpu_bind;
   const auto& text = in.cpu_bind;
-  if (!text) return CpuBind::kNone;
-  auto bind = parse_cpu_bind(*text);
+  if (!text) return affinity::CpuBind::kNone;
+  auto bind = affinity::parse_cpu_bind(*text);
   if (!bind)
     throw Error::bad_env(setting::kCpuBind.name, *text,
                          "expected none, numa, socket, exclusive or cache");
   return *bind;
 }
 
-MemBind mem_bind_of(const LaunchOptions& options, const LaunchInputs& in, CpuBind cpu) {
+affinity::MemBind mem_bind_of(const LaunchOptions& options, const LaunchInputs& in,
+                              affinity::CpuBind cpu) {
   if (options.mem_bind) return *options.mem_bind;
   const auto& text = in.mem_bind;
-  if (!text) return cpu == CpuBind::kNone ? MemBind::kNone : MemBind::kLocal;
-  auto bind = parse_mem_bind(*text);
+  if (!text)
+    return cpu == affinity::CpuBind::kNone ? affinity::MemBind::kNone : affinity::MemBind::kLocal;
+  auto bind = affinity::parse_mem_bind(*text);
   if (!bind) throw Error::bad_env(setting::kMemBind.name, *text, "expected none, local or strict");
   return *bind;
 }
@@ -282,7 +290,8 @@ std::optional<std::vector<unsigned>> allocated_minors(const LaunchInputs& in) {
     if (!*text) continue;
     std::vector<unsigned> minors;
     for (const std::string& id : parse_visible_devices(**text, name))
-      if (auto n = parse_uint(id, kMaxCpuNumber)) minors.push_back(static_cast<unsigned>(*n));
+      if (auto n = core::parse_uint(id, affinity::kMaxCpuNumber))
+        minors.push_back(static_cast<unsigned>(*n));
     return minors;
   }
   return std::nullopt;
@@ -291,7 +300,7 @@ std::optional<std::vector<unsigned>> allocated_minors(const LaunchInputs& in) {
 }  // namespace
 
 std::vector<std::optional<std::size_t>> locate_gpus(const LaunchSpec& spec, const LaunchInputs& in,
-                                                    const Topology& topology,
+                                                    const affinity::Topology& topology,
                                                     std::string* unlocated) {
   // Indices name devices in CUDA's order, which is the PCI bus order only under PCI_BUS_ID.
   const auto& order = in.cuda_device_order;
@@ -304,7 +313,7 @@ std::vector<std::optional<std::size_t>> locate_gpus(const LaunchSpec& spec, cons
     if (device) {
       const bool index = device->id.find_first_not_of("0123456789") == std::string::npos;
       if (!index || indices_in_bus_order)
-        gpu = find_gpu(topology, device->id, spec.gpu.visible, allocated);
+        gpu = affinity::find_gpu(topology, device->id, spec.gpu.visible, allocated);
       if (!gpu && unlocated && unlocated->empty())
         *unlocated = "GPU '" + excerpt(device->id) + "' of local rank " + num(local);
     }
@@ -324,15 +333,15 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const LaunchI
   AffinityPlan& plan = spec.affinity;
   plan.cpu = cpu_bind_of(options, in);
   plan.mem = mem_bind_of(options, in, plan.cpu);
-  if (plan.cpu == CpuBind::kNone && plan.mem == MemBind::kNone) return;
-  const Topology topology = system.topology(in.topology_root);
-  const TaskMask mask = system.task_mask(in.topology_root, topology);
+  if (plan.cpu == affinity::CpuBind::kNone && plan.mem == affinity::MemBind::kNone) return;
+  const affinity::Topology topology = system.topology(in.topology_root);
+  const affinity::TaskMask mask = system.task_mask(in.topology_root, topology);
   const bool speak = !own_local_rank || *own_local_rank == 0;  // once per node
 
   const auto& order = in.cuda_device_order;
   const bool indices_in_bus_order = !order || *order == "PCI_BUS_ID";
-  plan.export_device_order = !order && plan.cpu != CpuBind::kNone;
-  AffinityRequest request;
+  plan.export_device_order = !order && plan.cpu != affinity::CpuBind::kNone;
+  affinity::AffinityRequest request;
   request.cpu = plan.cpu;
   request.mem = plan.mem;
   request.task_cpus = mask.cpus;
@@ -340,9 +349,9 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const LaunchI
   request.shared_mask = spec.mode == Mode::kLocal;
   std::string unlocated;
   request.gpu_of_local_rank = locate_gpus(spec, in, topology, &unlocated);
-  if (!unlocated.empty() && plan.cpu != CpuBind::kNone && speak)
+  if (!unlocated.empty() && plan.cpu != affinity::CpuBind::kNone && speak)
     note(spec, Note::Level::kWarn, false,
-         "--cpu-bind=" + std::string(to_string(plan.cpu)) + ": " + unlocated +
+         "--cpu-bind=" + std::string(affinity::to_string(plan.cpu)) + ": " + unlocated +
              " is not among the node's NVIDIA GPUs (/proc/driver/nvidia/gpus" +
              (indices_in_bus_order ? std::string()
                                    : ", and CUDA_DEVICE_ORDER=" + excerpt(*order) +
@@ -357,9 +366,9 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const LaunchI
     if (bound_by_slurm)
       note(spec, Note::Level::kInfo, false,
            "Slurm bound this task (SLURM_CPU_BIND_TYPE=" + excerpt(*slurm_bind) + ") to CPUs " +
-               mask.cpus.to_list() + ": --cpu-bind=" + std::string(to_string(plan.cpu)) +
+               mask.cpus.to_list() + ": --cpu-bind=" + std::string(affinity::to_string(plan.cpu)) +
                " narrows within it, never beyond");
-    else if (spec.gpu.isolated_by_slurm && plan.cpu != CpuBind::kNone)
+    else if (spec.gpu.isolated_by_slurm && plan.cpu != affinity::CpuBind::kNone)
       note(spec, Note::Level::kInfo, false,
            "each task sees only its own GPU (--gpus-per-task), so the other tasks' GPUs are "
            "unknown: this task does not divide its NUMA node with them");
@@ -369,12 +378,12 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const LaunchI
     if (own_local_rank && local != *own_local_rank) continue;
     request.local_rank = local;
     request.rank = own_local_rank ? own_rank : spec.first_rank_on_node + local;
-    Binding binding = plan_binding(topology, request);
+    affinity::Binding binding = affinity::plan_binding(topology, request);
     note(spec, Note::Level::kInfo, false, binding.why);
     if (binding.warning) note(spec, Note::Level::kWarn, false, *binding.warning);
     plan.by_local_rank[local] = std::move(binding);
   }
-  if (plan.cpu != CpuBind::kNone && !in.omp_num_threads && speak)
+  if (plan.cpu != affinity::CpuBind::kNone && !in.omp_num_threads && speak)
     note(spec, Note::Level::kInfo, false,
          "OMP_NUM_THREADS: instead, the number of physical cores bound to each rank (--cpu-bind)");
   if (plan.export_device_order && speak)
@@ -387,7 +396,8 @@ void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& 
             std::optional<std::uint64_t> job_id) {
   // The run identity's rule is the contract's (DTLAUNCH_RUN_ID is read by the same check).
   if (options.run_id) {
-    std::string why = options.run_id->empty() ? "is empty" : run_id_problem(*options.run_id);
+    std::string why =
+        options.run_id->empty() ? "is empty" : contract::run_id_problem(*options.run_id);
     if (!why.empty()) throw Error::usage("--run-id '" + excerpt(*options.run_id) + "' " + why);
   }
   if (options.argv.empty() && !options.program_optional)
@@ -540,4 +550,4 @@ LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
   return spec;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -11,7 +11,7 @@
 #include "launch/spec.hpp"
 #include "launch/system.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 // Under srun: this task's own launch, from inputs read in Mode::kSlurm. Every task computes the
 // same master and port.
@@ -30,7 +30,7 @@ LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
 // where it cannot be located (MIG, or indices under a CUDA_DEVICE_ORDER other than PCI_BUS_ID);
 // `unlocated`, when given and empty, names the first such device.
 std::vector<std::optional<std::size_t>> locate_gpus(const LaunchSpec& spec, const LaunchInputs& in,
-                                                    const Topology& topology,
+                                                    const affinity::Topology& topology,
                                                     std::string* unlocated = nullptr);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

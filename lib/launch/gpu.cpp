@@ -5,7 +5,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 std::vector<std::string> parse_visible_devices(std::string_view text, std::string_view source) {
   std::vector<std::string> ids;
@@ -24,10 +24,11 @@ std::vector<std::string> parse_visible_devices(std::string_view text, std::strin
     // and counting it as two would bind ranks to devices that do not exist.
     const bool index = id.find_first_not_of("0123456789") == std::string_view::npos;
     if (!index && !id.starts_with("GPU-") && !id.starts_with("MIG-"))
-      throw Error::bad_env(source, text,
-                           "entry '" + excerpt(id) +
-                               "' is not a device index, GPU-<uuid> or MIG-<id>; CUDA would see no "
-                               "device from it on");
+      throw core::Error::bad_env(
+          source, text,
+          "entry '" + core::excerpt(id) +
+              "' is not a device index, GPU-<uuid> or MIG-<id>; CUDA would see no "
+              "device from it on");
     ids.emplace_back(id);
     pos = comma + 1;
   }
@@ -65,7 +66,7 @@ void check_gpu_plan(const GpuPlan& plan, std::uint32_t local_world_size, std::ve
     return;
   }
   if (plan.visible.size() < local_world_size && !plan.allow_sharing)
-    throw Error(ExitCode::kBadInput, too_few_message(plan, local_world_size));
+    throw core::Error(core::ExitCode::kBadInput, too_few_message(plan, local_world_size));
 }
 
 std::optional<DeviceChoice> choose_device(const GpuPlan& plan, std::uint32_t local_rank,
@@ -79,9 +80,9 @@ std::optional<DeviceChoice> choose_device(const GpuPlan& plan, std::uint32_t loc
   } else if (plan.allow_sharing) {
     index = static_cast<std::uint32_t>(local_rank % plan.visible.size());
   } else {
-    throw Error(ExitCode::kBadInput, too_few_message(plan, local_world_size));
+    throw core::Error(core::ExitCode::kBadInput, too_few_message(plan, local_world_size));
   }
   return DeviceChoice{index, plan.visible[index]};
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -10,7 +10,7 @@
 
 #include "launch/spec.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 // CUDA_VISIBLE_DEVICES as a list of device ids. "" and "NoDevFiles" (what Slurm sets for a step
 // without GPUs) mean no device; an empty or negative entry ends the list, as it does for CUDA
@@ -33,4 +33,4 @@ std::optional<DeviceChoice> choose_device(const GpuPlan& plan, std::uint32_t loc
 // plus the notes a user should see (the NVLink warning for per-task isolation).
 void check_gpu_plan(const GpuPlan& plan, std::uint32_t local_world_size, std::vector<Note>& notes);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

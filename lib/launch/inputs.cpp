@@ -4,7 +4,9 @@
 #include "contract/settings.hpp"
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
+
+using contract::read_text;
 
 Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   const bool local_options =
@@ -12,36 +14,37 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
   switch (options.mode) {
     case Mode::kSlurm:
       if (options.nproc_per_node)
-        throw Error::usage(
+        throw core::Error::usage(
             "--mode slurm and --nproc-per-node contradict each other: under Slurm "
             "every srun task is one worker");
       return Mode::kSlurm;
     case Mode::kLocal:
-      if (!options.nproc_per_node) throw Error::usage("--mode local needs --nproc-per-node N");
+      if (!options.nproc_per_node)
+        throw core::Error::usage("--mode local needs --nproc-per-node N");
       return Mode::kLocal;
     case Mode::kAuto:
       break;
   }
   if (options.nproc_per_node) return Mode::kLocal;
   if (local_options)
-    throw Error::usage(
+    throw core::Error::usage(
         "--nnodes, --node-rank, --max-restarts and --log-dir belong to the local "
         "mode: add --nproc-per-node N");
   if (slurm == SlurmContext::kNone)
-    throw Error::usage(
+    throw core::Error::usage(
         "not inside a Slurm step (no SLURM_STEP_ID): run under 'srun dtlaunch "
         "PROGRAM', or spawn workers locally with 'dtlaunch --nproc-per-node N "
         "PROGRAM'");
   return Mode::kSlurm;  // read_slurm_step refuses a job context without a step, with the reason
 }
 
-static_assert(setting::kTopologyRoot.name == kTopologyRootVariable);
+static_assert(contract::setting::kTopologyRoot.name == affinity::kTopologyRootVariable);
 
-LaunchInputs read_inputs(const EnvMap& env, Mode mode) {
+LaunchInputs read_inputs(const core::EnvMap& env, Mode mode) {
   LaunchInputs in;
   in.slurm = detect_slurm(env);
   if (mode == Mode::kSlurm || in.slurm == SlurmContext::kStep) in.step = read_slurm_step(env);
-  namespace s = setting;
+  namespace s = contract::setting;
   in.master_addr = read_text(env, s::kMasterAddr);
   in.master_port = read_text(env, s::kMasterPort);
   in.port_range = read_text(env, s::kPortRange);
@@ -59,4 +62,4 @@ LaunchInputs read_inputs(const EnvMap& env, Mode mode) {
   return in;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

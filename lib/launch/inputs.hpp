@@ -11,7 +11,7 @@
 #include "launch/options.hpp"
 #include "launch/slurm_step.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 struct LaunchInputs {
   SlurmContext slurm = SlurmContext::kNone;
@@ -46,6 +46,6 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm);
 
 // Reads the inputs of a launch in `mode`. Throws Error (exit 2) for a Slurm step that is missing,
 // incomplete or inconsistent (read_slurm_step); every other variable is checked where it is used.
-LaunchInputs read_inputs(const EnvMap& env, Mode mode);
+LaunchInputs read_inputs(const core::EnvMap& env, Mode mode);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

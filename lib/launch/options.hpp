@@ -10,7 +10,7 @@
 
 #include "affinity/plan.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 enum class Mode { kAuto, kSlurm, kLocal };
 enum class GpuBind {
@@ -28,9 +28,10 @@ struct LaunchOptions {
   bool allow_gpu_sharing = false;              // several local ranks on one GPU
   bool export_run_id = false;                  // TORCHELASTIC_RUN_ID (Lightning reads it)
   std::optional<std::string> run_id;
-  std::optional<std::string> port_range;  // "LO-HI"; also DTLAUNCH_PORT_RANGE
-  std::optional<CpuBind> cpu_bind;        // also DTLAUNCH_CPU_BIND; default none
-  std::optional<MemBind> mem_bind;        // also DTLAUNCH_MEM_BIND; default local when binding CPUs
+  std::optional<std::string> port_range;      // "LO-HI"; also DTLAUNCH_PORT_RANGE
+  std::optional<affinity::CpuBind> cpu_bind;  // also DTLAUNCH_CPU_BIND; default none
+  // also DTLAUNCH_MEM_BIND; default local when binding CPUs
+  std::optional<affinity::MemBind> mem_bind;
 
   // Local mode (no Slurm step): one launcher per node spawns nproc_per_node workers.
   std::optional<std::uint32_t> nproc_per_node;
@@ -44,4 +45,4 @@ struct LaunchOptions {
   bool program_optional = false;  // `dtlaunch doctor` may check a job without a program
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -5,30 +5,30 @@
 #include "launch/build_spec.hpp"
 #include "launch/worker_env.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 namespace {
 
-PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const EnvMap& env) {
-  std::optional<Binding> binding;
-  if (const Binding* b = spec.affinity.of(worker.local_rank)) binding = *b;
-  WorkerContract contract = worker_contract(spec, worker);
-  EnvDelta changes = to_env(contract, env);
+PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const core::EnvMap& env) {
+  std::optional<affinity::Binding> binding;
+  if (const affinity::Binding* b = spec.affinity.of(worker.local_rank)) binding = *b;
+  contract::WorkerContract contract = worker_contract(spec, worker);
+  contract::EnvDelta changes = contract::to_env(contract, env);
   return {worker.rank, worker.local_rank, std::move(changes), binding, std::move(contract)};
 }
 
 // Under Slurm the restarts are counted by `dtlaunch job` (docs/resilience.md), which runs each
 // attempt as a new step and says which one it is.
-std::uint32_t slurm_restart_count(const EnvMap& env) {
-  const auto value = read_text(env, setting::kRestartCount);
+std::uint32_t slurm_restart_count(const core::EnvMap& env) {
+  const auto value = contract::read_text(env, contract::setting::kRestartCount);
   if (!value) return 0;
   return static_cast<std::uint32_t>(
-      parse_count(setting::kRestartCount.name, *value, 0, UINT32_MAX));
+      core::parse_count(contract::setting::kRestartCount.name, *value, 0, UINT32_MAX));
 }
 
 }  // namespace
 
-LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& system) {
+LaunchPlan plan(const LaunchOptions& options, const core::EnvMap& env, const System& system) {
   LaunchPlan p;
   p.mode = resolve_mode(options, detect_slurm(env));
   p.inputs = read_inputs(env, p.mode);
@@ -42,7 +42,7 @@ LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& s
     // Standalone, the supervisor's own tag names the run (several launchers need --run-id).
     if (!p.spec.dtlaunch_run_id && p.spec.nnodes == 1)
       p.spec.dtlaunch_run_id = "local-" + *p.spec.supervisor_tag;
-    p.descendant_marker = supervisor_marker(*p.spec.supervisor_tag);
+    p.descendant_marker = contract::supervisor_marker(*p.spec.supervisor_tag);
     p.who = "node " + std::to_string(p.spec.node_rank);
     p.speaks_for_job = p.spec.node_rank == 0;
   }
@@ -50,7 +50,7 @@ LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& s
   return p;
 }
 
-std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const EnvMap& env,
+std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const core::EnvMap& env,
                                         std::uint32_t restart_count) {
   const LaunchSpec& spec = plan.spec;
   if (plan.mode == Mode::kSlurm) {
@@ -63,4 +63,4 @@ std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const EnvMap& en
   return workers;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -14,7 +14,7 @@
 #include "launch/spec.hpp"
 #include "launch/system.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 struct LaunchPlan {
   Mode mode = Mode::kSlurm;  // never kAuto
@@ -35,10 +35,10 @@ struct LaunchPlan {
 
 // Throws Error for anything wrong, before anything was started. The system supplies the machine's
 // facts, the free port of a standalone launch without --master-port and the supervisor's tag.
-LaunchPlan plan(const LaunchOptions& options, const EnvMap& env, const System& system);
+LaunchPlan plan(const LaunchOptions& options, const core::EnvMap& env, const System& system);
 
 // The workers of one attempt: restart_count 0 is plan().workers; local mode's restarts ask again.
-std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const EnvMap& env,
+std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const core::EnvMap& env,
                                         std::uint32_t restart_count);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

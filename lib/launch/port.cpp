@@ -5,7 +5,7 @@
 #include "core/error.hpp"
 #include "core/parse.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 namespace {
 // splitmix64's finaliser: a bijection on 64 bits with full avalanche, so job ids that differ in
@@ -21,11 +21,14 @@ std::uint64_t mix64(std::uint64_t x) {
 
 PortRange parse_port_range(std::string_view source, std::string_view text) {
   std::size_t dash = text.find('-');
-  auto lo = dash == std::string_view::npos ? std::nullopt : parse_uint(text.substr(0, dash), 65535);
-  auto hi =
-      dash == std::string_view::npos ? std::nullopt : parse_uint(text.substr(dash + 1), 65535);
-  if (!lo || !hi) throw Error::bad_env(source, text, "expected LO-HI, for example 20000-32767");
-  if (*lo < 1024 || *lo > *hi) throw Error::bad_env(source, text, "need 1024 <= LO <= HI <= 65535");
+  auto lo =
+      dash == std::string_view::npos ? std::nullopt : core::parse_uint(text.substr(0, dash), 65535);
+  auto hi = dash == std::string_view::npos ? std::nullopt
+                                           : core::parse_uint(text.substr(dash + 1), 65535);
+  if (!lo || !hi)
+    throw core::Error::bad_env(source, text, "expected LO-HI, for example 20000-32767");
+  if (*lo < 1024 || *lo > *hi)
+    throw core::Error::bad_env(source, text, "need 1024 <= LO <= HI <= 65535");
   return PortRange{static_cast<std::uint16_t>(*lo), static_cast<std::uint16_t>(*hi)};
 }
 
@@ -36,4 +39,4 @@ std::uint16_t master_port_for(std::uint64_t job_id, std::uint64_t step_id, std::
   return static_cast<std::uint16_t>(range.lo + offset);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string_view>
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 struct PortRange {
   std::uint16_t lo = 0;
@@ -30,4 +30,4 @@ PortRange parse_port_range(std::string_view source, std::string_view text);
 std::uint16_t master_port_for(std::uint64_t job_id, std::uint64_t step_id, std::uint64_t het_offset,
                               PortRange range = kDefaultPortRange);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -4,7 +4,7 @@
 
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 std::string shell_quote(const std::string& text) {
   std::string out = "'";
@@ -26,9 +26,9 @@ std::string render_shell(const std::vector<PlannedWorker>& workers,
              std::to_string(worker.local_rank) + ")\n";
     if (worker.binding)
       out += "# cpus " + worker.binding->cpus.to_list() + " mems " +
-             std::string(to_string(worker.binding->policy)) +
+             std::string(affinity::to_string(worker.binding->policy)) +
              (worker.binding->mems.empty() ? "" : ":" + worker.binding->mems.to_list()) + "\n";
-    for (const EnvChange& change : worker.changes) {
+    for (const contract::EnvChange& change : worker.changes) {
       if (change.value)
         out += "export " + change.name + "=" + shell_quote(*change.value) + "\n";
       else
@@ -43,7 +43,7 @@ std::string render_shell(const std::vector<PlannedWorker>& workers,
 std::string render_json(const std::vector<PlannedWorker>& workers,
                         const std::vector<std::string>& argv) {
   std::string out = "{\"argv\": [";
-  for (std::size_t i = 0; i < argv.size(); ++i) out += (i ? ", " : "") + json_quote(argv[i]);
+  for (std::size_t i = 0; i < argv.size(); ++i) out += (i ? ", " : "") + core::json_quote(argv[i]);
   out += "], \"workers\": [";
   for (std::size_t w = 0; w < workers.size(); ++w) {
     const PlannedWorker& worker = workers[w];
@@ -51,21 +51,23 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
     out += "{\"rank\": " + std::to_string(worker.rank) +
            ", \"local_rank\": " + std::to_string(worker.local_rank);
     if (worker.binding)
-      out += ", \"cpus\": " + json_quote(worker.binding->cpus.to_list()) +
-             ", \"mems\": " + json_quote(worker.binding->mems.to_list()) +
-             ", \"mem_policy\": " + json_quote(std::string(to_string(worker.binding->policy)));
+      out += ", \"cpus\": " + core::json_quote(worker.binding->cpus.to_list()) +
+             ", \"mems\": " + core::json_quote(worker.binding->mems.to_list()) +
+             ", \"mem_policy\": " +
+             core::json_quote(std::string(affinity::to_string(worker.binding->policy)));
     out += ", \"set\": {";
     bool first = true;
-    for (const EnvChange& change : worker.changes) {
+    for (const contract::EnvChange& change : worker.changes) {
       if (!change.value) continue;
-      out += (first ? "" : ", ") + json_quote(change.name) + ": " + json_quote(*change.value);
+      out += (first ? "" : ", ") + core::json_quote(change.name) + ": " +
+             core::json_quote(*change.value);
       first = false;
     }
     out += "}, \"unset\": [";
     first = true;
-    for (const EnvChange& change : worker.changes) {
+    for (const contract::EnvChange& change : worker.changes) {
       if (change.value) continue;
-      out += (first ? "" : ", ") + json_quote(change.name);
+      out += (first ? "" : ", ") + core::json_quote(change.name);
       first = false;
     }
     out += "]}";
@@ -73,4 +75,4 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
   return out + "]}\n";
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

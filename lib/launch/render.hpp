@@ -6,14 +6,14 @@
 
 #include "launch/worker_env.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 struct PlannedWorker {
   std::uint32_t rank = 0;
   std::uint32_t local_rank = 0;
-  EnvDelta changes;                // to_env(contract, the inherited environment)
-  std::optional<Binding> binding;  // --cpu-bind / --mem-bind, when on
-  WorkerContract contract;         // what the worker is told (worker_contract), for the doctor
+  contract::EnvDelta changes;                // to_env(contract, the inherited environment)
+  std::optional<affinity::Binding> binding;  // --cpu-bind / --mem-bind, when on
+  contract::WorkerContract contract;  // what the worker is told (worker_contract), for the doctor
 };
 
 // Shell: "export NAME='value'" / "unset NAME" lines, then "exec 'prog' 'arg'...". Pasting it into
@@ -29,4 +29,4 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
 
 std::string shell_quote(const std::string& text);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -10,7 +10,11 @@
 #include "hostlist/hostlist.hpp"
 #include "launch/tasks_per_node.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
+
+using core::EnvMap;
+using core::Error;
+using core::num;
 
 namespace {
 
@@ -42,7 +46,7 @@ Found require(const EnvMap& env, std::initializer_list<std::string_view> names,
 std::uint32_t require_u32(const EnvMap& env, std::initializer_list<std::string_view> names,
                           std::string_view why) {
   Found found = require(env, names, why);
-  return static_cast<std::uint32_t>(parse_uint_var(found.name, found.value, UINT32_MAX));
+  return static_cast<std::uint32_t>(core::parse_uint_var(found.name, found.value, UINT32_MAX));
 }
 
 void note_fallback(SlurmStep& step, const Found& used, std::string_view preferred) {
@@ -52,7 +56,7 @@ void note_fallback(SlurmStep& step, const Found& used, std::string_view preferre
                               "=" + std::string(used.value)});
 }
 
-namespace s = setting;
+namespace s = contract::setting;
 
 // The classic mistake: the batch script runs the launcher itself. With several tasks the others
 // would never start; with one, nothing hangs, but the step's variables (node list, tasks per
@@ -60,14 +64,14 @@ namespace s = setting;
 [[noreturn]] void refuse_job_without_step(const EnvMap& env) {
   auto ntasks = env.get(s::kSlurmNtasks.name);
   if (!ntasks) ntasks = env.get(s::kSlurmNprocs.name);
-  const std::string tasks = ntasks ? excerpt(*ntasks) : std::string("unset");
+  const std::string tasks = ntasks ? core::excerpt(*ntasks) : std::string("unset");
   if (ntasks && *ntasks != "1")
-    throw Error(ExitCode::kBadInput,
+    throw Error(core::ExitCode::kBadInput,
                 "SLURM_STEP_ID is not set: dtlaunch runs in a Slurm job of SLURM_NTASKS=" + tasks +
                     " tasks but outside an srun step (in the batch script itself?), so the "
                     "other ranks would never start and rank 0 would wait for them; launch it "
                     "as 'srun dtlaunch PROGRAM'");
-  throw Error(ExitCode::kBadInput,
+  throw Error(core::ExitCode::kBadInput,
               "SLURM_STEP_ID is not set: dtlaunch runs in a Slurm job (SLURM_NTASKS=" + tasks +
                   ") but outside an srun step (in the batch script itself?); launch it as "
                   "'srun dtlaunch PROGRAM', or for one process on this node without srun "
@@ -79,7 +83,7 @@ void require_step(const EnvMap& env) {
     case SlurmContext::kStep:
       return;
     case SlurmContext::kNone:
-      throw Error(ExitCode::kBadInput,
+      throw Error(core::ExitCode::kBadInput,
                   "--mode slurm, but this is not a Slurm job (no SLURM_JOB_ID, SLURM_STEP_ID or "
                   "SLURM_PROCID in the environment): run it as 'srun dtlaunch PROGRAM' inside a "
                   "job, or use the local mode: 'dtlaunch --nproc-per-node N PROGRAM'");
@@ -102,13 +106,15 @@ SizeSources read_sizes(const EnvMap& env, SlurmStep& step) {
   Found ntasks =
       require(env, {s::kSlurmStepNumTasks.name, s::kSlurmNtasks.name, s::kSlurmNprocs.name},
               "the number of tasks in the step");
-  step.ntasks = static_cast<std::uint32_t>(parse_uint_var(ntasks.name, ntasks.value, UINT32_MAX));
+  step.ntasks =
+      static_cast<std::uint32_t>(core::parse_uint_var(ntasks.name, ntasks.value, UINT32_MAX));
   note_fallback(step, ntasks, s::kSlurmStepNumTasks.name);
 
   Found nnodes =
       require(env, {s::kSlurmStepNumNodes.name, s::kSlurmJobNumNodes.name, s::kSlurmNnodes.name},
               "the number of nodes in the step");
-  step.nnodes = static_cast<std::uint32_t>(parse_uint_var(nnodes.name, nnodes.value, UINT32_MAX));
+  step.nnodes =
+      static_cast<std::uint32_t>(core::parse_uint_var(nnodes.name, nnodes.value, UINT32_MAX));
   note_fallback(step, nnodes, s::kSlurmStepNumNodes.name);
   return {ntasks, nnodes};
 }
@@ -128,7 +134,7 @@ void read_hosts(const EnvMap& env, SlurmStep& step, const Found& nnodes) {
                                 num(step.nnodes));
     step.hosts = hostlist::expand(nodelist.value);
   } catch (const hostlist::ParseError& e) {
-    throw Error(ExitCode::kBadInput, std::string(nodelist.name) + ": " + e.what());
+    throw Error(core::ExitCode::kBadInput, std::string(nodelist.name) + ": " + e.what());
   }
 }
 
@@ -142,11 +148,11 @@ Found read_tasks_per_node(const EnvMap& env, SlurmStep& step) {
 
 void read_ids(const EnvMap& env, SlurmStep& step) {
   Found job = require(env, {s::kSlurmJobId.name, s::kSlurmJobIdOld.name}, "the job id");
-  step.job_id = parse_uint_var(job.name, job.value);
+  step.job_id = core::parse_uint_var(job.name, job.value);
   Found stepid = require(env, {s::kSlurmStepId.name, s::kSlurmStepIdOld.name}, "the step id");
-  step.step_id = parse_uint_var(stepid.name, stepid.value);
+  step.step_id = core::parse_uint_var(stepid.name, stepid.value);
   if (auto het = env.get(s::kSlurmHetJobOffset.name))
-    step.het_offset = parse_uint_var(s::kSlurmHetJobOffset.name, *het);
+    step.het_offset = core::parse_uint_var(s::kSlurmHetJobOffset.name, *het);
 }
 
 void read_gpus_per_task(const EnvMap& env, SlurmStep& step) {
@@ -155,7 +161,7 @@ void read_gpus_per_task(const EnvMap& env, SlurmStep& step) {
     std::string_view count = *gpt;
     if (auto colon = count.rfind(':'); colon != std::string_view::npos)
       count = count.substr(colon + 1);
-    auto n = parse_uint(count, 1u << 16);
+    auto n = core::parse_uint(count, 1u << 16);
     if (!n)
       throw Error::bad_env(s::kSlurmGpusPerTask.name, *gpt,
                            "expected [TYPE:]N with N a number of GPUs up to 65536");
@@ -166,7 +172,7 @@ void read_gpus_per_task(const EnvMap& env, SlurmStep& step) {
     // task its own N GPUs; gpu:single:K binds each task to one GPU (K tasks per GPU).
     std::string_view b = *bind;
     if (b.starts_with("gpu:per_task:")) {
-      auto n = parse_uint(b.substr(13), 1u << 16);
+      auto n = core::parse_uint(b.substr(13), 1u << 16);
       if (!n)
         throw Error::bad_env(s::kSlurmdTresBind.name, b,
                              "expected gpu:per_task:N with N a number of GPUs up to 65536");
@@ -178,10 +184,10 @@ void read_gpus_per_task(const EnvMap& env, SlurmStep& step) {
 }
 
 void read_placement(const EnvMap& env, SlurmStep& step) {
-  step.distribution = read_text(env, s::kSlurmDistribution).value_or("");
-  step.hostfile = read_text(env, s::kSlurmHostfile);
+  step.distribution = contract::read_text(env, s::kSlurmDistribution).value_or("");
+  step.hostfile = contract::read_text(env, s::kSlurmHostfile);
   if (auto cpus = env.get(s::kSlurmCpusPerTask.name)) {
-    auto n = parse_uint_var(s::kSlurmCpusPerTask.name, *cpus, 1u << 20);
+    auto n = core::parse_uint_var(s::kSlurmCpusPerTask.name, *cpus, 1u << 20);
     if (n == 0) throw Error::bad_env(s::kSlurmCpusPerTask.name, *cpus, "must be at least 1");
     step.cpus_per_task = std::string(*cpus);
   }
@@ -192,7 +198,7 @@ void read_placement(const EnvMap& env, SlurmStep& step) {
 // disagreement is fatal here, before anything is exported.
 void cross_check(const SlurmStep& step, const SizeSources& from, const Found& tpn) {
   const std::string ntasks_name(from.ntasks.name), nnodes_name(from.nnodes.name);
-  const std::string tpn_name(tpn.name), tpn_value = excerpt(tpn.value);
+  const std::string tpn_name(tpn.name), tpn_value = core::excerpt(tpn.value);
   if (step.ntasks == 0)
     throw Error::bad_env(from.ntasks.name, from.ntasks.value, "a step has no tasks");
   if (step.procid >= step.ntasks)
@@ -239,4 +245,4 @@ SlurmStep read_slurm_step(const EnvMap& env) {
   return step;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

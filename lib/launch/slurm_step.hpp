@@ -11,14 +11,14 @@
 #include "core/env_map.hpp"
 #include "launch/spec.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 enum class SlurmContext {
   kNone,            // not in a Slurm job at all
   kStep,            // inside an srun step: SLURM_STEP_ID is set
   kJobWithoutStep,  // in a batch script or salloc shell, outside any step
 };
-SlurmContext detect_slurm(const EnvMap& env);
+SlurmContext detect_slurm(const core::EnvMap& env);
 
 struct SlurmStep {
   std::uint32_t procid = 0;   // global rank
@@ -41,6 +41,6 @@ struct SlurmStep {
 // Reads and cross-checks the step. Throws Error (exit 2) naming the variable and its value for
 // anything missing, unparsable or inconsistent, and for a job context without a step (a batch
 // script that runs dtlaunch without srun: rank 0 would wait forever for ranks that never start).
-SlurmStep read_slurm_step(const EnvMap& env);
+SlurmStep read_slurm_step(const core::EnvMap& env);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

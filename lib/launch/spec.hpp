@@ -10,7 +10,7 @@
 
 #include "launch/options.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 // A decision worth telling the user, produced by pure code and logged by the shell around it.
 struct Note {
@@ -44,11 +44,11 @@ struct GpuPlan {
 // --cpu-bind / --mem-bind: the binding of each local rank this launcher starts (under Slurm
 // only the task's own), applied just before exec.
 struct AffinityPlan {
-  CpuBind cpu = CpuBind::kNone;
-  MemBind mem = MemBind::kNone;
-  std::vector<std::optional<Binding>> by_local_rank;  // empty when nothing is bound
-  bool export_device_order = false;                   // CUDA_DEVICE_ORDER=PCI_BUS_ID (it was unset)
-  const Binding* of(std::uint32_t local_rank) const {
+  affinity::CpuBind cpu = affinity::CpuBind::kNone;
+  affinity::MemBind mem = affinity::MemBind::kNone;
+  std::vector<std::optional<affinity::Binding>> by_local_rank;  // empty when nothing is bound
+  bool export_device_order = false;  // CUDA_DEVICE_ORDER=PCI_BUS_ID (it was unset)
+  const affinity::Binding* of(std::uint32_t local_rank) const {
     return local_rank < by_local_rank.size() && by_local_rank[local_rank]
                ? &*by_local_rank[local_rank]
                : nullptr;
@@ -88,4 +88,4 @@ struct WorkerInfo {
   std::uint32_t restart_count = 0;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -20,11 +20,11 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 std::optional<std::string> LiveSystem::read_file_head(const std::string& path,
                                                       std::size_t max_bytes) const {
-  return dtlaunch::read_file_head(path, max_bytes);
+  return core::read_file_head(path, max_bytes);
 }
 
 std::uint32_t LiveSystem::count_gpu_device_files() const {
@@ -67,14 +67,14 @@ bool is_regular_executable(const std::string& path, int& error) {
 
 std::string resolve_program(const std::string& program,
                             const std::optional<std::string>& path_variable) {
-  if (program.empty()) throw Error(ExitCode::kNotFound, "program name is empty");
+  if (program.empty()) throw core::Error(core::ExitCode::kNotFound, "program name is empty");
   if (program.find('/') != std::string::npos) {
     int error = 0;
     if (is_regular_executable(program, error)) return program;
     if (error == ENOENT || error == ENOTDIR)
-      throw Error(ExitCode::kNotFound, excerpt(program, 300) + ": no such file");
-    throw Error(ExitCode::kNotExecutable,
-                excerpt(program, 300) + ": cannot execute: " + std::strerror(error));
+      throw core::Error(core::ExitCode::kNotFound, core::excerpt(program, 300) + ": no such file");
+    throw core::Error(core::ExitCode::kNotExecutable,
+                      core::excerpt(program, 300) + ": cannot execute: " + std::strerror(error));
   }
   // As execvp: search PATH (an unset PATH means the confstr default), remember a candidate that
   // exists but is not executable, so that the error says which one.
@@ -96,9 +96,11 @@ std::string resolve_program(const std::string& program,
     pos = colon + 1;
   }
   if (not_executable)
-    throw Error(ExitCode::kNotExecutable, excerpt(*not_executable, 300) + ": cannot execute: " +
-                                              std::strerror(not_executable_error));
-  throw Error(ExitCode::kNotFound, excerpt(program, 300) + ": command not found in PATH");
+    throw core::Error(core::ExitCode::kNotExecutable,
+                      core::excerpt(*not_executable, 300) +
+                          ": cannot execute: " + std::strerror(not_executable_error));
+  throw core::Error(core::ExitCode::kNotFound,
+                    core::excerpt(program, 300) + ": command not found in PATH");
 }
 
 std::uint16_t find_free_port(const std::string& addr) {
@@ -107,8 +109,8 @@ std::uint16_t find_free_port(const std::string& addr) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &found); rc != 0) {
-    throw Error(ExitCode::kBadInput,
-                "address '" + addr + "' does not resolve: " + ::gai_strerror(rc));
+    throw core::Error(core::ExitCode::kBadInput,
+                      "address '" + addr + "' does not resolve: " + ::gai_strerror(rc));
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
   int last_errno = 0;
@@ -132,7 +134,7 @@ std::uint16_t find_free_port(const std::string& addr) {
                                : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port;
     return ntohs(port);
   }
-  throw Error::system("cannot bind a TCP port on '" + addr + "'", last_errno);
+  throw core::Error::system("cannot bind a TCP port on '" + addr + "'", last_errno);
 }
 
 std::string supervisor_tag() {
@@ -155,4 +157,4 @@ std::string LiveSystem::random_tag() const {
   return supervisor_tag();
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

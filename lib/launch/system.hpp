@@ -11,7 +11,7 @@
 #include "core/env_map.hpp"
 #include "launch/port.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 class System {
  public:
@@ -27,8 +27,9 @@ class System {
   virtual std::optional<PortRange> ephemeral_port_range() const = 0;
   // The node's topology and this task's inherited mask, read under root ("/", or
   // DTLAUNCH_TOPOLOGY_ROOT): see affinity/read_topology.hpp. Asked only when binding.
-  virtual Topology topology(const std::string& root) const = 0;
-  virtual TaskMask task_mask(const std::string& root, const Topology& topology) const = 0;
+  virtual affinity::Topology topology(const std::string& root) const = 0;
+  virtual affinity::TaskMask task_mask(const std::string& root,
+                                       const affinity::Topology& topology) const = 0;
   // Local mode: a free TCP port on addr for a standalone MASTER_PORT, and the supervisor's tag
   // (DTLAUNCH_SUPERVISOR). Behind the interface so that a plan is a pure function in tests.
   virtual std::uint16_t free_port(const std::string& addr) const = 0;
@@ -41,9 +42,12 @@ class LiveSystem : public System {
                                             std::size_t max_bytes) const override;
   std::uint32_t count_gpu_device_files() const override;
   std::optional<PortRange> ephemeral_port_range() const override;
-  Topology topology(const std::string& root) const override { return read_topology(root); }
-  TaskMask task_mask(const std::string& root, const Topology& topology) const override {
-    return read_task_mask(root, topology);
+  affinity::Topology topology(const std::string& root) const override {
+    return affinity::read_topology(root);
+  }
+  affinity::TaskMask task_mask(const std::string& root,
+                               const affinity::Topology& topology) const override {
+    return affinity::read_task_mask(root, topology);
   }
   std::uint16_t free_port(const std::string& addr) const override;
   std::string random_tag() const override;
@@ -64,4 +68,4 @@ std::string supervisor_tag();
 // execute; throws Error(kNotFound / kNotExecutable).
 std::string resolve_program(const std::string& program, const std::optional<std::string>& path);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

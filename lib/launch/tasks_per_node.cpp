@@ -6,11 +6,13 @@
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 std::vector<std::uint32_t> parse_tasks_per_node(std::string_view variable, std::string_view text,
                                                 std::size_t max_nodes) {
-  auto fail = [&](const std::string& why) -> Error { return Error::bad_env(variable, text, why); };
+  auto fail = [&](const std::string& why) -> core::Error {
+    return core::Error::bad_env(variable, text, why);
+  };
   if (text.empty()) throw fail("empty; expected counts such as 8(x2),4");
 
   std::vector<std::uint32_t> counts;
@@ -19,7 +21,7 @@ std::vector<std::uint32_t> parse_tasks_per_node(std::string_view variable, std::
     std::size_t comma = text.find(',', pos);
     if (comma == std::string_view::npos) comma = text.size();
     std::string_view item = text.substr(pos, comma - pos);
-    std::string where = " in item '" + excerpt(item) + "'";
+    std::string where = " in item '" + core::excerpt(item) + "'";
     if (item.empty()) throw fail("empty item at offset " + std::to_string(pos));
 
     std::string_view count_text = item;
@@ -28,12 +30,12 @@ std::vector<std::uint32_t> parse_tasks_per_node(std::string_view variable, std::
       std::string_view rep = item.substr(open);
       if (rep.size() < 4 || rep.substr(0, 2) != "(x" || rep.back() != ')')
         throw fail("expected N(xM)" + where);
-      auto r = parse_uint(rep.substr(2, rep.size() - 3), max_nodes);
+      auto r = core::parse_uint(rep.substr(2, rep.size() - 3), max_nodes);
       if (!r || *r == 0) throw fail("bad repeat count" + where);
       repeat = *r;
       count_text = item.substr(0, open);
     }
-    auto count = parse_uint(count_text, UINT32_MAX);
+    auto count = core::parse_uint(count_text, UINT32_MAX);
     if (!count) throw fail("bad task count" + where);
     if (*count == 0) throw fail("a node with 0 tasks" + where);
     if (counts.size() + repeat > max_nodes)
@@ -44,4 +46,4 @@ std::vector<std::uint32_t> parse_tasks_per_node(std::string_view variable, std::
   return counts;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 // One count per node, in node order. Throws Error::bad_env naming `variable` and quoting the
 // value for anything but comma-separated "N" or "N(xM)" items with N >= 1 and M >= 1, or when the
@@ -14,4 +14,4 @@ namespace dtlaunch {
 std::vector<std::uint32_t> parse_tasks_per_node(std::string_view variable, std::string_view text,
                                                 std::size_t max_nodes = 1u << 20);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

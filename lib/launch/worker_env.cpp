@@ -2,10 +2,10 @@
 
 #include "launch/gpu.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
-WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker) {
-  WorkerContract c;
+contract::WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker) {
+  contract::WorkerContract c;
   c.rank = worker.rank;
   c.local_rank = worker.local_rank;
   c.world_size = spec.world_size;
@@ -18,8 +18,8 @@ WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker)
   c.max_restarts = spec.max_restarts;
   c.dtlaunch_run_id = spec.dtlaunch_run_id;
   c.torchelastic_run_id = spec.torchelastic_run_id;
-  const Binding* binding = spec.affinity.of(worker.local_rank);
-  if (binding && spec.affinity.cpu != CpuBind::kNone)
+  const affinity::Binding* binding = spec.affinity.of(worker.local_rank);
+  if (binding && spec.affinity.cpu != affinity::CpuBind::kNone)
     c.omp_num_threads = std::to_string(binding->cores);
   else
     c.omp_num_threads = spec.omp_num_threads;
@@ -36,9 +36,9 @@ WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker)
   return c;
 }
 
-EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
-                          const EnvMap& inherited) {
-  return to_env(worker_contract(spec, worker), inherited);
+contract::EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
+                                    const core::EnvMap& inherited) {
+  return contract::to_env(worker_contract(spec, worker), inherited);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

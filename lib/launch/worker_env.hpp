@@ -7,14 +7,14 @@
 #include "core/env_map.hpp"
 #include "launch/spec.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::launch {
 
 // What this worker is told. Throws Error only if the GPU plan cannot serve worker.local_rank,
 // which check_gpu_plan already rules out for a spec built by lib/.
-WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker);
+contract::WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInfo& worker);
 
 // to_env(worker_contract(spec, worker), inherited): the changes, in the order of the table.
-EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
-                          const EnvMap& inherited);
+contract::EnvDelta build_worker_env(const LaunchSpec& spec, const WorkerInfo& worker,
+                                    const core::EnvMap& inherited);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::launch

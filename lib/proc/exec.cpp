@@ -10,7 +10,7 @@
 
 #include "core/exec_error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -24,22 +24,22 @@ std::vector<char*> pointers_to(std::vector<std::string>& strings) {
 
 }  // namespace
 
-ExecArguments::ExecArguments(const std::vector<std::string>& argv, const EnvMap& env)
+ExecArguments::ExecArguments(const std::vector<std::string>& argv, const core::EnvMap& env)
     : argv_strings_(argv),
       env_strings_(env.to_strings()),
       argv_(pointers_to(argv_strings_)),
       envp_(pointers_to(env_strings_)) {}
 
 void exec_program(const std::string& program_path, const std::vector<std::string>& argv,
-                  const EnvMap& env) {
+                  const core::EnvMap& env) {
   const ExecArguments arguments(argv, env);
   ::execve(program_path.c_str(), arguments.argv(), arguments.envp());
   // Local mode's workers fail through the same mapping (proc/spawn.cpp).
-  throw exec_error(program_path, errno);
+  throw core::exec_error(program_path, errno);
 }
 
 std::optional<int> trial_exec(const std::string& program_path, const std::vector<std::string>& argv,
-                              const EnvMap& env) {
+                              const core::EnvMap& env) {
   const ExecArguments arguments(argv, env);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
@@ -82,4 +82,4 @@ std::optional<int> trial_exec(const std::string& program_path, const std::vector
   return result;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -9,13 +9,13 @@
 
 #include "core/env_map.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // The NULL-terminated argv and envp that execve takes, owning their strings; built before a
 // fork or clone, since the child may not allocate.
 class ExecArguments {
  public:
-  ExecArguments(const std::vector<std::string>& argv, const EnvMap& env);
+  ExecArguments(const std::vector<std::string>& argv, const core::EnvMap& env);
   ExecArguments(const ExecArguments&) = delete;
   ExecArguments& operator=(const ExecArguments&) = delete;
   char* const* argv() const noexcept { return argv_.data(); }
@@ -29,7 +29,7 @@ class ExecArguments {
 // execve(program_path, argv, env). Returns only by throwing core/exec_error.hpp's Error: 127
 // for a program that is not there, 126 for every other exec failure.
 [[noreturn]] void exec_program(const std::string& program_path,
-                               const std::vector<std::string>& argv, const EnvMap& env);
+                               const std::vector<std::string>& argv, const core::EnvMap& env);
 
 // What execve(program_path, argv, env) would do, without running any of the program: a child
 // asks to be traced and execs; the kernel stops it before the program's first instruction
@@ -39,6 +39,6 @@ class ExecArguments {
 // program, execve's errno when not, and nullopt when it cannot tell (tracing is not allowed
 // here: a seccomp filter, Yama's ptrace_scope 3).
 std::optional<int> trial_exec(const std::string& program_path, const std::vector<std::string>& argv,
-                              const EnvMap& env);
+                              const core::EnvMap& env);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -4,7 +4,7 @@
 
 #include "core/text.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -56,7 +56,7 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
   else
     text += " failed: " + describe_end(failure.exit_code, failure.signal, failure.core_dumped);
   if (failure.ignored_signal != 0) {
-    text += " (from dtlaunch: still running " + duration_text(failure.grace) + " after " +
+    text += " (from dtlaunch: still running " + core::duration_text(failure.grace) + " after " +
             signal_name(failure.ignored_signal) + ")";
   }
   const std::size_t n = failure.last_lines.size();
@@ -70,4 +70,4 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
   return text;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "proc/supervisor.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // "exit 3", "killed by SIGSEGV (core dumped)", "killed by signal 40" for a signal with no name.
 std::string describe_end(int exit_code, int signal, bool core_dumped);
@@ -24,7 +24,7 @@ inline constexpr int kExitStoppedToResume = 75;
 
 // The heartbeat's "a peer was lost; I am healthy" (ExitCode::kPeerLost, docs/ddp.md): the worker
 // is a victim of another rank's loss, and the report says so instead of "failed".
-inline constexpr int kExitPeerLost = static_cast<int>(ExitCode::kPeerLost);
+inline constexpr int kExitPeerLost = static_cast<int>(core::ExitCode::kPeerLost);
 
 // Whether the failure is such a stop: it ends the group and is never restarted.
 bool is_stopped_to_resume(const WorkerFailure& failure);
@@ -45,4 +45,4 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
 // The line-prefix of a rank's relayed output, "[rank 3] ".
 std::string rank_prefix(std::uint32_t rank);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
@@ -21,7 +21,7 @@ void UniqueFd::reset(int fd) {
 
 Pipe make_pipe() {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error::system("pipe", errno);
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw core::Error::system("pipe", errno);
   return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
@@ -59,4 +59,4 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -4,7 +4,7 @@
 #include <string_view>
 #include <utility>
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // Closes its descriptor when destroyed; -1 means none.
 class UniqueFd {
@@ -47,4 +47,4 @@ int fd_table_top();
 // non-blocking. Returns false on any other error (EPIPE: the reader is gone).
 bool write_all(int fd, std::string_view data);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

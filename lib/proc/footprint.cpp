@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -54,4 +54,4 @@ std::size_t release_code_pages() {
   return released;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

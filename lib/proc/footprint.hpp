@@ -2,7 +2,7 @@
 
 #include <cstddef>
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // Hands back the pages of this process's code that are resident now: every private, read-only,
 // executable file mapping without modified pages. A long-lived, mostly idle parent (dtlaunch
@@ -11,4 +11,4 @@ namespace dtlaunch {
 // unreadable).
 std::size_t release_code_pages();
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

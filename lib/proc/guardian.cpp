@@ -16,7 +16,7 @@
 #include "core/error.hpp"
 #include "proc/signal_pipe.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -152,7 +152,7 @@ Guardian::Guardian(std::size_t capacity, std::string_view marker) {
       guard(p.read.get(), groups.data(), groups.size(), marker, scratch.get(), scratch_size);
     }
   }
-  if (pid_ < 0) throw Error::system("fork", errno);
+  if (pid_ < 0) throw core::Error::system("fork", errno);
   write_ = std::move(p.write);
 }
 
@@ -176,4 +176,4 @@ void Guardian::disarm() {
   pid_ = -1;
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

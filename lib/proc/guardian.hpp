@@ -23,7 +23,7 @@
 
 #include "proc/fd.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 class Guardian {
  public:
@@ -49,4 +49,4 @@ class Guardian {
   UniqueFd write_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

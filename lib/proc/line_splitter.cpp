@@ -1,6 +1,6 @@
 #include "proc/line_splitter.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 void LineSplitter::feed(std::string_view data, const LineFn& on_line) {
   while (!data.empty()) {
@@ -41,4 +41,4 @@ void LineTail::push(std::string_view line) {
   lines_.emplace_back(line);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

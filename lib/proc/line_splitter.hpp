@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 class LineSplitter {
  public:
@@ -45,4 +45,4 @@ class LineTail {
   std::deque<std::string> lines_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -13,7 +13,7 @@
 
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -164,7 +164,8 @@ LogFiles::LogFiles(std::optional<std::string> dir, int fd_base)
   if (!dir_) return;
   std::error_code ec;
   std::filesystem::create_directories(*dir_, ec);
-  if (ec) throw Error(ExitCode::kBadInput, "log directory '" + *dir_ + "': " + ec.message());
+  if (ec)
+    throw core::Error(core::ExitCode::kBadInput, "log directory '" + *dir_ + "': " + ec.message());
 }
 
 LogFile* LogFiles::for_rank(std::uint32_t rank) {
@@ -180,16 +181,19 @@ LogFile* LogFiles::for_rank(std::uint32_t rank) {
   struct stat st {};
   const int e = !fd ? errno : ::fstat(fd.get(), &st) != 0 ? errno : 0;
   if (e == ELOOP)
-    throw Error(ExitCode::kBadInput, "log file '" + path +
-                                         "' is a symbolic link: dtlaunch follows none for a file "
-                                         "it creates; remove it or choose another --log-dir");
+    throw core::Error(core::ExitCode::kBadInput,
+                      "log file '" + path +
+                          "' is a symbolic link: dtlaunch follows none for a file "
+                          "it creates; remove it or choose another --log-dir");
   if (e == ENXIO || (e == 0 && !S_ISREG(st.st_mode)))
-    throw Error(ExitCode::kBadInput, "log file '" + path +
-                                         "' is not a regular file (a FIFO, a device, a socket): "
-                                         "remove it or choose another --log-dir");
-  if (e != 0) throw Error(ExitCode::kBadInput, "log file '" + path + "': " + errno_text(e));
+    throw core::Error(core::ExitCode::kBadInput,
+                      "log file '" + path +
+                          "' is not a regular file (a FIFO, a device, a socket): "
+                          "remove it or choose another --log-dir");
+  if (e != 0)
+    throw core::Error(core::ExitCode::kBadInput, "log file '" + path + "': " + errno_text(e));
   if (::ftruncate(fd.get(), 0) != 0)
-    throw Error(ExitCode::kBadInput, "log file '" + path + "': " + errno_text(errno));
+    throw core::Error(core::ExitCode::kBadInput, "log file '" + path + "': " + errno_text(errno));
   LogFile& file = files_[rank];
   file.fd = move_at_or_above(std::move(fd), fd_base_);
   file.path = path;
@@ -229,4 +233,4 @@ void StreamRelay::flush() {
   log_batch_.clear();
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

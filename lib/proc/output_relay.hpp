@@ -14,7 +14,7 @@
 #include "proc/fd.hpp"
 #include "proc/line_splitter.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // A line longer than this is split (line_splitter.hpp); with the longest prefix it still fits
 // in PIPE_BUF (4096 bytes), so even when dtlaunch's stdout is a pipe shared with other
@@ -127,4 +127,4 @@ class StreamRelay {
   std::string console_batch_, log_batch_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

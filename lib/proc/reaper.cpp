@@ -13,7 +13,7 @@
 
 #include "core/parse.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 SubreaperScope::SubreaperScope() {
   ::prctl(PR_GET_CHILD_SUBREAPER, &previous_);
@@ -41,7 +41,7 @@ std::optional<pid_t> parent_of(const char* pid_dir) {
   if (close_paren == std::string_view::npos || close_paren + 4 >= stat.size()) return std::nullopt;
   std::string_view rest = stat.substr(close_paren + 4);  // past ") S "
   rest = rest.substr(0, rest.find(' '));
-  const auto ppid = parse_uint(rest, INT32_MAX);
+  const auto ppid = core::parse_uint(rest, INT32_MAX);
   if (!ppid) return std::nullopt;
   return static_cast<pid_t>(*ppid);
 }
@@ -54,7 +54,7 @@ std::vector<pid_t> list_children() {
   if (proc == nullptr) return children;
   const pid_t self = ::getpid();
   while (const dirent* entry = ::readdir(proc)) {
-    const auto pid = parse_uint(entry->d_name, INT32_MAX);
+    const auto pid = core::parse_uint(entry->d_name, INT32_MAX);
     if (!pid) continue;
     if (parent_of(entry->d_name) == self) children.push_back(static_cast<pid_t>(*pid));
   }
@@ -77,4 +77,4 @@ void kill_all_children(pid_t spare) {
   }
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

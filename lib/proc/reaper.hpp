@@ -8,7 +8,7 @@
 
 #include <vector>
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // PR_SET_CHILD_SUBREAPER for the scope; the previous setting is restored afterwards.
 class SubreaperScope {
@@ -30,4 +30,4 @@ std::vector<pid_t> list_children();
 // while killing them hands over their own orphans, until no child but `spare` is left.
 void kill_all_children(pid_t spare = -1);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

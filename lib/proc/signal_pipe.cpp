@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -41,7 +41,7 @@ void change(int sig, void (*handler)(int)) {
   act.sa_flags = SA_RESTART;
   if (sig == SIGCHLD) act.sa_flags |= SA_NOCLDSTOP;
   struct sigaction old {};
-  if (::sigaction(sig, &act, &old) != 0) throw Error::system("sigaction", errno);
+  if (::sigaction(sig, &act, &old) != 0) throw core::Error::system("sigaction", errno);
   g_saved[g_saved_count++] = Saved{sig, old};
 }
 
@@ -60,7 +60,7 @@ SignalPipe::SignalPipe(const std::vector<int>& forwarded) {
   // Non-blocking both ways: a handler must never block, and drain() must return when empty.
   if (::fcntl(p.read.get(), F_SETFL, O_NONBLOCK) != 0 ||
       ::fcntl(p.write.get(), F_SETFL, O_NONBLOCK) != 0)
-    throw Error::system("fcntl", errno);
+    throw core::Error::system("fcntl", errno);
   read_ = std::move(p.read);
   write_ = std::move(p.write);
   g_write_fd = write_.get();
@@ -129,4 +129,4 @@ void BlockAllSignals::unblock_in_child() const noexcept {
   ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -8,7 +8,7 @@
 
 #include "proc/fd.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 class SignalPipe {
  public:
@@ -48,4 +48,4 @@ class BlockAllSignals {
   sigset_t old_;
 };
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -16,7 +16,7 @@
 #include "proc/exec.hpp"
 #include "proc/signal_pipe.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -32,8 +32,8 @@ struct ChildArgs {
   int copy_below = 0;   // > 0: we share the parent's descriptor table until we unshare it
   int exec_errno = 0;   // written by the child when execve fails; read once it has exited
   int setup_errno = 0;  // written by the child when it could not get a table of its own
-  const PreparedBinding* binding = nullptr;  // --cpu-bind/--mem-bind, masks built before
-  const rlimit* fd_limit = nullptr;          // the RLIMIT_NOFILE the worker gets back
+  const affinity::PreparedBinding* binding = nullptr;  // --cpu-bind/--mem-bind, masks built before
+  const rlimit* fd_limit = nullptr;                    // the RLIMIT_NOFILE the worker gets back
 };
 
 // Planned within the task's own mask, so the kernel refuses it only if that mask changed since.
@@ -112,12 +112,12 @@ StartedWorker start_child(const WorkerProcess& worker, int devnull, int out_fd, 
     const int files = args.copy_below > 0 ? CLONE_FILES : 0;
     pid = ::clone(child_main, child_stack_top(), CLONE_VM | CLONE_VFORK | files | SIGCHLD, &args);
   }
-  if (pid < 0) throw Error::system("clone", errno);
+  if (pid < 0) throw core::Error::system("clone", errno);
   if (args.setup_errno != 0) {
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    throw Error::system("unshare", args.setup_errno);
+    throw core::Error::system("unshare", args.setup_errno);
   }
   StartedWorker started;
   started.pid = pid;
@@ -141,4 +141,4 @@ StartedWorker start_inheriting(const WorkerProcess& worker) {
   return start_child(worker, 0, 1, 2, 0, nullptr);
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -10,7 +10,7 @@
 #include "proc/fd.hpp"
 #include "proc/supervisor.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 struct StartedWorker {
   pid_t pid = -1;  // also its process group id
@@ -38,4 +38,4 @@ StartedWorker start_worker(const WorkerProcess& worker, int devnull, int copy_be
 // pipes; out and err stay empty).
 StartedWorker start_inheriting(const WorkerProcess& worker);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -35,7 +35,7 @@
 #include "proc/signal_pipe.hpp"
 #include "proc/spawn.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -168,7 +168,7 @@ class Attempt {
  private:
   void start_all() {
     UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (!devnull) throw Error::system("/dev/null", errno);
+    if (!devnull) throw core::Error::system("/dev/null", errno);
     // Each start returns once its worker has exec'd; loading the program and its libraries
     // then overlaps with the next starts.
     for (Worker& w : workers_) {
@@ -180,7 +180,7 @@ class Attempt {
       // Up out of the part of the table that the next workers' starts copy.
       w.out_fd = move_at_or_above(std::move(s.out), high_fds_);
       w.err_fd = move_at_or_above(std::move(s.err), high_fds_);
-      if (s.exec_errno != 0) throw exec_error(w.spec.program_path, s.exec_errno);
+      if (s.exec_errno != 0) throw core::exec_error(w.spec.program_path, s.exec_errno);
     }
   }
 
@@ -208,7 +208,7 @@ class Attempt {
       timeout = static_cast<int>(std::max<std::int64_t>(0, left.count()));
     }
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
-      throw Error::system("poll", errno);
+      throw core::Error::system("poll", errno);
 
     for (int sig : signals_.drain()) on_signal(sig);
     for (int fd : {STDOUT_FILENO, STDERR_FILENO})
@@ -224,7 +224,7 @@ class Attempt {
       const std::size_t n = kill_running(true);
       if (n > 0) {
         console_.write(STDERR_FILENO, "dtlaunch: " + workers_text(n) + " still running " +
-                                          duration_text(options_.grace) + " after " +
+                                          core::duration_text(options_.grace) + " after " +
                                           signal_text(stop_signal_) + ": sent SIGKILL\n");
       }
     }
@@ -291,7 +291,7 @@ class Attempt {
     if (!is_termination(sig) || terminated_) return;
     console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
                                       ", passed it to the workers; SIGKILL in " +
-                                      duration_text(options_.grace) +
+                                      core::duration_text(options_.grace) +
                                       " if they do not exit (or on a second signal)\n");
     terminated_ = true;
     if (!deadline_) stop_signal_ = sig;
@@ -364,7 +364,7 @@ class Attempt {
                                       "; sent SIGTERM to the " + std::to_string(others) +
                                       " other " + (others == 1 ? "worker" : "workers") +
                                       " still running, SIGKILL in " +
-                                      duration_text(options_.grace) + "\n");
+                                      core::duration_text(options_.grace) + "\n");
     arm_deadline();
   }
 
@@ -423,14 +423,15 @@ std::optional<rlimit> make_room_for_descriptors(std::size_t workers, bool log_fi
     return n == RLIM_INFINITY ? std::string("unlimited") : std::to_string(n);
   };
   if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < need)
-    throw Error(ExitCode::kBadInput, workers_text(workers) + " need " + std::to_string(need) +
-                                         " file descriptors, and the limit (ulimit -n) is " +
-                                         text(limit.rlim_cur) + " with a hard limit of " +
-                                         text(limit.rlim_max) + ": raise it (ulimit -n " +
-                                         std::to_string(need) + ") or start fewer workers");
+    throw core::Error(core::ExitCode::kBadInput,
+                      workers_text(workers) + " need " + std::to_string(need) +
+                          " file descriptors, and the limit (ulimit -n) is " +
+                          text(limit.rlim_cur) + " with a hard limit of " + text(limit.rlim_max) +
+                          ": raise it (ulimit -n " + std::to_string(need) +
+                          ") or start fewer workers");
   rlimit raised = limit;
   raised.rlim_cur = need;
-  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) throw Error::system("setrlimit", errno);
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) throw core::Error::system("setrlimit", errno);
   console.warn("dtlaunch: raised its soft limit of file descriptors (ulimit -n) from " +
                text(limit.rlim_cur) + " to " + std::to_string(need) + " for " +
                workers_text(workers) + "; the workers keep " + text(limit.rlim_cur) + "\n");
@@ -503,4 +504,4 @@ RunResult run_workers(
   }
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

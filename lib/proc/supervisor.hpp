@@ -15,7 +15,7 @@
 #include "affinity/apply.hpp"
 #include "core/env_map.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 // One worker to start: exec program_path with argv (argv[0] as the user wrote it) and exactly
 // env, nothing inherited besides it. stdin is /dev/null; stdout and stderr are relayed.
@@ -24,9 +24,9 @@ struct WorkerProcess {
   std::uint32_t local_rank = 0;
   std::string program_path;  // already resolved and checked executable by the caller
   std::vector<std::string> argv;
-  EnvMap env;
+  core::EnvMap env;
   // CPUs and memory policy, applied in the child between fork and exec (--cpu-bind).
-  std::shared_ptr<const PreparedBinding> binding;
+  std::shared_ptr<const affinity::PreparedBinding> binding;
 };
 
 struct SupervisorOptions {
@@ -85,11 +85,11 @@ struct RunResult {
 // low it raises it, for dtlaunch alone, and says so on stderr; if the hard one is, it throws
 // Error (kBadInput) saying how many are needed.
 //
-// Throws dtlaunch::Error only for OS failures before or while starting (pipe, fork, the log
+// Throws dtlaunch::core::Error only for OS failures before or while starting (pipe, fork, the log
 // directory), for a program that cannot be executed (ExitCode 127 / 126) and for the limit
 // above; in every case the workers already started are killed and reaped first.
 RunResult run_workers(
     const std::function<std::vector<WorkerProcess>(std::uint32_t restart_count)>& make_workers,
     const SupervisorOptions& options);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -13,7 +13,7 @@
 #include "proc/signal_pipe.hpp"
 #include "proc/spawn.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 namespace {
 
@@ -35,7 +35,7 @@ std::optional<int> reap(pid_t pid) {
     if (r == pid) return shell_status(status);
     if (r == 0) return std::nullopt;
     if (errno == EINTR) continue;
-    throw Error::system("waitpid", errno);
+    throw core::Error::system("waitpid", errno);
   }
 }
 
@@ -76,7 +76,7 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
     const nfds_t n = (options.lost_fd >= 0 && !kill_at) ? 2 : 1;
     const int timeout = kill_at && !killed ? millis_left(*kill_at) : -1;
     const int ready = ::poll(fds, n, timeout);
-    if (ready < 0 && errno != EINTR) throw Error::system("poll", errno);
+    if (ready < 0 && errno != EINTR) throw core::Error::system("poll", errno);
     if (ready > 0 && (fds[0].revents & POLLIN)) {
       for (const int sig : signals.drain()) {
         if (sig != SIGCHLD) signal_program(pid, sig);
@@ -84,7 +84,7 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
     }
     if (const auto status = reap(pid)) {
       if (options.before_return) options.before_return();
-      return kill_at ? static_cast<int>(ExitCode::kPeerLost) : *status;
+      return kill_at ? static_cast<int>(core::ExitCode::kPeerLost) : *status;
     }
     if (n == 2 && ready > 0 && (fds[1].revents & (POLLIN | POLLHUP))) {
       err << (options.loss_line ? options.loss_line() : std::string("dtlaunch: a peer was lost"))
@@ -103,4 +103,4 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
   }
 }
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -11,7 +11,7 @@
 
 #include "proc/supervisor.hpp"
 
-namespace dtlaunch {
+namespace dtlaunch::proc {
 
 struct WatchOptions {
   // After a loss: SIGTERM (and SIGCONT, so that a stopped program sees it), SIGKILL after this.
@@ -32,4 +32,4 @@ struct WatchOptions {
 // wait (PR_SET_PDEATHSIG follows the thread that started the child). Throws Error::system.
 int watch_program(const WorkerProcess& program, const WatchOptions& options, std::ostream& err);
 
-}  // namespace dtlaunch
+}  // namespace dtlaunch::proc

@@ -13,7 +13,7 @@ std::string html_escape(std::string_view text) {
   std::string safe;
   for (size_t from = 0; from <= text.size();) {
     const size_t nl = std::min(text.find('\n', from), text.size());
-    safe += excerpt(text.substr(from, nl - from), 4000, '\0');
+    safe += core::excerpt(text.substr(from, nl - from), 4000, '\0');
     if (nl < text.size()) safe += '\n';
     from = nl + 1;
   }
@@ -63,7 +63,8 @@ int64_t time_origin_us(const Verdict& v) {
 std::string chrome_begin(const Verdict& v) {
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   out += "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": " +
-         json_quote("dtlaunch run " + v.run_id + " attempt " + std::to_string(v.attempt)) + "}}";
+         core::json_quote("dtlaunch run " + v.run_id + " attempt " + std::to_string(v.attempt)) +
+         "}}";
   for (size_t r = 0; r < v.ranks.size(); ++r) {
     std::string name = rank_label(v, r);
     if (!v.ranks[r].present) name += " MISSING (no file)";
@@ -71,7 +72,7 @@ std::string chrome_begin(const Verdict& v) {
       if (s.rank == static_cast<int>(r)) name += " STRAGGLER";
     out +=
         ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 0, \"tid\": " + std::to_string(r) +
-        ", \"args\": {\"name\": " + json_quote(name) + "}}";
+        ", \"args\": {\"name\": " + core::json_quote(name) + "}}";
     out += ",\n{\"ph\": \"M\", \"name\": \"thread_sort_index\", \"pid\": 0, \"tid\": " +
            std::to_string(r) + ", \"args\": {\"sort_index\": " + std::to_string(r) + "}}";
   }
@@ -91,18 +92,18 @@ std::string chrome_rank(const Verdict& v, const RankFile& f, int64_t t0_us, bool
                         : e.state == EntryState::kFailed  ? "failed"
                                                           : "in flight at the dump";
     out += ",\n{\"ph\": \"X\", \"pid\": 0, \"tid\": " + tid +
-           ", \"name\": " + json_quote(e.op + " #" + std::to_string(e.seq)) +
+           ", \"name\": " + core::json_quote(e.op + " #" + std::to_string(e.seq)) +
            ", \"cat\": \"collective\", \"ts\": " + std::to_string(begin - t0_us) +
            ", \"dur\": " + std::to_string(end - begin) +
-           ", \"args\": {\"signature\": " + json_quote(signature_text(e)) + ", \"state\": \"" +
-           state + "\"}}";
+           ", \"args\": {\"signature\": " + core::json_quote(signature_text(e)) +
+           ", \"state\": \"" + state + "\"}}";
     auto last = v.last_entered.find(e.seq);
     if (last != v.last_entered.end() && last->second.first > begin &&
         last->second.second != f.header.rank) {
       const int64_t wait_end = std::min(end, last->second.first);
       out +=
-          ",\n{\"ph\": \"X\", \"pid\": 0, \"tid\": " + tid +
-          ", \"name\": " + json_quote("waits for rank " + std::to_string(last->second.second)) +
+          ",\n{\"ph\": \"X\", \"pid\": 0, \"tid\": " + tid + ", \"name\": " +
+          core::json_quote("waits for rank " + std::to_string(last->second.second)) +
           ", \"cat\": \"wait\", \"cname\": \"terrible\", \"ts\": " + std::to_string(begin - t0_us) +
           ", \"dur\": " + std::to_string(wait_end - begin) + "}";
     }

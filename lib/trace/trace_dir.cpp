@@ -23,6 +23,9 @@
 #include "trace/verdict.hpp"
 
 namespace dtlaunch::trace {
+
+using core::excerpt;
+
 namespace {
 
 constexpr size_t kMaxFileBytes = size_t{1} << 30;  // 1,000,000 entries are about 250 MB
@@ -69,10 +72,10 @@ void write_output_file(const std::string& path, const std::string& data) {
   // at the final component is not followed.
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    throw Error::usage("--html " + excerpt(path) + ": exists and is not a regular file");
+    throw core::Error::usage("--html " + excerpt(path) + ": exists and is not a regular file");
   const int fd = ::open(path.c_str(),
                         O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
-  if (fd < 0) throw Error::usage("--html " + excerpt(path) + ": " + std::strerror(errno));
+  if (fd < 0) throw core::Error::usage("--html " + excerpt(path) + ": " + std::strerror(errno));
   size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
@@ -81,11 +84,11 @@ void write_output_file(const std::string& path, const std::string& data) {
       const int e = errno;
       ::close(fd);
       ::unlink(path.c_str());
-      throw Error::system("writing " + excerpt(path), e);
+      throw core::Error::system("writing " + excerpt(path), e);
     }
     done += static_cast<size_t>(n);
   }
-  if (::close(fd) != 0) throw Error::system("writing " + excerpt(path), errno);
+  if (::close(fd) != 0) throw core::Error::system("writing " + excerpt(path), errno);
 }
 
 using RunKey = std::pair<std::string, int>;  // run id, attempt
@@ -96,8 +99,8 @@ std::vector<std::string> record_names(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw Error::usage("trace: " + excerpt(dir) + " is not a directory" +
-                       (ec ? " (" + ec.message() + ")" : ""));
+    throw core::Error::usage("trace: " + excerpt(dir) + " is not a directory" +
+                             (ec ? " (" + ec.message() + ")" : ""));
   std::vector<std::string> names;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -105,7 +108,7 @@ std::vector<std::string> record_names(const std::string& dir) {
         name.find(".tmp.") == std::string::npos)
       names.push_back(name);
   }
-  if (ec) throw Error::usage("trace: cannot list " + excerpt(dir) + ": " + ec.message());
+  if (ec) throw core::Error::usage("trace: cannot list " + excerpt(dir) + ": " + ec.message());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -121,7 +124,7 @@ std::optional<Header> read_header(const std::string& path, std::string& why) {
     why = "not a regular file";
   else
     // The header is the first line: 64 KiB hold it unless the reason is longer.
-    text = read_file_head(path, kHeadBytes);
+    text = core::read_file_head(path, kHeadBytes);
   std::optional<Header> h;
   if (text) h = parse_header(*text, &why);
   // Only a header cut by the head's end is read again whole: a file that is already wrong in
@@ -172,8 +175,8 @@ int no_run(const TraceOptions& options, const Runs& runs, const std::vector<std:
   const std::string& dir = options.dir;
   for (const auto& b : broken) err << "dtlaunch trace: skipped " << excerpt(b, 300) << "\n";
   if (!options.run_id.empty() && !runs.empty())
-    throw Error::usage("trace: no flight record of run " + excerpt(options.run_id) + " in " +
-                       excerpt(dir));
+    throw core::Error::usage("trace: no flight record of run " + excerpt(options.run_id) + " in " +
+                             excerpt(dir));
   err << "dtlaunch trace: " << excerpt(dir)
       << (broken.empty() ? ": no flight record (*.json) in it; set DTLAUNCH_DDP_TRACE_DIR for the "
                            "job, and dump with kill -USR2 or at an error"

@@ -14,6 +14,9 @@
 #include "core/text.hpp"
 
 namespace dtlaunch::trace {
+
+using core::json_quote;
+
 namespace {
 
 bool same_signature(const Entry& a, const Entry& b) {
@@ -29,7 +32,7 @@ std::string differences(const Entry& a, const Entry& b) {
   if (a.op == b.op && (a.numel != b.numel || (a.shape && b.shape && *a.shape != *b.shape)))
     what.push_back("shape");
   if (a.op == b.op && a.root != b.root) what.push_back("root");
-  return join(what, ", ");
+  return core::join(what, ", ");
 }
 
 double median(std::vector<double> v) {
@@ -48,7 +51,7 @@ std::string fixed(double v, int digits) {
 }
 
 std::string ranks_text(const std::vector<int>& ranks) {
-  return compact_ranges(std::vector<uint32_t>(ranks.begin(), ranks.end()), 8);
+  return core::compact_ranges(std::vector<uint32_t>(ranks.begin(), ranks.end()), 8);
 }
 
 }  // namespace
@@ -244,7 +247,7 @@ namespace {
 std::string rank_where(const Verdict& v, int rank) {
   const RankSummary& r = v.ranks[static_cast<size_t>(rank)];
   if (!r.present) return "rank " + std::to_string(rank);
-  return "rank " + std::to_string(rank) + " (" + excerpt(r.host, 64, '\0') + ", local rank " +
+  return "rank " + std::to_string(rank) + " (" + core::excerpt(r.host, 64, '\0') + ", local rank " +
          std::to_string(r.local_rank) + ")";
 }
 
@@ -260,12 +263,12 @@ std::string describe(uint64_t seq, const Entry& e) {
   return sig.substr(0, space) + " #" + std::to_string(seq) + sig.substr(space);
 }
 
-constexpr Named<EntryState> kEntryStateNames[] = {{EntryState::kStarted, "in flight"},
-                                                  {EntryState::kCompleted, "completed"},
-                                                  {EntryState::kFailed, "failed"}};
+constexpr core::Named<EntryState> kEntryStateNames[] = {{EntryState::kStarted, "in flight"},
+                                                        {EntryState::kCompleted, "completed"},
+                                                        {EntryState::kFailed, "failed"}};
 
 const char* state_word(EntryState s) {
-  return name_of(s, kEntryStateNames, "in flight").data();
+  return core::name_of(s, kEntryStateNames, "in flight").data();
 }
 
 }  // namespace
@@ -274,10 +277,10 @@ std::string render_text(const Verdict& v, const std::string& dir) {
   std::string out;
   const auto missing = v.missing();
   size_t present = v.ranks.size() - missing.size();
-  out += "dtlaunch trace: " + excerpt(dir, 120, '\0') + ": run " + excerpt(v.run_id, 64, '\0') +
-         " attempt " + std::to_string(v.attempt) + ", " + std::to_string(present) + " of " +
-         std::to_string(v.world_size) + " ranks, " + std::to_string(v.collectives_seen) +
-         " collectives\n";
+  out += "dtlaunch trace: " + core::excerpt(dir, 120, '\0') + ": run " +
+         core::excerpt(v.run_id, 64, '\0') + " attempt " + std::to_string(v.attempt) + ", " +
+         std::to_string(present) + " of " + std::to_string(v.world_size) + " ranks, " +
+         std::to_string(v.collectives_seen) + " collectives\n";
   if (!missing.empty())
     out += "missing: " + std::string(missing.size() == 1 ? "rank " : "ranks ") +
            ranks_text(missing) + " (no readable file: dead before it could write, or not copied)\n";
@@ -343,18 +346,18 @@ std::string render_text(const Verdict& v, const std::string& dir) {
   if (!v.clocks_unknown.empty())
     out += "; not measured for ranks " + ranks_text(v.clocks_unknown) + " (taken as they are)";
   out += "\n";
-  for (const auto& s : v.skipped) out += "skipped: " + excerpt(s, 300, '\0') + "\n";
+  for (const auto& s : v.skipped) out += "skipped: " + core::excerpt(s, 300, '\0') + "\n";
   for (const auto& s : v.other_runs)
-    out += "other run in the directory: " + excerpt(s, 200, '\0') + "\n";
+    out += "other run in the directory: " + core::excerpt(s, 200, '\0') + "\n";
   return out;
 }
 
 std::string render_json(const Verdict& v, const std::string& dir) {
   auto ints = [](const std::vector<int>& xs) {
-    return "[" + join(xs, ", ", [](auto x) { return std::to_string(x); }) + "]";
+    return "[" + core::join(xs, ", ", [](auto x) { return std::to_string(x); }) + "]";
   };
   auto strings = [](const std::vector<std::string>& xs) {
-    return "[" + join(xs, ", ", [](const std::string& x) { return json_quote(x); }) + "]";
+    return "[" + core::join(xs, ", ", [](const std::string& x) { return json_quote(x); }) + "]";
   };
   std::string out = "{\"directory\": " + json_quote(dir) + ", \"run_id\": " + json_quote(v.run_id) +
                     ", \"attempt\": " + std::to_string(v.attempt) +

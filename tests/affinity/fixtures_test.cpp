@@ -15,6 +15,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::affinity;
 
 namespace {
 
@@ -306,9 +307,9 @@ TEST_CASE("a topology tree with a huge, endless or unreadable file is refused, n
   try {
     (void)read_topology(root.string());
     FAIL("read_topology accepted it");
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     INFO(e.what());
-    CHECK(e.code() == ExitCode::kBadInput);
+    CHECK(e.code() == core::ExitCode::kBadInput);
     CHECK(std::string(e.what()).find((root / file).string() + "' " + says) != std::string::npos);
   }
   fs::remove_all(root);

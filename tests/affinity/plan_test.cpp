@@ -14,6 +14,7 @@
 #include "launch/worker_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::affinity;
 using dtlaunch_test::contains_text;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
@@ -43,7 +44,7 @@ Topology small_node() {
 std::string message_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     CHECK(e.exit_status() == 2);
     return e.what();
   }
@@ -169,8 +170,8 @@ TEST_CASE("mem-bind alone, without cpu-bind: the policy covers the mask's NUMA n
 }
 
 namespace {
-LaunchOptions local(std::uint32_t n) {
-  LaunchOptions o;
+launch::LaunchOptions local(std::uint32_t n) {
+  launch::LaunchOptions o;
   o.nproc_per_node = n;
   o.argv = {"sh", "-c", "true"};
   return o;
@@ -181,10 +182,11 @@ FakeSystem small_system() {
   sys.mask = {cpus("0-7"), cpus("0-1")};
   return sys;
 }
-std::map<std::string, std::string> env_of(const LaunchSpec& spec, std::uint32_t local_rank,
-                                          const EnvMap& env) {
+std::map<std::string, std::string> env_of(const launch::LaunchSpec& spec, std::uint32_t local_rank,
+                                          const core::EnvMap& env) {
   std::map<std::string, std::string> m;
-  for (const EnvChange& c : build_worker_env(spec, {local_rank, local_rank, 0}, env))
+  for (const contract::EnvChange& c :
+       launch::build_worker_env(spec, {local_rank, local_rank, 0}, env))
     m[c.name] = c.value.value_or("<unset>");
   return m;
 }
@@ -192,11 +194,12 @@ std::map<std::string, std::string> env_of(const LaunchSpec& spec, std::uint32_t 
 
 TEST_CASE("spec: the options, their variables and their defaults") {
   FakeSystem sys = small_system();
-  EnvMap env{{"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "0,1"}};
-  LaunchOptions o = local(2);
+  core::EnvMap env{{"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "0,1"}};
+  launch::LaunchOptions o = local(2);
 
   // Off by default: the topology is not even read.
-  LaunchSpec spec = spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
+  launch::LaunchSpec spec =
+      launch::spec_from_local(launch::read_inputs(env, launch::Mode::kLocal), o, sys);
   CHECK(spec.affinity.by_local_rank.empty());
   CHECK_FALSE(sys.topology_root);
   CHECK(env_of(spec, 0, env).count("CUDA_DEVICE_ORDER") == 0);
@@ -204,7 +207,7 @@ TEST_CASE("spec: the options, their variables and their defaults") {
 
   // DTLAUNCH_CPU_BIND, mem-bind local by default, the GPU's NUMA node, cores as OMP threads.
   env.set("DTLAUNCH_CPU_BIND", "numa");
-  spec = spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
+  spec = launch::spec_from_local(launch::read_inputs(env, launch::Mode::kLocal), o, sys);
   CHECK(sys.topology_root == "/");
   REQUIRE(spec.affinity.of(1));
   CHECK(spec.affinity.of(1)->cpus.to_list() == "2-3,6-7");
@@ -217,39 +220,43 @@ TEST_CASE("spec: the options, their variables and their defaults") {
   env.set("DTLAUNCH_MEM_BIND", "strict");
   env.set("OMP_NUM_THREADS", "7");
   env.set("DTLAUNCH_TOPOLOGY_ROOT", "/fixture");
-  spec = spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
+  spec = launch::spec_from_local(launch::read_inputs(env, launch::Mode::kLocal), o, sys);
   CHECK(sys.topology_root == "/fixture");
   CHECK(spec.affinity.of(0)->cpus.to_list() == "0-1,4-5");  // alone on its NUMA node
   CHECK(spec.affinity.of(0)->policy == MemPolicy::kBind);
   CHECK(env_of(spec, 0, env).count("OMP_NUM_THREADS") == 0);
   env.set("CUDA_DEVICE_ORDER", "FASTEST_FIRST");
-  spec = spec_from_local(read_inputs(env, Mode::kLocal), o, sys);
+  spec = launch::spec_from_local(launch::read_inputs(env, launch::Mode::kLocal), o, sys);
   CHECK(env_of(spec, 0, env).count("CUDA_DEVICE_ORDER") == 0);
   // Indices then cannot be located: the ranks are spread over the node instead, with a warning.
   CHECK(spec.affinity.of(0)->why.find("no GPU to follow") != std::string::npos);
   bool warned = false;
-  for (const Note& n : spec.notes)
-    warned |= n.level == Note::Level::kWarn && n.text.find("FASTEST_FIRST") != std::string::npos;
+  for (const launch::Note& n : spec.notes)
+    warned |=
+        n.level == launch::Note::Level::kWarn && n.text.find("FASTEST_FIRST") != std::string::npos;
   CHECK(warned);
 }
 
 TEST_CASE("spec: bad values of the variables are one-line errors naming them") {
   FakeSystem sys = small_system();
-  EnvMap env{{"PATH", "/usr/bin:/bin"}, {"DTLAUNCH_CPU_BIND", "cores"}};
-  CHECK(message_of([&] { spec_from_local(read_inputs(env, Mode::kLocal), local(2), sys); }) ==
-        "DTLAUNCH_CPU_BIND='cores': expected none, numa, socket, exclusive or cache");
+  core::EnvMap env{{"PATH", "/usr/bin:/bin"}, {"DTLAUNCH_CPU_BIND", "cores"}};
+  CHECK(message_of([&] {
+          launch::spec_from_local(launch::read_inputs(env, launch::Mode::kLocal), local(2), sys);
+        }) == "DTLAUNCH_CPU_BIND='cores': expected none, numa, socket, exclusive or cache");
   env = {{"PATH", "/usr/bin:/bin"}, {"DTLAUNCH_MEM_BIND", "bind"}};
-  CHECK(message_of([&] { spec_from_local(read_inputs(env, Mode::kLocal), local(2), sys); }) ==
-        "DTLAUNCH_MEM_BIND='bind': expected none, local or strict");
+  CHECK(message_of([&] {
+          launch::spec_from_local(launch::read_inputs(env, launch::Mode::kLocal), local(2), sys);
+        }) == "DTLAUNCH_MEM_BIND='bind': expected none, local or strict");
 }
 
 TEST_CASE("spec under Slurm: only this task's binding, Slurm's own binding is kept") {
   FakeSystem sys = small_system();
-  EnvMap env = slurm_step_env(3, 1, 1);  // rank 3, local 1 of 2 on node 1
-  LaunchOptions o;
+  core::EnvMap env = slurm_step_env(3, 1, 1);  // rank 3, local 1 of 2 on node 1
+  launch::LaunchOptions o;
   o.argv = {"sh", "-c", "true"};
   o.cpu_bind = CpuBind::kExclusive;
-  LaunchSpec spec = spec_from_slurm(read_inputs(env, Mode::kSlurm), o, sys);
+  launch::LaunchSpec spec =
+      launch::spec_from_slurm(launch::read_inputs(env, launch::Mode::kSlurm), o, sys);
   CHECK_FALSE(spec.affinity.of(0));
   REQUIRE(spec.affinity.of(1));
   CHECK(spec.affinity.of(1)->cpus.to_list() == "2-3,6-7");  // cores 2-3 of the 4, no GPU
@@ -258,10 +265,10 @@ TEST_CASE("spec under Slurm: only this task's binding, Slurm's own binding is ke
   // srun --cpu-bind=cores gave this task CPUs 1,5: it is alone in that mask and keeps it.
   env.set("SLURM_CPU_BIND_TYPE", "mask_cpu:");
   sys.mask.cpus = cpus("1,5");
-  spec = spec_from_slurm(read_inputs(env, Mode::kSlurm), o, sys);
+  spec = launch::spec_from_slurm(launch::read_inputs(env, launch::Mode::kSlurm), o, sys);
   CHECK(spec.affinity.of(1)->cpus.to_list() == "1,5");
   bool said = false;
-  for (const Note& n : spec.notes)
+  for (const launch::Note& n : spec.notes)
     said |= n.text.find("Slurm bound this task (SLURM_CPU_BIND_TYPE=mask_cpu:) to CPUs 1,5") !=
             std::string::npos;
   CHECK(said);

@@ -13,8 +13,8 @@
 #include "blackbox/run_process.hpp"
 #include "dtlaunch_catch.hpp"
 
-using dtlaunch::CpuSet;
-using dtlaunch::EnvMap;
+using dtlaunch::affinity::CpuSet;
+using dtlaunch::core::EnvMap;
 using dtlaunch_test::ProcessResult;
 using dtlaunch_test::run_process;
 
@@ -52,8 +52,8 @@ EnvMap base_env() {
 
 // This test process's own mask and the node: what the workers start from.
 struct Machine {
-  dtlaunch::Topology topology = dtlaunch::read_topology("/");
-  dtlaunch::TaskMask mask = dtlaunch::read_task_mask("/", topology);
+  dtlaunch::affinity::Topology topology = dtlaunch::affinity::read_topology("/");
+  dtlaunch::affinity::TaskMask mask = dtlaunch::affinity::read_task_mask("/", topology);
   std::size_t cores_in_mask() const {
     std::size_t n = 0;
     for (const auto& core : topology.cores) n += core.cpus.intersects(mask.cpus);

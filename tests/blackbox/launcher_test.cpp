@@ -15,7 +15,7 @@
 #include "dtlaunch_catch.hpp"
 #include "run_process.hpp"
 
-using dtlaunch::EnvMap;
+using dtlaunch::core::EnvMap;
 using dtlaunch_test::ProcessResult;
 using dtlaunch_test::run_process;
 using dtlaunch_test::slurm_step_env;

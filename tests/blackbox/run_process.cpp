@@ -10,7 +10,7 @@
 
 namespace dtlaunch_test {
 
-ProcessResult run_process(const std::vector<std::string>& argv, const dtlaunch::EnvMap& env,
+ProcessResult run_process(const std::vector<std::string>& argv, const dtlaunch::core::EnvMap& env,
                           std::chrono::milliseconds timeout) {
   int out_pipe[2], err_pipe[2];
   if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) throw std::runtime_error("pipe");

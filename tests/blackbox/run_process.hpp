@@ -19,7 +19,7 @@ struct ProcessResult {
 
 // Throws std::runtime_error, after SIGKILLing the child, when it has not ended and closed its
 // output within `timeout`: a hung launcher fails its test instead of the whole suite's run.
-ProcessResult run_process(const std::vector<std::string>& argv, const dtlaunch::EnvMap& env,
+ProcessResult run_process(const std::vector<std::string>& argv, const dtlaunch::core::EnvMap& env,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace dtlaunch_test

@@ -407,7 +407,7 @@ TEST_CASE("rendezvous: a rank of another job is refused, the job it reached comp
   dtlaunch_test::TempDir dir("ddp-test");
   // One port per case: each case's store must be new.
   std::vector<int> ports;
-  for (int i = 0; i < 3; ++i) ports.push_back(dtlaunch::find_free_port("127.0.0.1"));
+  for (int i = 0; i < 3; ++i) ports.push_back(dtlaunch::launch::find_free_port("127.0.0.1"));
   struct Case {
     std::string name;
     std::map<std::string, std::string> a_env, b_env;
@@ -468,7 +468,7 @@ TEST_CASE("rendezvous: a rank of another job is refused, the job it reached comp
 TEST_CASE("rendezvous: a second process with the same rank cannot take the first one's place",
           "[ddp][proc]") {
   dtlaunch_test::TempDir dir("ddp-test");
-  const int port = dtlaunch::find_free_port("127.0.0.1");
+  const int port = dtlaunch::launch::find_free_port("127.0.0.1");
   const std::map<std::string, std::string> env{{"DDP_TEST_TIMEOUT_MS", "20000"}};
   // World 3 with ranks 0 and 1 in: the rendezvous is still open when the second rank 1 comes.
   auto job = start_job(dir, "job", 3, {0, 1}, port, env);
@@ -809,7 +809,7 @@ TEST_CASE("with DTLAUNCH_DDP_CHECK=1 a different shape or operation is kMismatch
 TEST_CASE("DTLAUNCH_DDP_CHECK=1 on one rank only: one kConfig line on every rank, at init",
           "[ddp][proc]") {
   dtlaunch_test::TempDir dir("ddp-test");
-  const int port = dtlaunch::find_free_port("127.0.0.1");
+  const int port = dtlaunch::launch::find_free_port("127.0.0.1");
   auto on0 = start_job(dir, "r0", 3, {0}, port, {{"DDP_TEST_TIMEOUT_MS", "20000"}});
   auto on12 = start_job(dir, "r12", 3, {1, 2}, port,
                         {{"DDP_TEST_TIMEOUT_MS", "20000"}, {"DTLAUNCH_DDP_CHECK", "1"}});
@@ -907,7 +907,7 @@ TEST_CASE("shm all_reduce: bit-identical to Gloo's for every size, dtype and op"
           "[ddp][proc][shm]") {
   for (int world : {2, 3}) {
     SECTION("world " + std::to_string(world)) {
-      const int port2 = dtlaunch::find_free_port("127.0.0.1");
+      const int port2 = dtlaunch::launch::find_free_port("127.0.0.1");
       auto run = run_ranks(DDP_WORKER, {"shm-vs-gloo"}, world, all_ranks(world),
                            {{"DDP_TEST_PORT2", std::to_string(port2)}});
       require_all_ok(run);

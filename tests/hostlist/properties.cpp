@@ -31,7 +31,7 @@ std::string check_error(std::string_view input, Syntax syntax, const ParseError&
   if (message.find('\n') != std::string::npos) return "error message has a newline: " + message;
   if (message.rfind("invalid hostlist ", 0) != 0) return "error message format: " + message;
   if (e.offset() > input.size()) return "error offset past the input: " + message;
-  if (e.code() != ExitCode::kBadInput) return "error is not bad input: " + message;
+  if (e.code() != core::ExitCode::kBadInput) return "error is not bad input: " + message;
   try {
     count(input, syntax);
     return "count() accepts what expand() refuses";

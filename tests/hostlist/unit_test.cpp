@@ -210,7 +210,7 @@ TEST_CASE("error messages are one line that quotes the expression and names the 
     CHECK(m.find("\"gpu[1-4],n[1-x]\"") != std::string::npos);
     CHECK(m.find("at character 14 (\"x\")") != std::string::npos);
     CHECK(e.offset() == 13);
-    CHECK(e.code() == ExitCode::kBadInput);
+    CHECK(e.code() == core::ExitCode::kBadInput);
   }
   try {
     expand("a\nb[1-3");

@@ -23,7 +23,7 @@ TEST_CASE("doctor serve: a job whose reports pass 64 MiB in all is served whole"
   for (std::uint32_t n = 0; n < kNodes; ++n) hosts.push_back("node" + std::to_string(n + 1));
   const Expectation expected =
       slurm_expectation(hosts, std::vector<std::uint32_t>(kNodes, kPerNode), "block");
-  const std::uint16_t port = dtlaunch::find_free_port();
+  const std::uint16_t port = dtlaunch::launch::find_free_port();
   auto report = [&](std::uint32_t rank) {
     TaskReport r;
     r.contract.rank = rank;

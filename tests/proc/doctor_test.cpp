@@ -54,7 +54,7 @@ struct TwoLaunchers {
   std::string err_text(int node) const { return read_file(dir / (std::to_string(node) + ".err")); }
 
   TempDir dir;
-  const std::string port = std::to_string(dtlaunch::find_free_port());
+  const std::string port = std::to_string(dtlaunch::launch::find_free_port());
 };
 
 std::size_t count_of(const std::string& text, const std::string& needle) {
@@ -84,7 +84,7 @@ TEST_CASE("doctor: two local launchers (--nnodes 2) check the job and both exit 
 TEST_CASE("doctor: a launcher that never comes is named, and the check ends at its timeout",
           "[doctor]") {
   TempDir dir;
-  const std::string port = std::to_string(dtlaunch::find_free_port());
+  const std::string port = std::to_string(dtlaunch::launch::find_free_port());
   const Ran ran = run_program(doctor(two_node_args(port, 0, {"--timeout", "1", "/bin/true"})), dir);
   INFO(ran.out << ran.err);
   CHECK(ran.status == 3);
@@ -97,7 +97,7 @@ TEST_CASE("doctor: a launcher that never comes is named, and the check ends at i
 
 TEST_CASE("doctor: a task that cannot reach rank 0 says why on one line and exits 3", "[doctor]") {
   TempDir dir;
-  const std::string port = std::to_string(dtlaunch::find_free_port());
+  const std::string port = std::to_string(dtlaunch::launch::find_free_port());
   const Ran ran = run_program(doctor(two_node_args(port, 1, {"--timeout", "1", "/bin/true"})), dir);
   CHECK(ran.status == 3);
   CHECK(ran.out.empty());
@@ -109,7 +109,7 @@ TEST_CASE("doctor: a task that cannot reach rank 0 says why on one line and exit
 
 TEST_CASE("preflight: a check that fails starts nothing and exits 3", "[doctor]") {
   TempDir dir;
-  const std::string port = std::to_string(dtlaunch::find_free_port());
+  const std::string port = std::to_string(dtlaunch::launch::find_free_port());
   const std::string marker = dir / "started";
   std::vector<std::string> argv = {kDtlaunch, "--preflight", "--preflight-timeout", "1"};
   for (const std::string& a : two_node_args(port, 0, {"/bin/sh", "-c", "touch " + marker}))
@@ -278,7 +278,7 @@ TEST_CASE(
   INFO(launch.err);
   CHECK(launch.status == 126);
   CHECK(launch.err.find(says) != std::string::npos);
-  const std::string port = std::to_string(dtlaunch::find_free_port());
+  const std::string port = std::to_string(dtlaunch::launch::find_free_port());
   const Ran ran = run_program(
       {kDtlaunch, "doctor", "--nproc-per-node", "2", "--master-port", port, program}, dir);
   INFO(ran.out << ran.err);
@@ -314,7 +314,7 @@ TEST_CASE("doctor: rank 0's own reports show no clock skew however long probing 
   own.host = "here";
   own.sent_unix_ms = dtlaunch::doctor::unix_ms() - 5000;  // probed 5 s ago
   const auto verdict = dtlaunch::doctor::serve(
-      dtlaunch::doctor::local_expectation(1, 1), {own}, dtlaunch::find_free_port(),
+      dtlaunch::doctor::local_expectation(1, 1), {own}, dtlaunch::launch::find_free_port(),
       dtlaunch::doctor::Clock::now() + std::chrono::seconds(5));
   REQUIRE(verdict.reports.size() == 1);
   CHECK(std::none_of(verdict.problems.begin(), verdict.problems.end(),
@@ -323,20 +323,21 @@ TEST_CASE("doctor: rank 0's own reports show no clock skew however long probing 
 
 TEST_CASE("doctor: each report holds the contract its worker is told, and what its program sees",
           "[doctor]") {
-  dtlaunch::LaunchOptions options;
+  dtlaunch::launch::LaunchOptions options;
   options.argv = {"/bin/true"};
   options.nproc_per_node = 2;
-  options.gpu_bind = dtlaunch::GpuBind::kIsolate;
-  const dtlaunch::EnvMap env{
+  options.gpu_bind = dtlaunch::launch::GpuBind::kIsolate;
+  const dtlaunch::core::EnvMap env{
       {"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "3,5"}, {"OMP_NUM_THREADS", "4"}};
-  const dtlaunch::LaunchPlan launch = dtlaunch::plan(options, env, dtlaunch::LiveSystem());
+  const dtlaunch::launch::LaunchPlan launch =
+      dtlaunch::launch::plan(options, env, dtlaunch::launch::LiveSystem());
   const std::vector<dtlaunch::doctor::TaskReport> reports =
       dtlaunch::doctor::plan_reports(launch, env);
   REQUIRE(reports.size() == 2);
   for (std::uint32_t rank = 0; rank < 2; ++rank) {
     INFO("rank " << rank);
     const dtlaunch::doctor::TaskReport& r = reports[rank];
-    CHECK(r.contract == dtlaunch::worker_contract(launch.spec, {rank, rank, 0}));
+    CHECK(r.contract == dtlaunch::launch::worker_contract(launch.spec, {rank, rank, 0}));
     CHECK(r.contract.rank == rank);
     CHECK(r.bound_device == (rank == 0 ? "3" : "5"));
     CHECK(r.visible_devices == r.bound_device);  // --gpu-bind=isolate narrowed the list

@@ -4,7 +4,7 @@
 
 #include "dtlaunch_catch.hpp"
 
-using dtlaunch::WorkerFailure;
+using dtlaunch::proc::WorkerFailure;
 
 TEST_CASE("describe_end and exit_status_of", "[unit]") {
   struct Case {
@@ -23,13 +23,13 @@ TEST_CASE("describe_end and exit_status_of", "[unit]") {
     f.exit_code = c.exit_code;
     f.signal = c.signal;
     f.core_dumped = c.core;
-    const std::string text = dtlaunch::describe_end(c.exit_code, c.signal, c.core);
+    const std::string text = dtlaunch::proc::describe_end(c.exit_code, c.signal, c.core);
     if (*c.text) {
       CHECK(text == c.text);
     } else {
       CHECK(text == "killed by signal " + std::to_string(c.signal));  // no name for RT signals
     }
-    CHECK(dtlaunch::exit_status_of(f) == c.status);
+    CHECK(dtlaunch::proc::exit_status_of(f) == c.status);
   }
 }
 
@@ -65,14 +65,14 @@ TEST_CASE("format_failure_report names rank, host, how, and the last lines", "[u
        "30 s after SIGTERM); it wrote nothing\n"},
   };
   for (const Case& c : cases)
-    CHECK(dtlaunch::format_failure_report(c.failure, c.host) == c.expected);
+    CHECK(dtlaunch::proc::format_failure_report(c.failure, c.host) == c.expected);
 }
 
 TEST_CASE("describe_outcome tells a stop to be resumed from a failure", "[unit]") {
-  CHECK(dtlaunch::describe_outcome(3, 0) == "failed (exit 3)");
-  CHECK(dtlaunch::describe_outcome(-1, SIGSEGV) == "failed (killed by SIGSEGV)");
-  CHECK(dtlaunch::describe_outcome(75, 0) == "stopped to be resumed (exit 75)");
+  CHECK(dtlaunch::proc::describe_outcome(3, 0) == "failed (exit 3)");
+  CHECK(dtlaunch::proc::describe_outcome(-1, SIGSEGV) == "failed (killed by SIGSEGV)");
+  CHECK(dtlaunch::proc::describe_outcome(75, 0) == "stopped to be resumed (exit 75)");
   // 76: the heartbeat's "a peer was lost; I am healthy" (docs/ddp.md): a victim, not a culprit.
-  CHECK(dtlaunch::describe_outcome(76, 0) == "lost a peer (exit 76)");
-  CHECK(dtlaunch::describe_outcome(77, 0) == "failed (exit 77)");
+  CHECK(dtlaunch::proc::describe_outcome(76, 0) == "lost a peer (exit 76)");
+  CHECK(dtlaunch::proc::describe_outcome(77, 0) == "failed (exit 77)");
 }

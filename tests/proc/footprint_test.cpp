@@ -25,7 +25,7 @@ TEST_CASE("release_code_pages: the code runs on and its pages are handed back", 
   const long file_before = resident_kb("RssFile");
   REQUIRE(file_before > 0);
 
-  const std::size_t released = dtlaunch::release_code_pages();
+  const std::size_t released = dtlaunch::proc::release_code_pages();
   const long file_after = resident_kb("RssFile");
   INFO("RssFile " << file_before << " kB -> " << file_after << " kB; " << released / 1024
                   << " kB of code mappings released");

@@ -25,7 +25,7 @@ bool can_bind(std::uint16_t port) {
 
 TEST_CASE("find_free_port returns a port that can be bound", "[proc]") {
   for (const char* addr : {"127.0.0.1", "localhost"}) {
-    const std::uint16_t port = dtlaunch::find_free_port(addr);
+    const std::uint16_t port = dtlaunch::launch::find_free_port(addr);
     CHECK(port >= 1024);
     CHECK(can_bind(port));
   }
@@ -33,10 +33,10 @@ TEST_CASE("find_free_port returns a port that can be bound", "[proc]") {
 
 TEST_CASE("find_free_port rejects an address that does not resolve", "[proc]") {
   try {
-    dtlaunch::find_free_port("256.1.2.3.invalid");
+    dtlaunch::launch::find_free_port("256.1.2.3.invalid");
     FAIL("no error");
-  } catch (const dtlaunch::Error& e) {
-    CHECK(e.code() == dtlaunch::ExitCode::kBadInput);
+  } catch (const dtlaunch::core::Error& e) {
+    CHECK(e.code() == dtlaunch::core::ExitCode::kBadInput);
     CHECK(std::string(e.what()).find("'256.1.2.3.invalid' does not resolve") != std::string::npos);
   }
 }

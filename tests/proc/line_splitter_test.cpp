@@ -5,8 +5,8 @@
 
 #include "dtlaunch_catch.hpp"
 
-using dtlaunch::LineSplitter;
-using dtlaunch::LineTail;
+using dtlaunch::proc::LineSplitter;
+using dtlaunch::proc::LineTail;
 
 namespace {
 

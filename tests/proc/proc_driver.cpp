@@ -24,7 +24,7 @@ extern char** environ;
 
 namespace {
 
-using dtlaunch::Error;
+using dtlaunch::core::Error;
 
 std::string resolve(const std::string& program) {
   if (program.find('/') != std::string::npos) return program;
@@ -43,7 +43,7 @@ int run(int argc, char** argv) {
   std::uint32_t nproc = 1, nnodes = 1, node_rank = 0;
   std::optional<std::uint16_t> port;
   std::string addr = "127.0.0.1";
-  dtlaunch::SupervisorOptions options;
+  dtlaunch::proc::SupervisorOptions options;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -54,19 +54,19 @@ int run(int argc, char** argv) {
     if (i + 1 >= argc) throw Error::usage(arg + " needs a value");
     const std::string value = argv[++i];
     if (arg == "--nproc-per-node") {
-      nproc = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+      nproc = static_cast<std::uint32_t>(dtlaunch::core::parse_uint_var(arg, value, 4096));
     } else if (arg == "--nnodes") {
-      nnodes = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+      nnodes = static_cast<std::uint32_t>(dtlaunch::core::parse_uint_var(arg, value, 4096));
     } else if (arg == "--node-rank") {
-      node_rank = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value, 4096));
+      node_rank = static_cast<std::uint32_t>(dtlaunch::core::parse_uint_var(arg, value, 4096));
     } else if (arg == "--master-addr") {
       addr = value;
     } else if (arg == "--master-port") {
-      port = static_cast<std::uint16_t>(dtlaunch::parse_uint_var(arg, value, 65535));
+      port = static_cast<std::uint16_t>(dtlaunch::core::parse_uint_var(arg, value, 65535));
     } else if (arg == "--grace") {
-      options.grace = dtlaunch::parse_seconds(arg, value, 86400);
+      options.grace = dtlaunch::core::parse_seconds(arg, value, 86400);
     } else if (arg == "--max-restarts") {
-      options.max_restarts = static_cast<std::uint32_t>(dtlaunch::parse_uint_var(arg, value));
+      options.max_restarts = static_cast<std::uint32_t>(dtlaunch::core::parse_uint_var(arg, value));
     } else if (arg == "--log-dir") {
       options.log_dir = value;
     } else {
@@ -76,15 +76,15 @@ int run(int argc, char** argv) {
   if (i >= argc) throw Error::usage("no program given after --");
   const std::vector<std::string> args(argv + i, argv + argc);
   const std::string program_path = resolve(args[0]);
-  const dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
-  if (!port) port = dtlaunch::find_free_port();
-  const std::string tag = dtlaunch::supervisor_tag();
-  options.descendant_marker = dtlaunch::supervisor_marker(tag);
+  const dtlaunch::core::EnvMap inherited = dtlaunch::core::EnvMap::from_environ(environ);
+  if (!port) port = dtlaunch::launch::find_free_port();
+  const std::string tag = dtlaunch::launch::supervisor_tag();
+  options.descendant_marker = dtlaunch::contract::supervisor_marker(tag);
 
   auto make_workers = [&](std::uint32_t restart_count) {
-    std::vector<dtlaunch::WorkerProcess> workers;
+    std::vector<dtlaunch::proc::WorkerProcess> workers;
     for (std::uint32_t local = 0; local < nproc; ++local) {
-      dtlaunch::WorkerContract contract;
+      dtlaunch::contract::WorkerContract contract;
       contract.rank = node_rank * nproc + local;
       contract.local_rank = local;
       contract.world_size = nnodes * nproc;
@@ -96,17 +96,18 @@ int run(int argc, char** argv) {
       contract.restart_count = restart_count;
       contract.max_restarts = options.max_restarts;
       contract.supervisor = tag;
-      dtlaunch::WorkerProcess w;
+      dtlaunch::proc::WorkerProcess w;
       w.rank = contract.rank;
       w.local_rank = local;
       w.program_path = program_path;
       w.argv = args;
-      w.env = dtlaunch::apply_env(inherited, dtlaunch::to_env(contract, inherited));
+      w.env =
+          dtlaunch::contract::apply_env(inherited, dtlaunch::contract::to_env(contract, inherited));
       workers.push_back(std::move(w));
     }
     return workers;
   };
-  const dtlaunch::RunResult result = dtlaunch::run_workers(make_workers, options);
+  const dtlaunch::proc::RunResult result = dtlaunch::proc::run_workers(make_workers, options);
   std::fprintf(stderr, "proc_driver: exit_status=%d restarts=%u\n", result.exit_status,
                result.restarts);
   return result.exit_status;

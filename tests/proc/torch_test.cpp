@@ -42,7 +42,7 @@ std::set<int> ranks_ok(const std::string& out, int world) {
 void run_two_nodes(const std::vector<std::string>& options, const std::vector<int>& order) {
   TempDir dir;
   become_subreaper();
-  const std::string port = std::to_string(dtlaunch::find_free_port());
+  const std::string port = std::to_string(dtlaunch::launch::find_free_port());
   std::map<int, Child> nodes;
   for (int node : order) {
     const std::string n = std::to_string(node);

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[3];
   const std::chrono::milliseconds grace(std::atol(argv[4])), timeout(std::atol(argv[5]));
   try {
-    dtlaunch::WatchJoin join("127.0.0.1", rank, world);
+    dtlaunch::cli::WatchJoin join("127.0.0.1", rank, world);
     {
       const std::string tmp = dir + "/.endpoint." + std::to_string(rank);
       std::ofstream(tmp) << join.endpoint();
@@ -44,14 +44,14 @@ int main(int argc, char** argv) {
       text << std::ifstream(path).rdbuf();
       join.ring()[r] = text.str();
     }
-    dtlaunch::WorkerProcess program;
+    dtlaunch::proc::WorkerProcess program;
     program.rank = rank;
     program.program_path = argv[6];
     program.argv.assign(argv + 6, argv + argc);
-    program.env = dtlaunch::EnvMap::from_environ(environ);
+    program.env = dtlaunch::core::EnvMap::from_environ(environ);
     program.env.set("RANK", std::to_string(rank));
     return join.run(program, timeout, grace, 42);
-  } catch (const dtlaunch::Error& e) {
+  } catch (const dtlaunch::core::Error& e) {
     std::cerr << "watch_driver: " << e.what() << "\n";
     return e.exit_status();
   }

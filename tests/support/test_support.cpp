@@ -66,18 +66,19 @@ Ranks::Ranks(const std::string& program, const std::vector<std::string>& args, i
   launched_ = options.launch;
   if (launched_.empty())
     for (int r = 0; r < world; ++r) launched_.push_back(r);
-  const std::uint16_t port = dtlaunch::find_free_port("127.0.0.1");
+  const std::uint16_t port = dtlaunch::launch::find_free_port("127.0.0.1");
   for (int r : launched_) {
-    dtlaunch::EnvMap inherited = dtlaunch::EnvMap::from_environ(environ);
+    dtlaunch::core::EnvMap inherited = dtlaunch::core::EnvMap::from_environ(environ);
     for (const std::string_view knob : kRuntimeKnobs) inherited.erase(knob);
-    dtlaunch::WorkerContract contract;
+    dtlaunch::contract::WorkerContract contract;
     contract.rank = static_cast<std::uint32_t>(r);
     contract.world_size = static_cast<std::uint32_t>(world);
     contract.local_rank = static_cast<std::uint32_t>(r);
     contract.local_world_size = static_cast<std::uint32_t>(world);
     contract.master_addr = "127.0.0.1";
     contract.master_port = port;
-    dtlaunch::EnvMap vars = dtlaunch::apply_env(inherited, dtlaunch::to_env(contract, inherited));
+    dtlaunch::core::EnvMap vars =
+        dtlaunch::contract::apply_env(inherited, dtlaunch::contract::to_env(contract, inherited));
     for (const auto& [name, value] : options.env) vars.set(name, value);
 
     std::vector<std::string> env = vars.to_strings();

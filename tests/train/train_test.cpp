@@ -260,7 +260,7 @@ TEST_CASE("train: bad input fails every rank with status 2, not a broken connect
 TEST_CASE("train: a rank of another job on our MASTER_PORT fails, our job completes",
           "[train][torch]") {
   TempDir tmp;
-  const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
+  const std::string port = std::to_string(dtlaunch::launch::find_free_port("127.0.0.1"));
   // Job B has another seed; common_args() sets --seed 1 for job A.
   const std::vector<std::string> args = {"--synthetic",          "256", "--max-steps", "3",
                                          "--rendezvous-timeout", "60"};
@@ -296,7 +296,7 @@ TEST_CASE(
   TempDir tmp;
   for (int sig : {SIGTERM, SIGUSR1}) {
     INFO("signal " << sig);
-    const std::string port = std::to_string(dtlaunch::find_free_port("127.0.0.1"));
+    const std::string port = std::to_string(dtlaunch::launch::find_free_port("127.0.0.1"));
     Ranks lone(kTrain,
                concat(common_args(tmp), {"--synthetic", "256", "--rendezvous-timeout", "60"}), 2,
                tmp.path(), "lone", RankOptions{{0}, {{"MASTER_PORT", port}}});

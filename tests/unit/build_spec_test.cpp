@@ -14,6 +14,8 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
+using dtlaunch::core::EnvMap;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
 
@@ -41,7 +43,7 @@ std::string make_plain_file() {
 int status_of(const std::function<void()>& f, std::string* message = nullptr) {
   try {
     f();
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     if (message) *message = e.what();
     return e.exit_status();
   }

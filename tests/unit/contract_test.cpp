@@ -10,6 +10,8 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::contract;
+using dtlaunch::core::EnvMap;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
 
@@ -18,7 +20,7 @@ namespace {
 struct Layout {
   const char* what;
   EnvMap env;
-  LaunchOptions options;
+  launch::LaunchOptions options;
   bool local = false;
   std::uint32_t restart_count = 0;
 };
@@ -28,8 +30,8 @@ EnvMap with(EnvMap env, std::initializer_list<std::pair<std::string, std::string
   return env;
 }
 
-LaunchOptions options(std::function<void(LaunchOptions&)> change = {}) {
-  LaunchOptions o;
+launch::LaunchOptions options(std::function<void(launch::LaunchOptions&)> change = {}) {
+  launch::LaunchOptions o;
   o.argv = {"sh", "-c", "true"};
   if (change) change(o);
   return o;
@@ -41,18 +43,19 @@ std::vector<WorkerContract> contracts_of(const Layout& layout) {
   sys.gpu_files = 0;
   std::vector<WorkerContract> out;
   if (!layout.local) {
-    const LaunchInputs in = read_inputs(layout.env, Mode::kSlurm);
-    const SlurmStep& step = *in.step;
-    const LaunchSpec spec = spec_from_slurm(in, layout.options, sys);
-    out.push_back(worker_contract(spec, {step.procid, step.localid, layout.restart_count}));
+    const launch::LaunchInputs in = launch::read_inputs(layout.env, launch::Mode::kSlurm);
+    const launch::SlurmStep& step = *in.step;
+    const launch::LaunchSpec spec = launch::spec_from_slurm(in, layout.options, sys);
+    out.push_back(launch::worker_contract(spec, {step.procid, step.localid, layout.restart_count}));
     return out;
   }
   sys.port = 40001;
-  LaunchSpec spec = spec_from_local(read_inputs(layout.env, Mode::kLocal), layout.options, sys);
+  launch::LaunchSpec spec = launch::spec_from_local(
+      launch::read_inputs(layout.env, launch::Mode::kLocal), layout.options, sys);
   spec.supervisor_tag = "1234-00112233445566778899";
   for (std::uint32_t local = 0; local < spec.local_world_size; ++local)
-    out.push_back(
-        worker_contract(spec, {spec.first_rank_on_node + local, local, layout.restart_count}));
+    out.push_back(launch::worker_contract(
+        spec, {spec.first_rank_on_node + local, local, layout.restart_count}));
   return out;
 }
 
@@ -67,24 +70,24 @@ TEST_CASE("contract: parse(apply(to_env(w))) == w for Slurm and local layouts") 
       {"srun -N3 -n6, rank 3", base, options()},
       {"srun rank 0", slurm_step_env(0, 0, 0), options()},
       {"srun rank 5", slurm_step_env(5, 1, 2), options()},
-      {"run id exported", base, options([](LaunchOptions& o) { o.export_run_id = true; })},
+      {"run id exported", base, options([](launch::LaunchOptions& o) { o.export_run_id = true; })},
       {"heterogeneous job", with(base, {{"SLURM_HET_JOB_OFFSET", "1"}}), options()},
       {"cpus per task", with(base, {{"SLURM_CPUS_PER_TASK", "7"}}), options()},
       {"an outer launch's run id and device are removed", stale, options()},
       {"two GPUs, isolated", gpus,
-       options([](LaunchOptions& o) { o.gpu_bind = GpuBind::kIsolate; })},
-      {"given master", base, options([](LaunchOptions& o) {
+       options([](launch::LaunchOptions& o) { o.gpu_bind = launch::GpuBind::kIsolate; })},
+      {"given master", base, options([](launch::LaunchOptions& o) {
          o.master_addr = "10.0.0.9";
          o.master_port = 29500;
        })},
       {"local standalone, 4 workers", local,
-       options([](LaunchOptions& o) { o.nproc_per_node = 4; }), true},
-      {"local, restarted twice of 3", local, options([](LaunchOptions& o) {
+       options([](launch::LaunchOptions& o) { o.nproc_per_node = 4; }), true},
+      {"local, restarted twice of 3", local, options([](launch::LaunchOptions& o) {
          o.nproc_per_node = 2;
          o.max_restarts = 3;
        }),
        true, 2},
-      {"local node 1 of 2 with a run id", local, options([](LaunchOptions& o) {
+      {"local node 1 of 2 with a run id", local, options([](launch::LaunchOptions& o) {
          o.nproc_per_node = 3;
          o.nnodes = 2;
          o.node_rank = 1;
@@ -171,7 +174,7 @@ TEST_CASE("contract: parse names every problem in one line") {
     std::string msg;
     try {
       parse_contract(c.env);
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       msg = e.what();
       CHECK(e.exit_status() == 2);
     }

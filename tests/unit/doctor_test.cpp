@@ -6,7 +6,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch::doctor;
-using dtlaunch::WorkerContract;
+using dtlaunch::contract::WorkerContract;
 
 namespace {
 

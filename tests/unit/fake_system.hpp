@@ -8,11 +8,11 @@
 
 namespace dtlaunch_test {
 
-class FakeSystem final : public dtlaunch::System {
+class FakeSystem final : public dtlaunch::launch::System {
  public:
   std::map<std::string, std::string> files;
   std::uint32_t gpu_files = 0;
-  std::optional<dtlaunch::PortRange> ephemeral = dtlaunch::PortRange{32768, 60999};
+  std::optional<dtlaunch::launch::PortRange> ephemeral = dtlaunch::launch::PortRange{32768, 60999};
 
   std::optional<std::string> read_file_head(const std::string& path,
                                             std::size_t max_bytes) const override {
@@ -21,11 +21,13 @@ class FakeSystem final : public dtlaunch::System {
     return it->second.substr(0, max_bytes);
   }
   std::uint32_t count_gpu_device_files() const override { return gpu_files; }
-  std::optional<dtlaunch::PortRange> ephemeral_port_range() const override { return ephemeral; }
-  dtlaunch::Topology node;
-  dtlaunch::TaskMask mask;
+  std::optional<dtlaunch::launch::PortRange> ephemeral_port_range() const override {
+    return ephemeral;
+  }
+  dtlaunch::affinity::Topology node;
+  dtlaunch::affinity::TaskMask mask;
   mutable std::optional<std::string> topology_root;  // the root the launch asked for
-  dtlaunch::Topology topology(const std::string& root) const override {
+  dtlaunch::affinity::Topology topology(const std::string& root) const override {
     topology_root = root;
     return node;
   }
@@ -36,7 +38,8 @@ class FakeSystem final : public dtlaunch::System {
     return port;
   }
   std::string random_tag() const override { return "4242-00000000deadbeef"; }
-  dtlaunch::TaskMask task_mask(const std::string&, const dtlaunch::Topology&) const override {
+  dtlaunch::affinity::TaskMask task_mask(const std::string&,
+                                         const dtlaunch::affinity::Topology&) const override {
     return mask;
   }
 };

@@ -4,6 +4,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
 using S = std::vector<std::string>;
 
 TEST_CASE("CUDA_VISIBLE_DEVICES parsing follows CUDA's rules") {
@@ -37,7 +38,7 @@ TEST_CASE("CUDA_VISIBLE_DEVICES entries CUDA cannot read are refused, naming the
     try {
       parse_visible_devices(text);
       FAIL("accepted");
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       msg = e.what();
       CHECK(e.exit_status() == 2);
     }
@@ -46,7 +47,7 @@ TEST_CASE("CUDA_VISIBLE_DEVICES entries CUDA cannot read are refused, naming the
   try {
     parse_visible_devices("1,z", "SLURM_STEP_GPUS");
     FAIL("accepted");
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     CHECK(std::string(e.what()).rfind("SLURM_STEP_GPUS='1,z': entry 'z'", 0) == 0);
   }
 }
@@ -111,7 +112,7 @@ TEST_CASE("device choice: fewer GPUs than local ranks is an error unless sharing
   try {
     check_gpu_plan(p, 4, notes);
     FAIL("accepted");
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     CHECK(e.exit_status() == 2);
     CHECK(std::string(e.what()) ==
           "2 GPU(s) (CUDA_VISIBLE_DEVICES='0,1') for 4 ranks on this node: ask Slurm for one GPU "
@@ -122,12 +123,12 @@ TEST_CASE("device choice: fewer GPUs than local ranks is an error unless sharing
   try {
     check_gpu_plan(p, 4, notes);
     FAIL("accepted");
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     CHECK(std::string(e.what()) ==
           "2 GPU(s) (CUDA_VISIBLE_DEVICES='0,1') for 4 ranks on this node: pass --nproc-per-node "
           "2 or fewer, or --allow-gpu-sharing to put several ranks on one GPU");
   }
-  CHECK_THROWS_AS(choose_device(p, 3, 4), Error);
+  CHECK_THROWS_AS(choose_device(p, 3, 4), core::Error);
   p.allow_sharing = true;
   check_gpu_plan(p, 4, notes);
   CHECK(choose_device(p, 3, 4)->index == 1);

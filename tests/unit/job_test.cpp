@@ -15,11 +15,11 @@ using namespace dtlaunch::job;
 
 namespace {
 
-EnvMap batch_env() {
-  return EnvMap{{"SLURM_JOB_ID", "77"},
-                {"SLURM_JOB_NODELIST", "cn[1-4]"},
-                {"SLURM_TASKS_PER_NODE", "2(x4)"},
-                {"SLURM_NTASKS", "8"}};
+core::EnvMap batch_env() {
+  return core::EnvMap{{"SLURM_JOB_ID", "77"},
+                      {"SLURM_JOB_NODELIST", "cn[1-4]"},
+                      {"SLURM_TASKS_PER_NODE", "2(x4)"},
+                      {"SLURM_NTASKS", "8"}};
 }
 
 Evidence evidence_of(const std::vector<std::string>& lines) {
@@ -35,7 +35,7 @@ template <class F>
 int status_of(F&& f) {
   try {
     f();
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     return e.exit_status();
   }
   return -1;
@@ -49,11 +49,11 @@ TEST_CASE("job: the allocation comes from the batch job's environment") {
   CHECK(a.nodes == std::vector<std::string>{"cn1", "cn2", "cn3", "cn4"});
   CHECK(a.tasks_per_node == 2);
 
-  EnvMap in_step = batch_env();
+  core::EnvMap in_step = batch_env();
   in_step.set("SLURM_STEP_ID", "0");
   CHECK(status_of([&] { read_allocation(in_step); }) == 2);
-  CHECK(status_of([&] { read_allocation(EnvMap{{"PATH", "/bin"}}); }) == 2);
-  EnvMap bad = batch_env();
+  CHECK(status_of([&] { read_allocation(core::EnvMap{{"PATH", "/bin"}}); }) == 2);
+  core::EnvMap bad = batch_env();
   bad.set("SLURM_JOB_NODELIST", "cn[1-");
   CHECK(status_of([&] { read_allocation(bad); }) == 2);
 }

@@ -6,6 +6,7 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
 
@@ -19,7 +20,7 @@ LaunchOptions local(std::uint32_t nproc) {
 }
 
 std::optional<std::string> value_of(const PlannedWorker& worker, std::string_view name) {
-  for (const EnvChange& change : worker.changes)
+  for (const contract::EnvChange& change : worker.changes)
     if (change.name == name) return change.value;
   return std::nullopt;
 }
@@ -55,7 +56,7 @@ TEST_CASE("plan: local mode starts every rank of its node and names them by its 
   o.node_rank = 1;
   o.master_addr = "host0";
   o.master_port = 29500;
-  const LaunchPlan p = plan(o, EnvMap{{"PATH", "/usr/bin:/bin"}}, FakeSystem());
+  const LaunchPlan p = plan(o, core::EnvMap{{"PATH", "/usr/bin:/bin"}}, FakeSystem());
   CHECK(p.mode == Mode::kLocal);
   CHECK(p.who == "node 1");
   CHECK_FALSE(p.speaks_for_job);
@@ -73,7 +74,7 @@ TEST_CASE("plan: local mode starts every rank of its node and names them by its 
 TEST_CASE("plan: a standalone launch takes its port and tag from the system, so it repeats") {
   FakeSystem sys;
   sys.port = 41234;
-  const EnvMap env{{"PATH", "/usr/bin:/bin"}};
+  const core::EnvMap env{{"PATH", "/usr/bin:/bin"}};
   const LaunchPlan first = plan(local(2), env, sys);
   const LaunchPlan second = plan(local(2), env, sys);
   CHECK(first.spec.master.port == 41234);
@@ -83,7 +84,7 @@ TEST_CASE("plan: a standalone launch takes its port and tag from the system, so 
 }
 
 TEST_CASE("plan_workers: a restart tells every worker its count") {
-  const EnvMap env{{"PATH", "/usr/bin:/bin"}};
+  const core::EnvMap env{{"PATH", "/usr/bin:/bin"}};
   LaunchOptions o = local(2);
   o.max_restarts = 3;
   const LaunchPlan p = plan(o, env, FakeSystem());
@@ -94,7 +95,7 @@ TEST_CASE("plan_workers: a restart tells every worker its count") {
 }
 
 TEST_CASE("plan: local mode inside an srun step reads the step once and starts its node's ranks") {
-  EnvMap env = slurm_step_env(1, 0, 1);
+  core::EnvMap env = slurm_step_env(1, 0, 1);
   env.set("SLURM_STEP_NUM_TASKS", "3");
   env.set("SLURM_STEP_TASKS_PER_NODE", "1(x3)");
   env.set("PATH", "/usr/bin:/bin");
@@ -113,7 +114,7 @@ TEST_CASE("plan: local mode inside an srun step reads the step once and starts i
 TEST_CASE("plan: under Slurm the restart count is the one dtlaunch job exports") {
   LaunchOptions o;
   o.argv = {"sh"};
-  EnvMap env = slurm_step_env();
+  core::EnvMap env = slurm_step_env();
   CHECK(value_of(plan(o, env, FakeSystem()).workers.at(0), "TORCHELASTIC_RESTART_COUNT") == "0");
   env.set("DTLAUNCH_RESTART_COUNT", "2");
   CHECK(value_of(plan(o, env, FakeSystem()).workers.at(0), "TORCHELASTIC_RESTART_COUNT") == "2");

@@ -6,6 +6,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
 
 TEST_CASE("port: deterministic and inside the range") {
   for (std::uint64_t job = 0; job < 2000; ++job) {
@@ -53,6 +54,6 @@ TEST_CASE("port range: parsing") {
   for (const char* bad :
        {"", "1", "1000-2000", "40000", "5-4", "30000-70000", "a-b", "2000-1999"}) {
     INFO(bad);
-    CHECK_THROWS_AS(parse_port_range("DTLAUNCH_PORT_RANGE", bad), Error);
+    CHECK_THROWS_AS(parse_port_range("DTLAUNCH_PORT_RANGE", bad), core::Error);
   }
 }

@@ -11,6 +11,8 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::contract;
+using dtlaunch::core::EnvMap;
 
 TEST_CASE("settings: one declaration per variable and owner, each printable in a table row") {
   std::set<std::pair<std::string_view, Owner>> seen;
@@ -66,7 +68,7 @@ TEST_CASE("settings: a refused value is quoted through excerpt, never raw") {
   try {
     (void)read_number(EnvMap{{"DTLAUNCH_DDP_REPORT_GRACE_MS", huge}}, setting::kReportGraceMs);
     FAIL("a 100 KB number was accepted");
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     CHECK(e.exit_status() == 2);
     CHECK(std::string(e.what()).size() < 200);
   }

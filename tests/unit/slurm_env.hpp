@@ -6,8 +6,8 @@
 namespace dtlaunch_test {
 
 // srun -N3 -n6 --ntasks-per-node=2 on node[1-3], seen by the task with the given rank.
-inline dtlaunch::EnvMap slurm_step_env(int procid = 0, int localid = 0, int nodeid = 0) {
-  return dtlaunch::EnvMap{
+inline dtlaunch::core::EnvMap slurm_step_env(int procid = 0, int localid = 0, int nodeid = 0) {
+  return dtlaunch::core::EnvMap{
       {"SLURM_JOB_ID", "4242"},
       {"SLURM_STEP_ID", "0"},
       {"SLURM_PROCID", std::to_string(procid)},

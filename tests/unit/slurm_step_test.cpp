@@ -5,13 +5,15 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
+using dtlaunch::core::EnvMap;
 using dtlaunch_test::slurm_step_env;
 
 namespace {
 std::string error_of(const EnvMap& env) {
   try {
     read_slurm_step(env);
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     CHECK(e.exit_status() == 2);
     std::string msg = e.what();
     CHECK(msg.find('\n') == std::string::npos);

@@ -3,8 +3,8 @@
 #include "core/error.hpp"
 #include "dtlaunch_catch.hpp"
 
-using dtlaunch::Error;
-using dtlaunch::parse_tasks_per_node;
+using dtlaunch::core::Error;
+using dtlaunch::launch::parse_tasks_per_node;
 using V = std::vector<std::uint32_t>;
 
 TEST_CASE("tasks per node: Slurm's compressed syntax expands per node") {

@@ -9,6 +9,7 @@
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::core;
 
 TEST_CASE("excerpt escapes what a terminal would act on and keeps valid UTF-8") {
   struct Case {

@@ -216,7 +216,8 @@ TEST_CASE("trace DIR: an empty directory, a corrupt file, other runs, the pictur
   CHECK(err.str() == "dtlaunch trace: " + dir.path() +
                          ": no flight record (*.json) in it; set DTLAUNCH_DDP_TRACE_DIR for the "
                          "job, and dump with kill -USR2 or at an error\n");
-  CHECK_THROWS_AS(run_trace({dir.path() + "/nope", TraceFormat::kText, "", ""}, out, err), Error);
+  CHECK_THROWS_AS(run_trace({dir.path() + "/nope", TraceFormat::kText, "", ""}, out, err),
+                  core::Error);
 
   const auto files = job(4, 200, 3, 2000, 3, 20000);
   for (int r = 0; r < 4; ++r)
@@ -253,6 +254,8 @@ TEST_CASE("trace DIR: an empty directory, a corrupt file, other runs, the pictur
   // --html refuses what is not a regular file and follows no symlink.
   ::symlink("/dev/null", (dir.path() + "/link.html").c_str());
   CHECK_THROWS_AS(
-      run_trace({dir.path(), TraceFormat::kText, dir.path() + "/link.html", ""}, out, err), Error);
-  CHECK_THROWS_AS(run_trace({dir.path(), TraceFormat::kText, "", "nosuchrun"}, out, err), Error);
+      run_trace({dir.path(), TraceFormat::kText, dir.path() + "/link.html", ""}, out, err),
+      core::Error);
+  CHECK_THROWS_AS(run_trace({dir.path(), TraceFormat::kText, "", "nosuchrun"}, out, err),
+                  core::Error);
 }

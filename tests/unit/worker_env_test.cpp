@@ -11,16 +11,17 @@
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
+using namespace dtlaunch::launch;
 using dtlaunch_test::FakeSystem;
 using dtlaunch_test::slurm_step_env;
 
 namespace {
-LaunchSpec spec_for(const EnvMap& env, LaunchOptions o = {}) {
+LaunchSpec spec_for(const core::EnvMap& env, LaunchOptions o = {}) {
   FakeSystem sys;
   if (o.argv.empty()) o.argv = {"sh", "-c", "echo $RANK"};
   return spec_from_slurm(read_inputs(env, Mode::kSlurm), o, sys);
 }
-std::map<std::string, std::string> as_map(const EnvDelta& d) {
+std::map<std::string, std::string> as_map(const contract::EnvDelta& d) {
   std::map<std::string, std::string> m;
   for (const auto& c : d) m[c.name] = c.value.value_or("<unset>");
   return m;
@@ -28,11 +29,11 @@ std::map<std::string, std::string> as_map(const EnvDelta& d) {
 }  // namespace
 
 TEST_CASE("worker env: the torchrun contract for a task of an srun step") {
-  EnvMap env = slurm_step_env(3, 1, 1);
+  core::EnvMap env = slurm_step_env(3, 1, 1);
   LaunchSpec spec = spec_for(env);
-  EnvDelta delta = build_worker_env(spec, WorkerInfo{3, 1, 0}, env);
+  contract::EnvDelta delta = build_worker_env(spec, WorkerInfo{3, 1, 0}, env);
   const std::string port = std::to_string(master_port_for(4242, 0, 0));
-  const EnvDelta expected = {
+  const contract::EnvDelta expected = {
       {"RANK", "3"},
       {"LOCAL_RANK", "1"},
       {"WORLD_SIZE", "6"},
@@ -56,7 +57,7 @@ TEST_CASE("worker env: the torchrun contract for a task of an srun step") {
 }
 
 TEST_CASE("worker env: every exported name is in the contract table, in table order") {
-  EnvMap env = slurm_step_env(1, 1, 0);
+  core::EnvMap env = slurm_step_env(1, 1, 0);
   env.set("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b");
   env.set("TORCHELASTIC_USE_AGENT_STORE", "True");
   LaunchOptions o;
@@ -66,12 +67,12 @@ TEST_CASE("worker env: every exported name is in the contract table, in table or
   CHECK_FALSE(spec.supervisor_tag);  // a Slurm spec: the step's cgroup sweeps, not dtlaunch
   spec.supervisor_tag = "4242-00000000deadbeef";  // what the local mode's shell adds
   spec.affinity.export_device_order = true;       // what --cpu-bind adds
-  EnvDelta delta = build_worker_env(spec, WorkerInfo{1, 1, 0}, env);
+  contract::EnvDelta delta = build_worker_env(spec, WorkerInfo{1, 1, 0}, env);
 
   std::vector<std::string> table;
-  for (const ExportedVar& v : exported_vars()) table.emplace_back(v.name);
+  for (const contract::ExportedVar& v : contract::exported_vars()) table.emplace_back(v.name);
   std::size_t last = 0;
-  for (const EnvChange& c : delta) {
+  for (const contract::EnvChange& c : delta) {
     if (!c.value) continue;
     auto it = std::find(table.begin(), table.end(), c.name);
     INFO(c.name);
@@ -92,21 +93,22 @@ TEST_CASE("worker env: every exported name is in the contract table, in table or
 }
 
 TEST_CASE("worker env: share mode keeps the visible list and exports the index") {
-  EnvMap env = slurm_step_env(1, 1, 0);
+  core::EnvMap env = slurm_step_env(1, 1, 0);
   env.set("CUDA_VISIBLE_DEVICES", "4,5");
   auto m = as_map(build_worker_env(spec_for(env), WorkerInfo{1, 1, 0}, env));
   CHECK(m["DTLAUNCH_CUDA_DEVICE"] == "1");
   CHECK(m.count("CUDA_VISIBLE_DEVICES") == 0);
-  CHECK(apply_env(env, build_worker_env(spec_for(env), WorkerInfo{1, 1, 0}, env))
+  CHECK(contract::apply_env(env, build_worker_env(spec_for(env), WorkerInfo{1, 1, 0}, env))
             .get("CUDA_VISIBLE_DEVICES") == "4,5");
 }
 
 TEST_CASE("worker env: the user's settings are kept, a stale device index is removed") {
-  EnvMap env = slurm_step_env();
+  core::EnvMap env = slurm_step_env();
   env.set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0");
   env.set("OMP_NUM_THREADS", "7");
   env.set("DTLAUNCH_CUDA_DEVICE", "5");
-  EnvMap out = apply_env(env, build_worker_env(spec_for(env), WorkerInfo{0, 0, 0}, env));
+  core::EnvMap out =
+      contract::apply_env(env, build_worker_env(spec_for(env), WorkerInfo{0, 0, 0}, env));
   CHECK(out.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
   CHECK(out.get("OMP_NUM_THREADS") == "7");
   CHECK_FALSE(out.get("DTLAUNCH_CUDA_DEVICE"));
@@ -114,7 +116,7 @@ TEST_CASE("worker env: the user's settings are kept, a stale device index is rem
 }
 
 TEST_CASE("dry-run rendering: shell lines reproduce the launch, JSON is well-formed") {
-  EnvDelta d = {{"RANK", "0"}, {"WEIRD", "it's $HOME"}, {"GONE", std::nullopt}};
+  contract::EnvDelta d = {{"RANK", "0"}, {"WEIRD", "it's $HOME"}, {"GONE", std::nullopt}};
   std::string shell = render_shell({{0, 0, d, std::nullopt, {}}}, {"./train", "--lr", "0.1 x"});
   CHECK(shell ==
         "export RANK='0'\n"
@@ -128,11 +130,11 @@ TEST_CASE("dry-run rendering: shell lines reproduce the launch, JSON is well-for
 }
 
 TEST_CASE("dry-run rendering of a binding: a comment line, and cpus/mems/mem_policy in JSON") {
-  Binding b;
-  b.cpus = *CpuSet::parse("0-3,8-11");
-  b.mems = *CpuSet::parse("0");
-  b.policy = MemPolicy::kPreferred;
-  EnvDelta d = {{"RANK", "1"}};
+  affinity::Binding b;
+  b.cpus = *affinity::CpuSet::parse("0-3,8-11");
+  b.mems = *affinity::CpuSet::parse("0");
+  b.policy = affinity::MemPolicy::kPreferred;
+  contract::EnvDelta d = {{"RANK", "1"}};
   CHECK(render_shell({{1, 1, d, b, {}}}, {"./train"}) ==
         "# cpus 0-3,8-11 mems preferred:0\n"
         "export RANK='1'\n"
@@ -141,7 +143,7 @@ TEST_CASE("dry-run rendering of a binding: a comment line, and cpus/mems/mem_pol
         "{\"argv\": [\"./train\"], \"workers\": [{\"rank\": 1, \"local_rank\": 1, "
         "\"cpus\": \"0-3,8-11\", \"mems\": \"0\", \"mem_policy\": \"preferred\", "
         "\"set\": {\"RANK\": \"1\"}, \"unset\": []}]}\n");
-  b.policy = MemPolicy::kNone;
-  b.mems = CpuSet();
+  b.policy = affinity::MemPolicy::kNone;
+  b.mems = affinity::CpuSet();
   CHECK(render_shell({{1, 1, d, b, {}}}, {"./train"}).starts_with("# cpus 0-3,8-11 mems none\n"));
 }

@@ -15,18 +15,19 @@ extern char** environ;
 namespace dtlaunch::ddp {
 namespace {
 
-WorkerEnv from_env_map(const EnvMap& vars) {
+WorkerEnv from_env_map(const core::EnvMap& vars) {
   // USE_LIBUV and GLOO_SOCKET_IFNAME are the runtime's own knobs, not the launcher's contract;
   // a bad USE_LIBUV is still named in the same line as the contract's problems.
   std::vector<std::string> problems;
-  const auto use_libuv = read_text(vars, setting::kUseLibuv);
+  const auto use_libuv = contract::read_text(vars, contract::setting::kUseLibuv);
   if (use_libuv)
-    if (std::string problem = setting_problem(setting::kUseLibuv, *use_libuv); !problem.empty())
+    if (std::string problem = contract::setting_problem(contract::setting::kUseLibuv, *use_libuv);
+        !problem.empty())
       problems.push_back(std::move(problem));
-  WorkerContract contract;
+  contract::WorkerContract contract;
   try {
-    contract = parse_contract(vars, problems);
-  } catch (const dtlaunch::Error& e) {
+    contract = contract::parse_contract(vars, problems);
+  } catch (const core::Error& e) {
     throw Error(ErrorKind::kConfig, std::string("dtlaunch ddp: ") + e.what());
   }
   WorkerEnv env;
@@ -38,8 +39,10 @@ WorkerEnv from_env_map(const EnvMap& vars) {
   env.device_index = static_cast<int>(contract.device.value_or(contract.local_rank));
   env.master_addr = contract.master_addr;
   env.master_port = contract.master_port;
-  env.gloo_socket_ifname = read_text(vars, setting::kGlooSocketIfname).value_or("");
-  env.store_use_libuv = use_libuv.value_or(std::string(setting::kUseLibuv.fallback)) == "1";
+  env.gloo_socket_ifname =
+      contract::read_text(vars, contract::setting::kGlooSocketIfname).value_or("");
+  env.store_use_libuv =
+      use_libuv.value_or(std::string(contract::setting::kUseLibuv.fallback)) == "1";
   env.run_id = contract.dtlaunch_run_id.value_or("");
   return env;
 }
@@ -47,29 +50,29 @@ WorkerEnv from_env_map(const EnvMap& vars) {
 }  // namespace
 
 WorkerEnv WorkerEnv::from_variables(const std::map<std::string, std::string>& vars) {
-  EnvMap env;
+  core::EnvMap env;
   for (const auto& [name, value] : vars) env.set(name, value);
   return from_env_map(env);
 }
 
 WorkerEnv WorkerEnv::from_environment() {
-  return from_env_map(EnvMap::from_environ(environ));
+  return from_env_map(core::EnvMap::from_environ(environ));
 }
 
-constexpr Named<Backend> kBackendNames[] = {
+constexpr core::Named<Backend> kBackendNames[] = {
     {Backend::kAuto, "auto"}, {Backend::kGloo, "gloo"}, {Backend::kNccl, "nccl"}};
 
 const char* to_string(Backend backend) noexcept {
-  return name_of(backend, kBackendNames).data();
+  return core::name_of(backend, kBackendNames).data();
 }
 
-constexpr Named<ReduceOp> kReduceOpNames[] = {{ReduceOp::kSum, "sum"},
-                                              {ReduceOp::kAvg, "avg"},
-                                              {ReduceOp::kMin, "min"},
-                                              {ReduceOp::kMax, "max"}};
+constexpr core::Named<ReduceOp> kReduceOpNames[] = {{ReduceOp::kSum, "sum"},
+                                                    {ReduceOp::kAvg, "avg"},
+                                                    {ReduceOp::kMin, "min"},
+                                                    {ReduceOp::kMax, "max"}};
 
 const char* to_string(ReduceOp op) noexcept {
-  return name_of(op, kReduceOpNames).data();
+  return core::name_of(op, kReduceOpNames).data();
 }
 
 }  // namespace dtlaunch::ddp

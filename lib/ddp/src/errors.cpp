@@ -7,24 +7,24 @@
 
 namespace dtlaunch::ddp {
 
-constexpr Named<ErrorKind> kErrorKindNames[] = {{ErrorKind::kConfig, "config"},
-                                                {ErrorKind::kTimeout, "timeout"},
-                                                {ErrorKind::kPeerLost, "peer-lost"},
-                                                {ErrorKind::kMismatch, "mismatch"},
-                                                {ErrorKind::kBackend, "backend"}};
+constexpr core::Named<ErrorKind> kErrorKindNames[] = {{ErrorKind::kConfig, "config"},
+                                                      {ErrorKind::kTimeout, "timeout"},
+                                                      {ErrorKind::kPeerLost, "peer-lost"},
+                                                      {ErrorKind::kMismatch, "mismatch"},
+                                                      {ErrorKind::kBackend, "backend"}};
 
 const char* to_string(ErrorKind kind) noexcept {
-  return name_of(kind, kErrorKindNames, "backend").data();
+  return core::name_of(kind, kErrorKindNames, "backend").data();
 }
 
 namespace detail {
 
 std::string first_line(const std::exception& e) {
-  return std::string(dtlaunch::first_line(e.what()));
+  return std::string(core::first_line(e.what()));
 }
 
 std::string seconds_text(std::chrono::milliseconds ms) {
-  return dtlaunch::seconds_text(ms);
+  return core::seconds_text(ms);
 }
 
 std::string hex_bytes(const std::string& b) {
@@ -40,7 +40,7 @@ std::string hex_bytes(const std::string& b) {
 }
 
 std::string format_ranks(const std::vector<int>& ranks, size_t limit) {
-  return compact_ranges(std::vector<std::uint32_t>(ranks.begin(), ranks.end()), limit);
+  return core::compact_ranges(std::vector<std::uint32_t>(ranks.begin(), ranks.end()), limit);
 }
 
 ErrorKind classify_backend_failure(const std::string& message) {

@@ -79,7 +79,7 @@ std::string differences(const std::vector<int64_t>& a, const std::vector<int64_t
   if (a[1] == b[1] && a[3] != b[3]) what.push_back("dtype");
   if (a[1] == b[1] && !std::equal(a.begin() + 5, a.end(), b.begin() + 5)) what.push_back("shape");
   if (a[1] == b[1] && a[4] != b[4]) what.push_back("root");
-  return join(what, ", ");
+  return core::join(what, ", ");
 }
 
 // The backend's work, with its end recorded and its failure turned into the runtime's error.

@@ -61,7 +61,7 @@ std::string hostname() {
 
 }  // namespace
 
-constexpr Named<at::ScalarType> kDtypeNames[] = {
+constexpr core::Named<at::ScalarType> kDtypeNames[] = {
     {at::kFloat, "float32"},     {at::kDouble, "float64"}, {at::kHalf, "float16"},
     {at::kBFloat16, "bfloat16"}, {at::kLong, "int64"},     {at::kInt, "int32"},
     {at::kShort, "int16"},       {at::kChar, "int8"},      {at::kByte, "uint8"},
@@ -70,7 +70,7 @@ constexpr Named<at::ScalarType> kDtypeNames[] = {
 std::string dtype_name(int8_t dtype) {
   if (dtype < 0) return "";
   const auto type = static_cast<at::ScalarType>(dtype);
-  return std::string(name_of(type, kDtypeNames, c10::toString(type)));
+  return std::string(core::name_of(type, kDtypeNames, c10::toString(type)));
 }
 
 namespace {
@@ -86,7 +86,7 @@ std::string signature_text(const CollectiveRecord& r) {
 }
 
 std::string seconds_2(double s) {
-  return seconds_fixed(s, 2);
+  return core::seconds_fixed(s, 2);
 }
 
 // A rank's position, as published: "seq\nstate\nsignature\nhost\nlocal_rank\nage_ms".
@@ -139,13 +139,13 @@ std::string name_ranks(const std::vector<int>& ranks,
   return out + (ranks.size() > 3 ? ", ...)" : ")");
 }
 
-constexpr Named<CollectiveRecord::State> kStateNames[] = {
+constexpr core::Named<CollectiveRecord::State> kStateNames[] = {
     {CollectiveRecord::State::kStarted, "started"},
     {CollectiveRecord::State::kCompleted, "completed"},
     {CollectiveRecord::State::kFailed, "failed"}};
 
 const char* state_name(CollectiveRecord::State s) {
-  return name_of(s, kStateNames, "started").data();
+  return core::name_of(s, kStateNames, "started").data();
 }
 
 // A run id as part of a file name: [A-Za-z0-9._-] kept, anything else '_', at most 64 bytes.
@@ -294,13 +294,13 @@ bool install_dump_signal() {
 
 }  // namespace
 
-constexpr Named<Op> kOpNames[] = {{Op::kAllReduce, "all_reduce"},
-                                  {Op::kBroadcast, "broadcast"},
-                                  {Op::kAllGather, "all_gather"},
-                                  {Op::kBarrier, "barrier"}};
+constexpr core::Named<Op> kOpNames[] = {{Op::kAllReduce, "all_reduce"},
+                                        {Op::kBroadcast, "broadcast"},
+                                        {Op::kAllGather, "all_gather"},
+                                        {Op::kBarrier, "barrier"}};
 
 const char* op_name(Op op) noexcept {
-  return name_of(op, kOpNames, "collective").data();
+  return core::name_of(op, kOpNames, "collective").data();
 }
 
 std::string describe(const CollectiveRecord& r) {
@@ -315,25 +315,25 @@ milliseconds default_grace(int world_size) {
   return 2 * watch_interval(world_size) + milliseconds(500);
 }
 
-static_assert(setting::kTraceEntries.max == kMaxTraceEntries);
+static_assert(contract::setting::kTraceEntries.max == kMaxTraceEntries);
 
-MonitorSettings MonitorSettings::read(const EnvMap& env, int world_size) {
-  namespace v = setting;
+MonitorSettings MonitorSettings::read(const core::EnvMap& env, int world_size) {
+  namespace v = contract::setting;
   MonitorSettings s;
-  if (auto n = read_number(env, v::kTraceEntries)) s.trace_entries = *n;
-  s.trace_dir = read_text(env, v::kTraceDir).value_or("");
-  s.trace_at_exit = read_switch(env, v::kTraceAtExit, false);
-  s.dump_signal = read_switch(env, v::kDumpSignal, true);
-  if (auto id = read_text(env, v::kRunId)) s.run_id = file_name_part(*id);
+  if (auto n = contract::read_number(env, v::kTraceEntries)) s.trace_entries = *n;
+  s.trace_dir = contract::read_text(env, v::kTraceDir).value_or("");
+  s.trace_at_exit = contract::read_switch(env, v::kTraceAtExit, false);
+  s.dump_signal = contract::read_switch(env, v::kDumpSignal, true);
+  if (auto id = contract::read_text(env, v::kRunId)) s.run_id = file_name_part(*id);
   // A restart of the local supervisor, or a requeue of the Slurm job (whose run id stays).
-  for (const Setting* count : {&v::kTorchelasticRestartCount, &v::kSlurmRestartCount})
-    if (auto n = parse_uint(read_text(env, *count).value_or(""), 999'999))
+  for (const contract::Setting* count : {&v::kTorchelasticRestartCount, &v::kSlurmRestartCount})
+    if (auto n = core::parse_uint(contract::read_text(env, *count).value_or(""), 999'999))
       s.attempt += static_cast<int>(*n);
-  s.check = read_switch(env, v::kCheck, false);
-  s.timeline = read_switch(env, v::kTimeline, false);
+  s.check = contract::read_switch(env, v::kCheck, false);
+  s.timeline = contract::read_switch(env, v::kTimeline, false);
   s.grace = default_grace(world_size);
-  if (auto g = read_number(env, v::kReportGraceMs)) s.grace = milliseconds(*g);
-  if (auto t = read_number(env, v::kHeartbeatTimeout))
+  if (auto g = contract::read_number(env, v::kReportGraceMs)) s.grace = milliseconds(*g);
+  if (auto t = contract::read_number(env, v::kHeartbeatTimeout))
     s.heartbeat_timeout = std::chrono::seconds(*t);
   return s;
 }
@@ -535,13 +535,13 @@ bool write_all(int fd, const std::string& data) {
   return true;
 }
 
-constexpr Named<DumpKind> kDumpKindNames[] = {{DumpKind::kError, "error"},
-                                              {DumpKind::kRequest, "request"},
-                                              {DumpKind::kSignal, "signal"},
-                                              {DumpKind::kExit, "exit"}};
+constexpr core::Named<DumpKind> kDumpKindNames[] = {{DumpKind::kError, "error"},
+                                                    {DumpKind::kRequest, "request"},
+                                                    {DumpKind::kSignal, "signal"},
+                                                    {DumpKind::kExit, "exit"}};
 
 const char* kind_name(DumpKind kind) {
-  return name_of(kind, kDumpKindNames, "request").data();
+  return core::name_of(kind, kDumpKindNames, "request").data();
 }
 
 std::string json_entry(const CollectiveRecord& r) {
@@ -605,12 +605,13 @@ std::string publish(const std::string& tmp, std::string path, const std::string&
 std::string Monitor::record_head(const std::string& reason, DumpKind kind) const {
   const bool clock_known = clock_->known;
   return "{\"format\": \"dtlaunch-flight-record\", \"version\": 2, \"run_id\": " +
-         json_quote(settings_.run_id) + ", \"attempt\": " + std::to_string(settings_.attempt) +
+         core::json_quote(settings_.run_id) +
+         ", \"attempt\": " + std::to_string(settings_.attempt) +
          ", \"rank\": " + std::to_string(env_.rank) +
          ", \"world_size\": " + std::to_string(env_.world_size) +
          ", \"local_rank\": " + std::to_string(env_.local_rank) +
-         ", \"host\": " + json_quote(host_) + ", \"kind\": \"" + kind_name(kind) +
-         "\", \"reason\": " + json_quote(reason) +
+         ", \"host\": " + core::json_quote(host_) + ", \"kind\": \"" + kind_name(kind) +
+         "\", \"reason\": " + core::json_quote(reason) +
          ", \"dumped_at_us\": " + std::to_string(now_us()) + ", \"clock_offset_us\": " +
          (clock_known ? std::to_string(clock_->offset_us.load()) : "null") +
          ", \"clock_error_us\": " +
@@ -632,7 +633,7 @@ std::string Monitor::write_file(const std::string& reason, DumpKind kind) const 
       std::fprintf(stderr,
                    "dtlaunch ddp: rank %d: the flight recorder was not written to '%s': %s (no "
                    "further warning)\n",
-                   env_.rank, excerpt(path, 200).c_str(), what.c_str());
+                   env_.rank, core::excerpt(path, 200).c_str(), what.c_str());
     return "";
   };
   std::error_code ec;

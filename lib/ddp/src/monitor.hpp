@@ -15,9 +15,9 @@
 
 #include "dtlaunch/ddp.h"
 
-namespace dtlaunch {
+namespace dtlaunch::core {
 class EnvMap;  // core/env_map.hpp, which the runtime's tests cannot include
-}  // namespace dtlaunch
+}  // namespace dtlaunch::core
 
 namespace dtlaunch::ddp::detail {
 
@@ -48,8 +48,8 @@ struct MonitorSettings {
   // (peer_watch.hpp); 0: no heartbeat.
   std::chrono::milliseconds heartbeat_timeout{10000};
 
-  // Throws dtlaunch::Error naming a malformed variable (RuntimeSettings::read, settings.hpp).
-  static MonitorSettings read(const EnvMap& env, int world_size);
+  // Throws dtlaunch::core::Error naming a malformed variable (RuntimeSettings::read, settings.hpp).
+  static MonitorSettings read(const core::EnvMap& env, int world_size);
 };
 
 // 88 bytes a slot: the ring's cost is entries x 88 bytes once full, allocated as entries arrive.

@@ -57,9 +57,9 @@ void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& tensor
 // activations then come back as fresh pages, one fault per 4 KiB. A user's own setting wins.
 void keep_step_memory() {
 #if defined(__GLIBC__)
-  if (!detail::set_in_environment(setting::kMallocMmapThreshold))
+  if (!detail::set_in_environment(contract::setting::kMallocMmapThreshold))
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  if (!detail::set_in_environment(setting::kMallocTrimThreshold))
+  if (!detail::set_in_environment(contract::setting::kMallocTrimThreshold))
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
 }

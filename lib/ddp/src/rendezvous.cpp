@@ -107,7 +107,8 @@ std::optional<Identity> parse_record(const std::string& rec) {
 
 // A peer's run id is untrusted text: escaped and bounded like every value dtlaunch echoes.
 std::string describe(const Identity& id) {
-  return "run '" + excerpt(id.run_id, 128) + "' (world " + std::to_string(id.world_size) + ")";
+  return "run '" + core::excerpt(id.run_id, 128) + "' (world " + std::to_string(id.world_size) +
+         ")";
 }
 
 // The message both sides print when a rank of another job reached this rendezvous.
@@ -365,7 +366,7 @@ Error from_failure_record(const std::string& rec) {
 
 // A peer's text as one line of reasonable length, its control characters escaped.
 std::string one_line(const std::string& s) {
-  return excerpt(s.substr(0, s.find('\n')), 2000, '"');
+  return core::excerpt(s.substr(0, s.find('\n')), 2000, '"');
 }
 
 }  // namespace
@@ -686,11 +687,11 @@ class Rendezvous {
       differ.push_back(r);
     }
     if (!differ.empty())
-      throw fail_all(
-          Error(ErrorKind::kConfig,
-                "dtlaunch ddp: the ranks' settings differ: rank 0 has '" + excerpt(agreed_, 200) +
-                    "', rank" + (differ.size() > 1 ? "s " : " ") + format_ranks(differ) + " '" +
-                    excerpt(theirs_text, 200) + "'; set these variables the same on every rank"));
+      throw fail_all(Error(
+          ErrorKind::kConfig,
+          "dtlaunch ddp: the ranks' settings differ: rank 0 has '" + core::excerpt(agreed_, 200) +
+              "', rank" + (differ.size() > 1 ? "s " : " ") + format_ranks(differ) + " '" +
+              core::excerpt(theirs_text, 200) + "'; set these variables the same on every rank"));
   }
 
   Error timed_out() {
@@ -749,7 +750,7 @@ class Rendezvous {
                                            " connected, but the peer there did not answer as a "
                                            "c10d TCPStore (is MASTER_PORT another program's "
                                            "port?): " +
-                                           excerpt(first_line(e), 200, '"'));
+                                           core::excerpt(first_line(e), 200, '"'));
     }
     if (watchdog_->fired())
       return Error(ErrorKind::kTimeout, where_ + " failed on " + me_ +
@@ -767,7 +768,7 @@ class Rendezvous {
                                            ": the peer there sent a reply that is not the c10d "
                                            "TCPStore protocol (is MASTER_PORT another program's "
                                            "port?): " +
-                                           excerpt(line, 200, '"'));
+                                           core::excerpt(line, 200, '"'));
     return Error(ErrorKind::kPeerLost, where_ + " failed on " + me_ + " after " +
                                            std::to_string(arrived_) + " of " +
                                            std::to_string(env_.world_size) +

@@ -16,13 +16,13 @@ struct RuntimeSettings {
       true;  // DTLAUNCH_DDP_SHM (InitOptions::shm_all_reduce can only turn it off)
 
   // Throws Error(kConfig) with one line naming a malformed variable and quoting its value.
-  static RuntimeSettings read(const EnvMap& env, int world_size);
+  static RuntimeSettings read(const core::EnvMap& env, int world_size);
   static RuntimeSettings from_environment(int world_size);
 };
 
 // Whether the process environment has `setting`, even empty: glibc reads its malloc tunables
 // (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) at start-up, before any settings value exists,
 // and DistributedDataParallel leaves a tunable the user set alone.
-bool set_in_environment(const Setting& setting);
+bool set_in_environment(const contract::Setting& setting);
 
 }  // namespace dtlaunch::ddp::detail
