@@ -25,16 +25,13 @@
 #include <tuple>
 
 #include "contract/settings.hpp"
-#include "core/parse.hpp"
 #include "core/names.hpp"
+#include "core/parse.hpp"
 #include "core/text.hpp"
 #include "internal.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
 
 const std::string kAsksKey = "dtlaunch/diag/asks";
 // How many ranks are reporting now: rank 0, which hosts the store, stays until they are done.

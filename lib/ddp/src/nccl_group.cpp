@@ -23,7 +23,6 @@
 namespace dtlaunch::ddp::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 const std::string kUniqueIdKey = "dtlaunch/nccl/unique_id";
 
 [[noreturn]] void fail(const std::string& what, ErrorKind kind = ErrorKind::kBackend) {

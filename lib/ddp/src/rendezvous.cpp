@@ -48,9 +48,6 @@
 namespace dtlaunch::ddp::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-
 const std::string kCountKey = "dtlaunch/rdzv/count";
 const std::string kFailedKey = "dtlaunch/rdzv/failed";
 const std::string kAckKey = "dtlaunch/rdzv/failed_seen";

@@ -48,9 +48,6 @@
 namespace dtlaunch::ddp::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-
 constexpr uint64_t kMagic = 0x316d68732d6c7464;  // "dtl-shm1"
 constexpr size_t kLineBytes = 128;               // two cache lines: no false sharing with prefetch
 constexpr size_t kPageBytes = 4096;
