@@ -36,6 +36,15 @@ std::string first_host(std::string_view expr) {
   return {};
 }
 
+// How an error names the MASTER_ADDR that dtlaunch derived itself, for its value.
+const std::string kMasterAddrFromNodeList =
+    std::string(setting::kMasterAddr.name) + " derived from the step's node list";
+
+// "NAME=value": how a note or an error says what a variable holds or is given.
+std::string assignment(const Setting& setting, std::string_view value) {
+  return std::string(setting.name) + "=" + std::string(value);
+}
+
 void note(LaunchSpec& spec, Note::Level level, bool rank0_only, std::string text) {
   spec.notes.push_back({level, rank0_only, std::move(text)});
 }
@@ -56,7 +65,7 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
 
   const std::string ask = "; pass --master-addr HOST (the node that runs rank 0)";
   if (!step.hostfile)
-    throw Error::inconsistent("SLURM_DISTRIBUTION=" + excerpt(step.distribution) +
+    throw Error::inconsistent(assignment(setting::kSlurmDistribution, excerpt(step.distribution)) +
                               " but SLURM_HOSTFILE is not set, so the node of rank 0 is unknown" +
                               ask);
   // Only the first host matters, and it is near the top: a bounded read, so that a hostfile
@@ -86,8 +95,8 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
     try {
       first = first_host(line);
     } catch (const Error& e) {
-      throw Error(ExitCode::kBadInput, "SLURM_HOSTFILE='" + excerpt(*step.hostfile) + "' line " +
-                                           num(line_number) + ": " + e.what());
+      throw Error(ExitCode::kBadInput, quoted_value(setting::kSlurmHostfile, *step.hostfile) +
+                                           " line " + num(line_number) + ": " + e.what());
     }
     if (first.empty()) continue;
     auto it = std::find(step.hosts.begin(), step.hosts.end(), first);
@@ -134,17 +143,20 @@ void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const La
     if (options.master_addr->empty()) throw Error::usage("--master-addr: empty address");
     check_master_addr("--master-addr", *options.master_addr);
     spec.master.addr = *options.master_addr;
-    note(spec, Note::Level::kInfo, true, "MASTER_ADDR=" + spec.master.addr + " from --master-addr");
+    note(spec, Note::Level::kInfo, true,
+         assignment(setting::kMasterAddr, spec.master.addr) + " from --master-addr");
   } else if (const auto& inherited = in.master_addr) {
     check_master_addr(setting::kMasterAddr.name, *inherited);
     spec.master.addr = std::string(*inherited);
     note(spec, Note::Level::kInfo, true,
-         "MASTER_ADDR=" + spec.master.addr + " kept: it was already set in the environment");
+         assignment(setting::kMasterAddr, spec.master.addr) +
+             " kept: it was already set in the environment");
   } else {
     spec.master.addr = derived();
     check_master_addr(derived_source, spec.master.addr);
-    note(spec, Note::Level::kDebug, true,
-         "MASTER_ADDR=" + spec.master.addr + " (" + std::string(derived_why) + ")");
+    note(
+        spec, Note::Level::kDebug, true,
+        assignment(setting::kMasterAddr, spec.master.addr) + " (" + std::string(derived_why) + ")");
   }
 }
 
@@ -154,13 +166,14 @@ bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const Laun
     if (*options.master_port == 0) throw Error::usage("--master-port: 0 is not a port");
     spec.master.port = *options.master_port;
     note(spec, Note::Level::kInfo, true,
-         "MASTER_PORT=" + num(spec.master.port) + " from --master-port");
+         assignment(setting::kMasterPort, num(spec.master.port)) + " from --master-port");
     return true;
   }
   if (const auto& inherited = in.master_port) {
     spec.master.port = parse_port(setting::kMasterPort.name, *inherited);
     note(spec, Note::Level::kInfo, true,
-         "MASTER_PORT=" + num(spec.master.port) + " kept: it was already set in the environment");
+         assignment(setting::kMasterPort, num(spec.master.port)) +
+             " kept: it was already set in the environment");
     return true;
   }
   return false;
@@ -178,15 +191,15 @@ void choose_slurm_port(LaunchSpec& spec, const SlurmStep& step, const LaunchOpti
   PortRange range = port_range(options, in);
   spec.master.port = master_port_for(step.job_id, step.step_id, step.het_offset, range);
   note(spec, Note::Level::kDebug, true,
-       "MASTER_PORT=" + num(spec.master.port) + " (job " + num(step.job_id) + ", step " +
-           num(step.step_id) + ", in " + num(range.lo) + "-" + num(range.hi) + ")");
+       assignment(setting::kMasterPort, num(spec.master.port)) + " (job " + num(step.job_id) +
+           ", step " + num(step.step_id) + ", in " + num(range.lo) + "-" + num(range.hi) + ")");
   // Said by the first task of every node, since the ephemeral range is a per-node setting.
   if (auto eph = system.ephemeral_port_range(); eph && eph->overlaps(range) && step.localid == 0)
     note(spec, Note::Level::kWarn, false,
          "port range " + num(range.lo) + "-" + num(range.hi) +
              " overlaps this node's ephemeral range " + num(eph->lo) + "-" + num(eph->hi) +
-             " (/proc/sys/net/ipv4/ip_local_port_range): set DTLAUNCH_PORT_RANGE to a range "
-             "outside it on every node");
+             " (/proc/sys/net/ipv4/ip_local_port_range): set " +
+             std::string(setting::kPortRange.name) + " to a range outside it on every node");
 }
 
 GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, const System& system,
@@ -202,7 +215,7 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, cons
   if (const auto& cvd = in.cuda_visible_devices) {
     plan.visible = parse_visible_devices(*cvd);
     plan.from_cuda_visible_devices = true;
-    plan.counted_from = "CUDA_VISIBLE_DEVICES='" + excerpt(*cvd) + "'" + narrowed;
+    plan.counted_from = quoted_value(setting::kCudaVisibleDevices, *cvd) + narrowed;
     if (options.gpus_per_node) {
       if (*options.gpus_per_node > plan.visible.size())
         throw Error::bad_env(
@@ -221,11 +234,11 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, cons
     } else if (const auto& step_gpus = in.slurm_step_gpus) {
       count = static_cast<std::uint32_t>(
           parse_visible_devices(*step_gpus, setting::kSlurmStepGpus.name).size());
-      plan.counted_from = "SLURM_STEP_GPUS='" + excerpt(*step_gpus) + "'";
+      plan.counted_from = quoted_value(setting::kSlurmStepGpus, *step_gpus);
     } else if (const auto& job_gpus = in.slurm_job_gpus) {
       count = static_cast<std::uint32_t>(
           parse_visible_devices(*job_gpus, setting::kSlurmJobGpus.name).size());
-      plan.counted_from = "SLURM_JOB_GPUS='" + excerpt(*job_gpus) + "'";
+      plan.counted_from = quoted_value(setting::kSlurmJobGpus, *job_gpus);
     } else {
       count = system.count_gpu_device_files();
       plan.counted_from = "/dev/nvidia0.." + num(count ? count - 1 : 0) + " on this node";
@@ -246,13 +259,16 @@ std::string slurm_dtlaunch_run_id(const SlurmStep& step) {
 void choose_omp(LaunchSpec& spec, const LaunchInputs& in,
                 std::optional<std::string> cpus_per_task) {
   if (const auto& omp = in.omp_num_threads) {
-    note(spec, Note::Level::kInfo, true, "OMP_NUM_THREADS=" + std::string(*omp) + " kept");
+    note(spec, Note::Level::kInfo, true,
+         assignment(setting::kOmpNumThreads, excerpt(*omp)) + " kept");
     return;
   }
   spec.omp_num_threads = cpus_per_task ? *cpus_per_task : std::string("1");
   note(spec, Note::Level::kInfo, true,
-       "OMP_NUM_THREADS=" + *spec.omp_num_threads +
-           (cpus_per_task ? " from SLURM_CPUS_PER_TASK" : " (not set; SLURM_CPUS_PER_TASK unset)"));
+       assignment(setting::kOmpNumThreads, *spec.omp_num_threads) +
+           (cpus_per_task
+                ? " from " + std::string(setting::kSlurmCpusPerTask.name)
+                : " (not set; " + std::string(setting::kSlurmCpusPerTask.name) + " unset)"));
 }
 
 CpuBind cpu_bind_of(const LaunchOptions& options, const LaunchInputs& in) {
@@ -376,11 +392,12 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const LaunchI
   }
   if (plan.cpu != CpuBind::kNone && !in.omp_num_threads && speak)
     note(spec, Note::Level::kInfo, false,
-         "OMP_NUM_THREADS: instead, the number of physical cores bound to each rank (--cpu-bind)");
+         std::string(setting::kOmpNumThreads.name) +
+             ": instead, the number of physical cores bound to each rank (--cpu-bind)");
   if (plan.export_device_order && speak)
     note(spec, Note::Level::kDebug, false,
-         "CUDA_DEVICE_ORDER=PCI_BUS_ID, so that CUDA numbers the GPUs in the order dtlaunch "
-         "located them");
+         assignment(setting::kCudaDeviceOrder, "PCI_BUS_ID") +
+             ", so that CUDA numbers the GPUs in the order dtlaunch located them");
 }
 
 void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& in,
@@ -422,14 +439,14 @@ LaunchSpec spec_from_slurm(const LaunchInputs& in, const LaunchOptions& options,
     const std::uint32_t rank0_node = node_of_rank0(step, system);
     if (step.procid == 0 && step.nodeid != rank0_node)
       throw Error::inconsistent(
-          "rank 0 runs on node " + num(step.nodeid) + " (" + step.hosts[step.nodeid] +
-          ") but SLURM_DISTRIBUTION=" +
-          (step.distribution.empty() ? "<unset>" : excerpt(step.distribution)) + " places it on " +
-          step.hosts[rank0_node] + "; pass --master-addr HOST");
+          "rank 0 runs on node " + num(step.nodeid) + " (" + step.hosts[step.nodeid] + ") but " +
+          assignment(setting::kSlurmDistribution,
+                     step.distribution.empty() ? "<unset>" : excerpt(step.distribution)) +
+          " places it on " + step.hosts[rank0_node] + "; pass --master-addr HOST");
     return step.hosts[rank0_node];
   };
   choose_master_addr(spec, options, in, derive, "the node of rank 0 in the step's node list",
-                     "MASTER_ADDR derived from the step's node list");
+                     kMasterAddrFromNodeList);
   choose_slurm_port(spec, step, options, in, system);
   spec.dtlaunch_run_id = slurm_dtlaunch_run_id(step);
   spec.gpu = make_gpu_plan(options, in, system, step.gpus_per_task, Mode::kSlurm);
@@ -471,7 +488,7 @@ std::uint64_t nodes_from_step(LaunchSpec& spec, const LaunchInputs& in,
   spec.node_rank = step.procid;
   choose_master_addr(
       spec, options, in, [&] { return step.hosts[node_of_rank0(step, system)]; },
-      "the node of Slurm task 0", "MASTER_ADDR derived from the step's node list");
+      "the node of Slurm task 0", kMasterAddrFromNodeList);
   choose_slurm_port(spec, step, options, in, system);
   spec.dtlaunch_run_id = slurm_dtlaunch_run_id(step);
   return step.job_id;
@@ -535,7 +552,8 @@ LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
   if (need_free_port) {  // last, once everything else is known to be valid
     spec.master.port = system.free_port("127.0.0.1");
     note(spec, Note::Level::kDebug, true,
-         "MASTER_PORT=" + num(spec.master.port) + " (standalone: a free port found by binding)");
+         assignment(setting::kMasterPort, num(spec.master.port)) +
+             " (standalone: a free port found by binding)");
   }
   return spec;
 }

@@ -36,6 +36,7 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
 }
 
 static_assert(setting::kTopologyRoot.name == kTopologyRootVariable);
+static_assert(setting::kHwlocFsroot.name == kHwlocFsrootVariable);
 
 LaunchInputs read_inputs(const EnvMap& env, Mode mode) {
   LaunchInputs in;
