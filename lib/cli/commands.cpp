@@ -62,10 +62,11 @@ int run_launch(const LaunchOptions& options, const RunFlags& flags, const EnvMap
                 "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
                 "dtlaunch supervises its workers anyway");
   if (flags.watch && launch.mode == Mode::kSlurm && !flags.dry_run) {
-    if (flags.watch_timeout < std::chrono::seconds(3))
-      throw Error(ExitCode::kBadInput,
-                  "--watch-timeout " + seconds_text(flags.watch_timeout) +
-                      ": below 3s a loaded node's heartbeat may be late (docs/cli.md)");
+    constexpr std::chrono::seconds kShortestWatchTimeout{3};
+    if (flags.watch_timeout < kShortestWatchTimeout)
+      throw Error(ExitCode::kBadInput, "--watch-timeout of " + duration_text(flags.watch_timeout) +
+                                           ": below " + duration_text(kShortestWatchTimeout) +
+                                           " a loaded node's heartbeat may be late (docs/cli.md)");
     watch =
         std::make_unique<WatchJoin>(spec.master.addr, launch.workers.front().rank, spec.world_size);
     if (checked.check == Check::kNone) checked.check = Check::kPreflight;

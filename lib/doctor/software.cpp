@@ -120,7 +120,7 @@ std::optional<std::string> run_loader_listing(const std::string& loader, const s
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!complete) {
-    why = loader + " --list did not finish within " + std::to_string(budget.count()) + " ms";
+    why = loader + " --list did not finish within " + duration_text(budget);
     return std::nullopt;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

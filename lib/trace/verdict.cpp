@@ -7,6 +7,7 @@
 #include "trace/verdict.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -39,6 +40,16 @@ double median(std::vector<double> v) {
   double m = v[mid];
   if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + mid)) / 2;
   return m;
+}
+
+// How late the last rank must enter a collective for its lateness to count (a straggler's).
+constexpr double kSignificantMs = 1.0;
+
+std::string seconds_text(double seconds) {
+  return duration_text(std::chrono::duration<double>(seconds));
+}
+std::string ms_text(double ms) {
+  return duration_text(std::chrono::duration<double, std::milli>(ms));
 }
 
 std::string fixed(double v, int digits) {
@@ -177,7 +188,6 @@ void Merger::count_mismatches() {
 
 // Stragglers: over the collectives every present rank entered (with times).
 void Merger::find_stragglers(size_t present) {
-  constexpr double kSignificantMs = 1.0;
   std::vector<double> waited(v_.ranks.size(), 0.0);
   std::vector<size_t> last_count(v_.ranks.size(), 0), significant(v_.ranks.size(), 0);
   size_t significant_all = 0;
@@ -301,7 +311,7 @@ std::string render_text(const Verdict& v, const std::string& dir) {
     if (!v.waiting.empty())
       parts.push_back(" " + group_text(v, v.waiting) +
                       (v.waiting.size() == 1 ? " waits in it" : " wait in it") + " (up to " +
-                      fixed(v.longest_wait_s, 2) + " s at the dump)");
+                      seconds_text(v.longest_wait_s) + " at the dump)");
     if (!v.failed_in.empty())
       parts.push_back(" " + group_text(v, v.failed_in) + " waited in it until it failed");
     if (!v.completed_it.empty())
@@ -330,16 +340,17 @@ std::string render_text(const Verdict& v, const std::string& dir) {
     out += "\n";
   }
   for (const Straggler& s : v.stragglers) {
-    out += "straggler: " + rank_where(v, s.rank) + " entered last, by 1 ms or more, in " +
-           std::to_string(s.last_count) + " of the " + std::to_string(s.collectives) +
-           " collectives every rank entered, by " + fixed(s.median_late_ms, 1) +
-           " ms median; the others waited " + fixed(s.waited_s, 2) + " s for it, " +
-           fixed(100.0 * s.waited_s / s.span_s, 0) + "% of the " + fixed(s.span_s, 2) + " s span\n";
+    out += "straggler: " + rank_where(v, s.rank) + " entered last, by " + ms_text(kSignificantMs) +
+           " or more, in " + std::to_string(s.last_count) + " of the " +
+           std::to_string(s.collectives) + " collectives every rank entered, by " +
+           ms_text(s.median_late_ms) + " median; the others waited " + seconds_text(s.waited_s) +
+           " for it, " + fixed(100.0 * s.waited_s / s.span_s, 0) + "% of the " +
+           seconds_text(s.span_s) + " span\n";
   }
   if (v.stragglers.empty() && v.compared_collectives > 0)
     out += "stragglers: none (" + std::to_string(v.compared_collectives) +
            " collectives every rank entered)\n";
-  out += "clocks: aligned to rank 0's within " + fixed(v.clock_error_us / 1000.0, 2) + " ms";
+  out += "clocks: aligned to rank 0's within " + ms_text(v.clock_error_us / 1000.0);
   if (!v.clocks_unknown.empty())
     out += "; not measured for ranks " + ranks_text(v.clocks_unknown) + " (taken as they are)";
   out += "\n";

@@ -21,8 +21,6 @@ using std::chrono::milliseconds;
 
 // The first line of an exception's message: c10 errors append a C++ stack trace.
 std::string first_line(const std::exception& e);
-// "2.5s", "30s", as the launcher's messages say durations (core/text.hpp).
-std::string seconds_text(std::chrono::milliseconds ms);
 // A store value from text and back: the store holds bytes, the runtime's records are text.
 inline std::vector<uint8_t> bytes(const std::string& s) {
   return {s.begin(), s.end()};

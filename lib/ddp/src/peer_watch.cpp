@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "core/text.hpp"
 #include "heartbeat/node.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
@@ -220,7 +221,7 @@ Error PeerWatch::error() const {
   std::this_thread::sleep_until(first_verdict_at_.load() + kGatherVerdicts);
   std::lock_guard<std::mutex> lock(mutex_);
   std::string msg = "dtlaunch ddp: rank " + std::to_string(env_.rank) + " (" + host_ +
-                    "): peer lost (heartbeat, timeout " + seconds_text(timeout_) + "): ";
+                    "): peer lost (heartbeat, timeout " + duration_text(timeout_) + "): ";
   for (size_t i = 0; i < lines_.size(); ++i) msg += (i ? "; " : "") + lines_[i];
   return Error(ErrorKind::kPeerLost, msg);
 }
