@@ -278,6 +278,61 @@ const char* state_word(EntryState s) {
   return name_of(s, kEntryStateNames, "in flight").data();
 }
 
+// The divergence line: the first collective not every rank completed, and where each rank is.
+std::string divergence_line(const Verdict& v) {
+  if (v.divergent_seq == 0)
+    return v.collectives_seen > 0
+               ? "no divergence: every rank completed every collective its file holds\n"
+               : "";
+  std::string out = std::string(v.divergence_stalled ? "first divergence: "
+                                                     : "in flight at the dumps (a running job): ") +
+                    describe(v.divergent_seq, v.divergent_example) + ":";
+  std::vector<std::string> parts;
+  for (int r : v.never_entered) {
+    if (parts.size() >= 4) break;
+    const RankSummary& rs = v.ranks[static_cast<size_t>(r)];
+    parts.push_back(" " + rank_where(v, r) + " never entered it (" +
+                    (rs.last.seq == 0 ? std::string("it entered no collective")
+                                      : "last entered " + describe(rs.last.seq, rs.last) + ", " +
+                                            state_word(rs.last.state)) +
+                    ")");
+  }
+  if (v.never_entered.size() > 4)
+    parts.push_back(" ranks " + ranks_text(v.never_entered) + " never entered it (" +
+                    std::to_string(v.never_entered.size()) + " in all)");
+  if (!v.waiting.empty())
+    parts.push_back(" " + group_text(v, v.waiting) +
+                    (v.waiting.size() == 1 ? " waits in it" : " wait in it") + " (up to " +
+                    seconds_text(v.longest_wait_s) + " at the dump)");
+  if (!v.failed_in.empty())
+    parts.push_back(" " + group_text(v, v.failed_in) + " waited in it until it failed");
+  if (!v.completed_it.empty())
+    parts.push_back(" " + group_text(v, v.completed_it) + " completed it");
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ";" : "") + parts[i];
+  return out + "\n";
+}
+
+// The mismatch line: how many collectives the ranks disagree on, and the first one's groups.
+std::string mismatch_line(const Verdict& v) {
+  if (v.mismatched_collectives == 0) return "";
+  std::string out = "mismatches: " + std::to_string(v.mismatched_collectives) +
+                    (v.mismatched_collectives == 1 ? " collective" : " collectives") +
+                    " where ranks disagree (" + std::to_string(v.mismatched_entries) +
+                    " rank entries off the majority); first #" +
+                    std::to_string(v.first_mismatch_seq) + ":";
+  for (size_t i = 0; i < v.first_mismatch.size(); ++i) {
+    const auto& g = v.first_mismatch[i];
+    out += std::string(i ? ";" : "") + " " +
+           (g.count == 1
+                ? "rank " + std::to_string(g.ranks[0])
+                : "ranks " + ranks_text(g.ranks) +
+                      (g.count > g.ranks.size() ? " ... (" + std::to_string(g.count) + ")" : "")) +
+           " " + signature_text(g.example);
+    if (i > 0) out += " (differs in " + differences(v.first_mismatch[0].example, g.example) + ")";
+  }
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string render_text(const Verdict& v, const std::string& dir) {
@@ -291,54 +346,8 @@ std::string render_text(const Verdict& v, const std::string& dir) {
   if (!missing.empty())
     out += "missing: " + std::string(missing.size() == 1 ? "rank " : "ranks ") +
            ranks_text(missing) + " (no readable file: dead before it could write, or not copied)\n";
-  if (v.divergent_seq != 0) {
-    out += std::string(v.divergence_stalled ? "first divergence: "
-                                            : "in flight at the dumps (a running job): ") +
-           describe(v.divergent_seq, v.divergent_example) + ":";
-    std::vector<std::string> parts;
-    for (int r : v.never_entered) {
-      if (parts.size() >= 4) break;
-      const RankSummary& rs = v.ranks[static_cast<size_t>(r)];
-      parts.push_back(" " + rank_where(v, r) + " never entered it (" +
-                      (rs.last.seq == 0 ? std::string("it entered no collective")
-                                        : "last entered " + describe(rs.last.seq, rs.last) + ", " +
-                                              state_word(rs.last.state)) +
-                      ")");
-    }
-    if (v.never_entered.size() > 4)
-      parts.push_back(" ranks " + ranks_text(v.never_entered) + " never entered it (" +
-                      std::to_string(v.never_entered.size()) + " in all)");
-    if (!v.waiting.empty())
-      parts.push_back(" " + group_text(v, v.waiting) +
-                      (v.waiting.size() == 1 ? " waits in it" : " wait in it") + " (up to " +
-                      seconds_text(v.longest_wait_s) + " at the dump)");
-    if (!v.failed_in.empty())
-      parts.push_back(" " + group_text(v, v.failed_in) + " waited in it until it failed");
-    if (!v.completed_it.empty())
-      parts.push_back(" " + group_text(v, v.completed_it) + " completed it");
-    for (size_t i = 0; i < parts.size(); ++i) out += (i ? ";" : "") + parts[i];
-    out += "\n";
-  } else if (v.collectives_seen > 0) {
-    out += "no divergence: every rank completed every collective its file holds\n";
-  }
-  if (v.mismatched_collectives > 0) {
-    out += "mismatches: " + std::to_string(v.mismatched_collectives) +
-           (v.mismatched_collectives == 1 ? " collective" : " collectives") +
-           " where ranks disagree (" + std::to_string(v.mismatched_entries) +
-           " rank entries off the majority); first #" + std::to_string(v.first_mismatch_seq) + ":";
-    for (size_t i = 0; i < v.first_mismatch.size(); ++i) {
-      const auto& g = v.first_mismatch[i];
-      out +=
-          std::string(i ? ";" : "") + " " +
-          (g.count == 1
-               ? "rank " + std::to_string(g.ranks[0])
-               : "ranks " + ranks_text(g.ranks) +
-                     (g.count > g.ranks.size() ? " ... (" + std::to_string(g.count) + ")" : "")) +
-          " " + signature_text(g.example);
-      if (i > 0) out += " (differs in " + differences(v.first_mismatch[0].example, g.example) + ")";
-    }
-    out += "\n";
-  }
+  out += divergence_line(v);
+  out += mismatch_line(v);
   for (const Straggler& s : v.stragglers) {
     out += "straggler: " + rank_where(v, s.rank) + " entered last, by " + ms_text(kSignificantMs) +
            " or more, in " + std::to_string(s.last_count) + " of the " +
