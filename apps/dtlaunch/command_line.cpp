@@ -64,18 +64,27 @@ CLI::Option* add_text(CLI::App& app, const std::string& flag, std::optional<std:
   return app.add_option(flag, target, help)->type_name(type_name);
 }
 
+// How long the checks wait for every task, and how long their network test takes: `dtlaunch
+// doctor`'s --timeout and --network-budget, a launch's --preflight-timeout and
+// --preflight-network-budget. `checks` names them in the help ("the preflight").
+void add_check_budgets(CLI::App& app, cli::RunFlags& flags, const std::string& prefix,
+                       const std::string& checks) {
+  add_seconds(app, prefix + "timeout", flags.check_timeout,
+              "seconds " + checks + " wait for every task (default 60)");
+  add_seconds(app, prefix + "network-budget", flags.network_budget,
+              "seconds the network test of " + checks + " takes, all nodes at once (default 2)");
+}
+
 // `dtlaunch doctor`: how long to wait, the report's format, the network test.
 void add_doctor_options(CLI::App& app, cli::RunFlags& flags) {
   flags.check = cli::Check::kDoctor;
-  add_seconds(app, "--timeout", flags.check_timeout, "seconds to wait for every task (default 60)");
   add_choice(app, "--format", flags.check_json,
              std::map<std::string, bool>{{"table", false}, {"json", true}},
              "report format: table (default) or json");
   app.add_flag("--network", flags.check_network,
                "after the check-in, measure latency and TCP throughput between the nodes "
                "(ring neighbours and a few random peers) and flag slow ones");
-  add_seconds(app, "--network-budget", flags.network_budget,
-              "seconds the network test takes, all nodes at once (default 2)");
+  add_check_budgets(app, flags, "--", "the checks");
 }
 
 // What a launch does besides starting the program: --dry-run, the preflight checks, --watch.
@@ -93,8 +102,6 @@ void add_run_options(CLI::App& app, cli::RunFlags& flags) {
       "--preflight", [&flags] { flags.check = cli::Check::kPreflight; },
       "run dtlaunch doctor's checks first; start the program only if they pass (exit 3 "
       "otherwise)");
-  add_seconds(app, "--preflight-timeout", flags.check_timeout,
-              "seconds the preflight waits for every task (default 60)");
   app.add_flag_callback(
       "--preflight-network",
       [&flags] {
@@ -102,8 +109,7 @@ void add_run_options(CLI::App& app, cli::RunFlags& flags) {
         flags.check_network = true;
       },
       "--preflight with the network test between the nodes (dtlaunch doctor --network)");
-  add_seconds(app, "--preflight-network-budget", flags.network_budget,
-              "seconds the preflight's network test takes (default 2)");
+  add_check_budgets(app, flags, "--preflight-", "the preflight checks");
   app.add_flag("--watch", flags.watch,
                "under srun: stay the program's parent and join a heartbeat with the other "
                "tasks; a lost node stops the program and dtlaunch exits 76");

@@ -15,11 +15,14 @@
 #include <vector>
 
 #include "config.hpp"
+#include "contract/settings.hpp"
 #include "dataset_cache.hpp"
 #include "dtlaunch/ddp.h"
 #include "error.hpp"
 #include "preflight.hpp"
 #include "stop_signal.hpp"
+
+extern char** environ;
 
 namespace {
 
@@ -39,11 +42,6 @@ std::optional<std::uint64_t> parse_uint(const std::string& text, std::uint64_t m
     v = v * 10 + digit;
   }
   return v;
-}
-
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
 }
 
 // The numbers of the command line are taken as text and checked here rather than by CLI11:
@@ -244,7 +242,9 @@ int train(const dtlaunch::train::TrainConfig& cfg) {
 int main(int argc, char** argv) {
   dtlaunch::train::TrainConfig cfg;
   cfg.data_dir = dtlaunch::train::kDefaultDataDir;
-  cfg.cache_dir = dtlaunch::train::default_cache_dir(env_or_empty("XDG_CACHE_HOME")).string();
+  const auto xdg_cache_home = dtlaunch::contract::read_text(
+      dtlaunch::core::EnvMap::from_environ(environ), dtlaunch::contract::setting::kXdgCacheHome);
+  cfg.cache_dir = dtlaunch::train::default_cache_dir(xdg_cache_home.value_or("")).string();
   if (std::optional<int> status = parse_command_line(argc, argv, cfg)) return *status;
   return train(cfg);
 }

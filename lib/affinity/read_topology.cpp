@@ -71,24 +71,24 @@ std::vector<CpuGroup> groups(hwloc_topology_t topo, hwloc_obj_type_t type) {
 // previous value back, so that a user's own HWLOC_FSROOT neither leaks into nor misleads us.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
+  ScopedEnv(std::string_view name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
     if (value)
-      ::setenv(name, value, 1);
+      ::setenv(name_.c_str(), value, 1);
     else
-      ::unsetenv(name);
+      ::unsetenv(name_.c_str());
   }
   ~ScopedEnv() {
     if (old_)
-      ::setenv(name_, old_->c_str(), 1);
+      ::setenv(name_.c_str(), old_->c_str(), 1);
     else
-      ::unsetenv(name_);
+      ::unsetenv(name_.c_str());
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
-  const char* name_;
+  const std::string name_;
   std::optional<std::string> old_;
 };
 
@@ -202,7 +202,7 @@ Topology read_topology(const std::string& root) {
   if (!this_machine)
     hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "x86");
   {
-    ScopedEnv fsroot("HWLOC_FSROOT", this_machine ? nullptr : root.c_str());
+    ScopedEnv fsroot(kHwlocFsrootVariable, this_machine ? nullptr : root.c_str());
     if (hwloc_topology_load(raw) != 0) throw Error::system("hwloc_topology_load", errno);
   }
   Topology topology;

@@ -20,6 +20,9 @@ Topology read_topology(const std::string& root);
 // The variable whose value `root` is, for the errors; declared with the launcher's settings
 // (contract/settings.hpp, which the launch layer checks it against).
 inline constexpr std::string_view kTopologyRootVariable = "DTLAUNCH_TOPOLOGY_ROOT";
+// hwloc's variable for the same, which read_topology sets for hwloc's load alone (declared there
+// too).
+inline constexpr std::string_view kHwlocFsrootVariable = "HWLOC_FSROOT";
 
 struct TaskMask {
   CpuSet cpus;  // sched_getaffinity

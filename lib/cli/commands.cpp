@@ -45,6 +45,27 @@ doctor::LaunchCheckOptions check_options(const RunFlags& flags, WatchJoin* watch
   return options;
 }
 
+// --watch under Slurm: the heartbeat endpoints go through the preflight's check-in, so
+// --watch implies --preflight (set in `flags`).
+std::unique_ptr<WatchJoin> join_watch(const launch::LaunchPlan& launch_plan, RunFlags& flags) {
+  if (!flags.watch) return nullptr;
+  if (launch_plan.mode != launch::Mode::kSlurm)
+    throw core::Error(
+        core::ExitCode::kBadInput,
+        "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
+        "dtlaunch supervises its workers anyway");
+  if (flags.dry_run) return nullptr;
+  constexpr std::chrono::seconds kShortestWatchTimeout{3};
+  if (flags.watch_timeout < kShortestWatchTimeout)
+    throw core::Error(core::ExitCode::kBadInput,
+                      "--watch-timeout of " + core::duration_text(flags.watch_timeout) +
+                          ": below " + core::duration_text(kShortestWatchTimeout) +
+                          " a loaded node's heartbeat may be late (docs/cli.md)");
+  if (flags.check == Check::kNone) flags.check = Check::kPreflight;
+  return std::make_unique<WatchJoin>(launch_plan.spec.master.addr, launch_plan.workers.front().rank,
+                                     launch_plan.spec.world_size);
+}
+
 }  // namespace
 
 int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const core::EnvMap& env,
@@ -54,24 +75,8 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
                                              : launch::plan(options, env, launch::LiveSystem());
   const launch::LaunchSpec& spec = launch_plan.spec;
   log_notes(spec.notes, launch_plan.who, launch_plan.speaks_for_job, flags.verbose);
-  // --watch under Slurm: the heartbeat endpoints go through the preflight's check-in, so
-  // --watch implies --preflight.
-  std::unique_ptr<WatchJoin> watch;
   RunFlags checked = flags;
-  if (flags.watch && launch_plan.mode != launch::Mode::kSlurm)
-    throw core::Error(
-        core::ExitCode::kBadInput,
-        "--watch is for the Slurm path (srun ... dtlaunch --watch PROGRAM); in local mode "
-        "dtlaunch supervises its workers anyway");
-  if (flags.watch && launch_plan.mode == launch::Mode::kSlurm && !flags.dry_run) {
-    if (flags.watch_timeout < std::chrono::seconds(3))
-      throw core::Error(core::ExitCode::kBadInput,
-                        "--watch-timeout " + core::seconds_text(flags.watch_timeout) +
-                            ": below 3s a loaded node's heartbeat may be late (docs/cli.md)");
-    watch = std::make_unique<WatchJoin>(spec.master.addr, launch_plan.workers.front().rank,
-                                        spec.world_size);
-    if (checked.check == Check::kNone) checked.check = Check::kPreflight;
-  }
+  const std::unique_ptr<WatchJoin> watch = join_watch(launch_plan, checked);
   if (checked.check != Check::kNone && !flags.dry_run) {
     const int status =
         doctor::check_launch(launch_plan, env, check_options(checked, watch.get()), out);

@@ -22,9 +22,10 @@ constexpr auto kAll = std::to_array<const Setting*>(
      &s::kSlurmJobGpus, &s::kSlurmCpuBindType, &s::kSlurmNtasksPerNode, &s::kSlurmGpusPerNode,
      &s::kCudaVisibleDevices, &s::kCudaDeviceOrder, &s::kMasterAddr, &s::kMasterPort,
      &s::kOmpNumThreads, &s::kNcclAsyncErrorHandling, &s::kPortRange, &s::kRestartCount,
-     &s::kCpuBind, &s::kMemBind, &s::kTopologyRoot, &s::kPath,
+     &s::kCpuBind, &s::kMemBind, &s::kTopologyRoot, &s::kPath, &s::kHwlocFsroot,
      // doctor
-     &s::kDoctorLibraryPath, &s::kDoctorPath,
+     &s::kDoctorLibraryPath, &s::kDoctorPath, &s::kDoctorNcclVars, &s::kDoctorGlooVars,
+     &s::kDoctorCudaVars, &s::kDoctorTorchVars, &s::kDoctorOmpVars,
      // runtime
      &s::kRank, &s::kWorldSize, &s::kRuntimeMasterAddr, &s::kRuntimeMasterPort, &s::kLocalRank,
      &s::kLocalWorldSize, &s::kNodeRank, &s::kNnodes, &s::kCudaDevice, &s::kRunId,
@@ -82,8 +83,12 @@ std::optional<std::string> read_text(const core::EnvMap& env, const Setting& set
   return value ? std::optional<std::string>(*value) : std::nullopt;
 }
 
+std::string quoted_value(const Setting& setting, std::string_view value) {
+  return std::string(setting.name) + "='" + core::excerpt(value) + "'";
+}
+
 std::string setting_problem(const Setting& setting, std::string_view value) {
-  const std::string quoted = std::string(setting.name) + "='" + core::excerpt(value) + "'";
+  const std::string quoted = quoted_value(setting, value);
   switch (setting.parse) {
     case Setting::Parse::kNumber:
       if (core::parse_uint(value, setting.max)) return "";

@@ -1,5 +1,7 @@
-// Every variable that dtlaunch, its DDP runtime, its doctor or its example reads, declared once:
-// name, owner, how it is parsed, its default and one line of doc, in the spirit of NCCL_PARAM.
+// Every variable that dtlaunch, its DDP runtime, its doctor or its example reads (or, as
+// HWLOC_FSROOT, sets for a library it calls), declared once: name, owner, how it is parsed, its
+// default and one line of doc, in the spirit of NCCL_PARAM. A family the doctor compares is one
+// declaration named by its prefix ("NCCL_*").
 // The launcher's read_inputs and read_slurm_step and the runtime's RuntimeSettings read through
 // these declarations, so `dtlaunch env-table` prints every variable they read and the docs tested
 // against it (docs/environment.md, docs/ddp.md) cannot miss one. What the launcher writes is the
@@ -48,8 +50,10 @@ std::span<const Setting* const> read_settings();
 // The value of `setting` in `env`, nullopt when unset (an empty value counts as unset, except
 // for kRawText).
 std::optional<std::string> read_text(const core::EnvMap& env, const Setting& setting);
+// How a message quotes what a variable holds, through core::excerpt(): "SLURM_STEP_GPUS='0,1'".
+std::string quoted_value(const Setting& setting, std::string_view value);
 // "" when `value` is what `setting` accepts, else the one-line problem, the value quoted through
-// excerpt(): "DTLAUNCH_DDP_SHM='yes' must be 0 or 1".
+// quoted_value(): "DTLAUNCH_DDP_SHM='yes' must be 0 or 1".
 std::string setting_problem(const Setting& setting, std::string_view value);
 // A kNumber or kSwitch setting's value; nullopt when unset. Throws Error (bad input) with the
 // line of setting_problem.
@@ -80,12 +84,14 @@ constexpr Setting on_off(std::string_view name, Owner owner, std::string_view fa
 // The launcher: Slurm's step, in read_slurm_step (docs/environment.md, "What dtlaunch reads").
 inline constexpr Setting kSlurmStepId =
     text("SLURM_STEP_ID", Owner::kLauncher, "SLURM_STEPID; unset in a batch script: refused",
-         "being inside an srun step at all; MASTER_PORT and DTLAUNCH_RUN_ID");
+         "being inside an srun step at all (dtlaunch job refuses one); MASTER_PORT and "
+         "DTLAUNCH_RUN_ID");
 inline constexpr Setting kSlurmStepIdOld =
     text("SLURM_STEPID", Owner::kLauncher, "-", "older name of SLURM_STEP_ID");
 inline constexpr Setting kSlurmJobId =
     text("SLURM_JOB_ID", Owner::kLauncher, "SLURM_JOBID",
-         "MASTER_PORT, DTLAUNCH_RUN_ID and TORCHELASTIC_RUN_ID (docs/master-port.md)");
+         "MASTER_PORT, DTLAUNCH_RUN_ID and TORCHELASTIC_RUN_ID (docs/master-port.md); the job "
+         "whose steps dtlaunch job runs");
 inline constexpr Setting kSlurmJobIdOld =
     text("SLURM_JOBID", Owner::kLauncher, "-", "older name of SLURM_JOB_ID");
 inline constexpr Setting kSlurmProcId =
@@ -189,6 +195,11 @@ inline constexpr Setting kTopologyRoot =
     text("DTLAUNCH_TOPOLOGY_ROOT", Owner::kLauncher, "/",
          "read the topology (sys/, proc/) under this directory instead of /");
 inline constexpr Setting kPath = text("PATH", Owner::kLauncher, "-", "the lookup of the program");
+// lib/affinity spells it too (kHwlocFsrootVariable), as kTopologyRoot.
+inline constexpr Setting kHwlocFsroot =
+    text("HWLOC_FSROOT", Owner::kLauncher, "-",
+         "set to DTLAUNCH_TOPOLOGY_ROOT (or unset) while hwloc reads the topology; the user's "
+         "value is kept aside and put back");
 
 // The doctor: what it compares across nodes besides the contract.
 inline constexpr Setting kDoctorLibraryPath =
@@ -196,6 +207,18 @@ inline constexpr Setting kDoctorLibraryPath =
              "the program's libraries, resolved by the loader on each node and compared");
 inline constexpr Setting kDoctorPath =
     raw_text("PATH", Owner::kDoctor, "-", "the program found on each node, compared");
+// Families, by prefix: each variable of theirs as the program will see it, compared across the
+// nodes (those the contract sets are left out).
+inline constexpr Setting kDoctorNcclVars =
+    raw_text("NCCL_*", Owner::kDoctor, "-", "NCCL's settings, compared across nodes");
+inline constexpr Setting kDoctorGlooVars =
+    raw_text("GLOO_*", Owner::kDoctor, "-", "Gloo's settings, compared across nodes");
+inline constexpr Setting kDoctorCudaVars =
+    raw_text("CUDA_*", Owner::kDoctor, "-", "CUDA's settings, compared across nodes");
+inline constexpr Setting kDoctorTorchVars =
+    raw_text("TORCH_*", Owner::kDoctor, "-", "PyTorch's settings, compared across nodes");
+inline constexpr Setting kDoctorOmpVars =
+    raw_text("OMP_*", Owner::kDoctor, "-", "OpenMP's settings, compared across nodes");
 
 // The DDP runtime: the contract it reads (parse_contract), then its own settings.
 inline constexpr Setting kRank = number(env_var::kRank, Owner::kRuntime, (1u << 24) - 1,

@@ -1,7 +1,9 @@
 #include "core/text.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <utility>
 
 namespace dtlaunch::core {
 
@@ -124,25 +126,18 @@ std::string num(std::uint64_t value) {
   return std::to_string(value);
 }
 
-std::string seconds_fixed(double seconds, int decimals) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f s", decimals, seconds);
-  return buf;
-}
-
-std::string duration_text(std::chrono::milliseconds ms) {
-  if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + " s";
-  return std::to_string(ms.count()) + " ms";
-}
-
-std::string seconds_text(std::chrono::milliseconds ms) {
-  std::string s = std::to_string(ms.count() / 1000);
-  if (const auto fraction = ms.count() % 1000) {
-    std::string digits = std::to_string(1000 + fraction).substr(1);
-    digits.erase(digits.find_last_not_of('0') + 1);
-    s += "." + digits;
-  }
-  return s + "s";
+std::string duration_text(std::chrono::duration<double> duration) {
+  // Whole microseconds first, so that the unit follows the rounded value (999.9996 ms is 1 s).
+  const double us = std::round(std::fabs(duration.count()) * 1e6);
+  const auto [per_unit, unit] = us >= 1e6   ? std::pair{1e6, " s"}
+                                : us >= 1e3 ? std::pair{1e3, " ms"}
+                                            : std::pair{1.0, " us"};
+  char digits[64];
+  std::snprintf(digits, sizeof digits, "%.3f", std::round(us * 1000 / per_unit) / 1000);
+  std::string text = digits;
+  text.erase(text.find_last_not_of('0') + 1);
+  if (text.back() == '.') text.pop_back();
+  return (duration.count() < 0 && us > 0 ? "-" : "") + text + unit;
 }
 
 std::string compact_ranges(std::vector<std::uint32_t> numbers, std::size_t max_ranges) {

@@ -32,13 +32,12 @@ std::string_view first_line(std::string_view text) noexcept;
 // An unsigned number in decimal: the one spelling of counts, ranks, ports and sizes in messages.
 std::string num(std::uint64_t value);
 
-// Durations: every message formats them here, so that a change of format is one edit.
-// A configured duration, exactly, as the DDP runtime's messages say it: "2s", "1.5s", "0.25s".
-std::string seconds_text(std::chrono::milliseconds ms);
-// A measured duration, rounded to `decimals`: "3.0 s", "2.19 s".
-std::string seconds_fixed(double seconds, int decimals);
-// A grace period as the local supervisor says it: "30 s" for whole seconds, else "400 ms".
-std::string duration_text(std::chrono::milliseconds ms);
+// The one format of a duration in every message, configured or measured: the number, a space and
+// the unit, seconds from 1 s up ("2 s", "1.5 s", "12.347 s"), milliseconds below ("400 ms",
+// "1.25 ms"), microseconds below 1 ms ("35 us"); rounded to a thousandth of the unit, trailing
+// zeros dropped. Any std::chrono duration converts: duration_text(grace), or
+// duration_text(std::chrono::duration<double>(seconds)).
+std::string duration_text(std::chrono::duration<double> duration);
 
 // The items joined with `separator`, each through `text` ("a, b, c").
 template <typename Items, typename Text>

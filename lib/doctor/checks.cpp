@@ -1,6 +1,7 @@
 #include "doctor/checks.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -16,10 +17,6 @@ using core::num;
 namespace env_var = contract::env_var;
 
 namespace {
-
-std::string seconds(std::int64_t ms) {
-  return core::seconds_fixed(static_cast<double>(ms) / 1000.0, 1);
-}
 
 // A report's text as a problem line quotes it. Every field comes from another task over the
 // network (or from a host's own configuration): escaped and bounded, one excerpt function for
@@ -190,7 +187,8 @@ void world_mismatch(const Evidence& ev, Problems& out) {
   compare(env_var::kNnodes, [](const TaskReport& r) { return num(r.contract.nnodes); });
   compare(env_var::kMasterAddr, [](const TaskReport& r) { return r.contract.master_addr; });
   compare(env_var::kMasterPort, [](const TaskReport& r) { return num(r.contract.master_port); });
-  compare(env_var::kRunId, [](const TaskReport& r) { return r.contract.dtlaunch_run_id.value_or(""); });
+  compare(env_var::kRunId,
+          [](const TaskReport& r) { return r.contract.dtlaunch_run_id.value_or(""); });
   if (differences.empty()) return;
   std::string message = "tasks disagree about the job: ";
   for (std::size_t i = 0; i < differences.size(); ++i) message += (i ? "; " : "") + differences[i];
@@ -361,15 +359,18 @@ void timing(const Evidence& ev, Problems& out) {
                      Severity::kWarning,
                      {r->contract.rank},
                      {r->host},
-                     "the clock of " + shown(r->host) + " is " + seconds(skew < 0 ? -skew : skew) +
+                     "the clock of " + shown(r->host) + " is " +
+                         core::duration_text(std::chrono::milliseconds(skew < 0 ? -skew : skew)) +
                          (skew > 0 ? " ahead of" : " behind") + " rank 0's"});
     if (r->received_unix_ms - first_arrival > ev.limits.slow_start_ms)
-      out.push_back({"slow-start",
-                     Severity::kWarning,
-                     {r->contract.rank},
-                     {r->host},
-                     "rank " + num(r->contract.rank) + " (" + shown(r->host) + ") arrived " +
-                         seconds(r->received_unix_ms - first_arrival) + " after the first"});
+      out.push_back(
+          {"slow-start",
+           Severity::kWarning,
+           {r->contract.rank},
+           {r->host},
+           "rank " + num(r->contract.rank) + " (" + shown(r->host) + ") arrived " +
+               core::duration_text(std::chrono::milliseconds(r->received_unix_ms - first_arrival)) +
+               " after the first"});
   }
 }
 

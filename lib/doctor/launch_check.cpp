@@ -5,6 +5,7 @@
 #include <memory>
 #include <ostream>
 
+#include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/network.hpp"
@@ -88,8 +89,9 @@ std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan,
     // The node's software once, by its lowest local rank, with that worker's environment.
     if (w.local_rank == 0) {
       const core::EnvMap seen = contract::apply_env(env, w.changes);
-      probe_software(reports.front(), std::string(seen.get_raw("LD_LIBRARY_PATH").value_or("")),
-                     std::string(seen.get_raw("PATH").value_or("")));
+      probe_software(reports.front(),
+                     contract::read_text(seen, contract::setting::kDoctorLibraryPath).value_or(""),
+                     contract::read_text(seen, contract::setting::kDoctorPath).value_or(""));
     }
   }
   mark_cpus_far_from_gpu(launch_plan, reports);

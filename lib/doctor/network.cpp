@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -231,9 +232,7 @@ std::string rate_text(double bytes_per_s) {
 }
 
 std::string rtt_text(double us) {
-  char text[32];
-  std::snprintf(text, sizeof text, us >= 1000 ? "%.1f ms" : "%.0f us", us >= 1000 ? us / 1000 : us);
-  return text;
+  return core::duration_text(std::chrono::duration<double, std::micro>(us));
 }
 
 std::vector<std::string_view> words_of(std::string_view line) {

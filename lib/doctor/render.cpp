@@ -1,5 +1,6 @@
 // The report rank 0 prints (checks.hpp).
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "core/text.hpp"
@@ -103,7 +104,7 @@ std::string render_table(const Verdict& verdict) {
         cell(distinct(rs, [](const TaskReport& r) { return r.program.hash.substr(0, 8); })),
         cell(distinct(
             rs, [](const TaskReport& r) { return r.node_software ? r.kernel : std::string(); })),
-        "+" + std::to_string(last) + " ms",
+        "+" + core::duration_text(std::chrono::milliseconds(last)),
     });
   }
   std::vector<std::size_t> width(header.size());

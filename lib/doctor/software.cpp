@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "contract/settings.hpp"
 #include "core/file.hpp"
 #include "core/text.hpp"
 #include "doctor/probe.hpp"
@@ -24,8 +25,15 @@
 namespace dtlaunch::doctor {
 namespace {
 
-constexpr std::array<std::string_view, 5> kComparedPrefixes = {"NCCL_", "GLOO_", "CUDA_", "TORCH_",
-                                                               "OMP_"};
+// The families of variables compared across nodes, declared as "NCCL_*" and so on.
+constexpr std::array<const contract::Setting*, 5> kComparedFamilies = {
+    &contract::setting::kDoctorNcclVars, &contract::setting::kDoctorGlooVars,
+    &contract::setting::kDoctorCudaVars, &contract::setting::kDoctorTorchVars,
+    &contract::setting::kDoctorOmpVars};
+static_assert(std::all_of(kComparedFamilies.begin(), kComparedFamilies.end(),
+                          [](const contract::Setting* family) {
+                            return family->name.ends_with('*');
+                          }));
 constexpr std::size_t kMaxListing = 1 << 20;  // a listing of thousands of libraries fits
 
 std::string_view trim(std::string_view text) {
@@ -78,7 +86,8 @@ std::optional<std::string> run_loader_listing(const std::string& loader, const s
   ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   ::posix_spawn_file_actions_adddup2(&actions, out.write.get(), 1);
   ::posix_spawn_file_actions_adddup2(&actions, out.write.get(), 2);
-  const std::string library_path = "LD_LIBRARY_PATH=" + ld_library_path;
+  const std::string library_path =
+      std::string(contract::setting::kDoctorLibraryPath.name) + "=" + ld_library_path;
   std::vector<char*> argv = {const_cast<char*>(loader.c_str()), const_cast<char*>("--list"),
                              const_cast<char*>(program.c_str()), nullptr};
   std::vector<char*> envp;
@@ -114,7 +123,7 @@ std::optional<std::string> run_loader_listing(const std::string& loader, const s
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!complete) {
-    why = loader + " --list did not finish within " + std::to_string(budget.count()) + " ms";
+    why = loader + " --list did not finish within " + core::duration_text(budget);
     return std::nullopt;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -127,9 +136,11 @@ std::optional<std::string> run_loader_listing(const std::string& loader, const s
 }  // namespace
 
 bool is_compared_variable(std::string_view name) {
-  return name == "LD_LIBRARY_PATH" ||
-         std::any_of(kComparedPrefixes.begin(), kComparedPrefixes.end(),
-                     [&](std::string_view prefix) { return name.starts_with(prefix); });
+  return name == contract::setting::kDoctorLibraryPath.name ||
+         std::any_of(kComparedFamilies.begin(), kComparedFamilies.end(),
+                     [&](const contract::Setting* family) {
+                       return name.starts_with(family->name.substr(0, family->name.size() - 1));
+                     });
 }
 
 std::vector<std::pair<std::string, std::string>> compared_env(

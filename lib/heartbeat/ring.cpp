@@ -188,10 +188,10 @@ std::string describe_how(const Verdict& v) {
     case How::kExited:
       return "exited (its connection closed)";
     case How::kFrozen:
-      return "frozen (silent for " + core::seconds_text(v.silent_for) +
+      return "frozen (silent for " + core::duration_text(v.silent_for) +
              "; its host still accepts connections)";
     case How::kUnreachable:
-      return "unreachable (silent for " + core::seconds_text(v.silent_for) +
+      return "unreachable (silent for " + core::duration_text(v.silent_for) +
              "; no connection to it)";
   }
   return "?";

@@ -204,7 +204,7 @@ class StepStopper {
   void advance(Clock::time_point first_failure, Evidence& evidence, std::ostream& err) {
     const auto now = Clock::now();
     if (stage_ == Stage::kWaiting && now - first_failure > grace_) {
-      err << "dtlaunch job: the step has not ended " << core::seconds_text(grace_)
+      err << "dtlaunch job: the step has not ended " << core::duration_text(grace_)
           << " after the first failure: asking srun to abort it" << std::endl;
       ::kill(srun_, SIGINT);
       ::usleep(200 * 1000);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "hostlist/hostlist.hpp"
@@ -13,10 +14,12 @@ using core::Error;
 
 namespace {
 
-std::string_view required(const core::EnvMap& env, std::string_view name) {
-  const auto value = env.get(name);
+namespace s = contract::setting;
+
+std::string required(const core::EnvMap& env, const contract::Setting& setting) {
+  const auto value = contract::read_text(env, setting);
   if (!value)
-    throw Error::missing_env(name,
+    throw Error::missing_env(setting.name,
                              "dtlaunch job runs in a batch script (sbatch or salloc), "
                              "once, and starts the step itself");
   return *value;
@@ -26,35 +29,34 @@ std::string_view required(const core::EnvMap& env, std::string_view name) {
 
 Allocation read_allocation(const core::EnvMap& env) {
   Allocation a;
-  a.job_id = std::string(required(env, "SLURM_JOB_ID"));
-  if (env.contains("SLURM_STEP_ID") && env.get("SLURM_STEP_ID") != "4294967294" &&
-      env.get("SLURM_STEP_ID") != "batch")
-    throw Error::usage(
-        "dtlaunch job runs once in the batch script, not inside an srun step "
-        "(SLURM_STEP_ID=" +
-        std::string(*env.get("SLURM_STEP_ID")) + "): it starts the step itself");
-  const auto list =
-      env.get("SLURM_JOB_NODELIST") ? env.get("SLURM_JOB_NODELIST") : env.get("SLURM_NODELIST");
-  if (!list) required(env, "SLURM_JOB_NODELIST");
+  a.job_id = required(env, s::kSlurmJobId);
+  const auto step = contract::read_text(env, s::kSlurmStepId);
+  if (step && step != "4294967294" && step != "batch")
+    throw Error::usage("dtlaunch job runs once in the batch script, not inside an srun step (" +
+                       contract::quoted_value(s::kSlurmStepId, *step) +
+                       "): it starts the step itself");
+  auto list = contract::read_text(env, s::kSlurmJobNodelist);
+  if (!list) list = contract::read_text(env, s::kSlurmNodelist);
+  if (!list) required(env, s::kSlurmJobNodelist);
   try {
     a.nodes = hostlist::expand(*list);
   } catch (const Error& e) {
-    throw Error::bad_env("SLURM_JOB_NODELIST", *list, e.what());
+    throw Error::bad_env(s::kSlurmJobNodelist.name, *list, e.what());
   }
-  if (a.nodes.empty()) throw Error::bad_env("SLURM_JOB_NODELIST", *list, "no node");
-  if (const auto per_node = env.get("SLURM_NTASKS_PER_NODE")) {
-    a.tasks_per_node =
-        static_cast<std::uint32_t>(core::parse_count("SLURM_NTASKS_PER_NODE", *per_node, 1, 65536));
-  } else if (const auto tasks = env.get("SLURM_TASKS_PER_NODE")) {
-    const auto counts = launch::parse_tasks_per_node("SLURM_TASKS_PER_NODE", *tasks);
+  if (a.nodes.empty()) throw Error::bad_env(s::kSlurmJobNodelist.name, *list, "no node");
+  if (const auto per_node = contract::read_text(env, s::kSlurmNtasksPerNode)) {
+    a.tasks_per_node = static_cast<std::uint32_t>(
+        core::parse_count(s::kSlurmNtasksPerNode.name, *per_node, 1, 65536));
+  } else if (const auto tasks = contract::read_text(env, s::kSlurmTasksPerNode)) {
+    const auto counts = launch::parse_tasks_per_node(s::kSlurmTasksPerNode.name, *tasks);
     // A heterogeneous allocation would change the world size when a spare replaces a node: the
     // smallest share fits on every node.
     a.tasks_per_node = *std::min_element(counts.begin(), counts.end());
   }
-  if (const auto gpus = env.get("SLURM_GPUS_PER_NODE")) a.gpus_per_node = std::string(*gpus);
-  if (const auto cpus = env.get("SLURM_CPUS_PER_TASK")) {
-    core::parse_count("SLURM_CPUS_PER_TASK", *cpus, 1, 1 << 20);
-    a.cpus_per_task = std::string(*cpus);
+  a.gpus_per_node = contract::read_text(env, s::kSlurmGpusPerNode);
+  if (const auto cpus = contract::read_text(env, s::kSlurmCpusPerTask)) {
+    core::parse_count(s::kSlurmCpusPerTask.name, *cpus, 1, 1 << 20);
+    a.cpus_per_task = *cpus;
   }
   return a;
 }
@@ -133,7 +135,8 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
 
 std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart) {
   const std::string count = std::to_string(restart);
-  return {{"DTLAUNCH_RESTART_COUNT", count}, {"TORCHELASTIC_RESTART_COUNT", count}};
+  return {{std::string(contract::setting::kRestartCount.name), count},
+          {std::string(contract::env_var::kRestartCount), count}};
 }
 
 }  // namespace dtlaunch::job

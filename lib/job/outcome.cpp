@@ -297,13 +297,13 @@ std::string verdict_word(const Outcome& o) {
 std::string attempt_line(const AttemptRecord& r) {
   std::string line = "dtlaunch job: attempt " + std::to_string(r.attempt) + " on " +
                      nodes_text(r.nodes) + ": " + verdict_word(r.outcome) + " after " +
-                     core::seconds_text(r.wall);
+                     core::duration_text(r.wall);
   if (r.outcome.verdict == Verdict::kSucceeded) return line;
   line +=
       "; culprit " + (r.outcome.culprits.empty() ? std::string("none") : list(r.outcome.culprits));
   line += "; cause: " + r.outcome.cause;
   if (r.stop.count() > 0)
-    line += "; step stopped " + core::seconds_text(r.stop) + " after the first failure";
+    line += "; step stopped " + core::duration_text(r.stop) + " after the first failure";
   return line;
 }
 
@@ -317,8 +317,8 @@ std::string summary_table(const std::vector<AttemptRecord>& attempts, std::strin
     std::snprintf(buf, sizeof buf, "%-7u  %-24s  %-20s  %-16s  %8s  %8s  %s\n", r.attempt,
                   nodes_text(r.nodes).c_str(), verdict_word(r.outcome).c_str(),
                   r.outcome.culprits.empty() ? "-" : list(r.outcome.culprits).c_str(),
-                  core::seconds_text(r.wall).c_str(),
-                  r.stop.count() ? core::seconds_text(r.stop).c_str() : "-",
+                  core::duration_text(r.wall).c_str(),
+                  r.stop.count() ? core::duration_text(r.stop).c_str() : "-",
                   core::excerpt(r.outcome.cause, 100, '\0').c_str());
     out += buf;
   }

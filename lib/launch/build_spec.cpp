@@ -42,6 +42,15 @@ std::string first_host(std::string_view expr) {
   return {};
 }
 
+// How an error names the MASTER_ADDR that dtlaunch derived itself, for its value.
+const std::string kMasterAddrFromNodeList =
+    std::string(contract::setting::kMasterAddr.name) + " derived from the step's node list";
+
+// "NAME=value": how a note or an error says what a variable holds or is given.
+std::string assignment(const contract::Setting& setting, std::string_view value) {
+  return std::string(setting.name) + "=" + std::string(value);
+}
+
 void note(LaunchSpec& spec, Note::Level level, bool rank0_only, std::string text) {
   spec.notes.push_back({level, rank0_only, std::move(text)});
 }
@@ -62,14 +71,14 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
 
   const std::string ask = "; pass --master-addr HOST (the node that runs rank 0)";
   if (!step.hostfile)
-    throw Error::inconsistent("SLURM_DISTRIBUTION=" + excerpt(step.distribution) +
-                              " but SLURM_HOSTFILE is not set, so the node of rank 0 is unknown" +
-                              ask);
+    throw Error::inconsistent(
+        assignment(contract::setting::kSlurmDistribution, excerpt(step.distribution)) +
+        " but SLURM_HOSTFILE is not set, so the node of rank 0 is unknown" + ask);
   // Only the first host matters, and it is near the top: a bounded read, so that a hostfile
   // that is /dev/zero or gigabytes of something else is an error, not a memory blow-up.
   auto text = system.read_file_head(*step.hostfile, kHostfileReadLimit + 1);
   if (!text)
-    throw Error::bad_env(setting::kSlurmHostfile.name, *step.hostfile,
+    throw Error::bad_env(contract::setting::kSlurmHostfile.name, *step.hostfile,
                          "cannot be read on this node, so the node of rank 0 is unknown" + ask);
   const bool cut = text->size() > kHostfileReadLimit;
   std::string_view rest = *text;
@@ -77,7 +86,7 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
   while (!rest.empty()) {
     std::size_t eol = rest.find('\n');
     if (eol == std::string_view::npos && cut)
-      throw Error::bad_env(setting::kSlurmHostfile.name, *step.hostfile,
+      throw Error::bad_env(contract::setting::kSlurmHostfile.name, *step.hostfile,
                            "no host in its first " + num(kHostfileReadLimit / 1024) +
                                " KiB (line " + num(line_number + 1) +
                                " is longer than that): not a Slurm hostfile?" + ask);
@@ -92,18 +101,19 @@ std::uint32_t node_of_rank0(const SlurmStep& step, const System& system) {
     try {
       first = first_host(line);
     } catch (const Error& e) {
-      throw Error(core::ExitCode::kBadInput, "SLURM_HOSTFILE='" + excerpt(*step.hostfile) +
-                                                 "' line " + num(line_number) + ": " + e.what());
+      throw Error(core::ExitCode::kBadInput,
+                  contract::quoted_value(contract::setting::kSlurmHostfile, *step.hostfile) +
+                      " line " + num(line_number) + ": " + e.what());
     }
     if (first.empty()) continue;
     auto it = std::find(step.hosts.begin(), step.hosts.end(), first);
     if (it == step.hosts.end())
       throw Error::bad_env(
-          setting::kSlurmHostfile.name, *step.hostfile,
+          contract::setting::kSlurmHostfile.name, *step.hostfile,
           "first host '" + excerpt(first) + "' is not in the step's node list" + ask);
     return static_cast<std::uint32_t>(it - step.hosts.begin());
   }
-  throw Error::bad_env(setting::kSlurmHostfile.name, *step.hostfile, "has no host" + ask);
+  throw Error::bad_env(contract::setting::kSlurmHostfile.name, *step.hostfile, "has no host" + ask);
 }
 
 // What can be a host name (letters, digits, '-', '_' and dot-separated labels, as /etc/hosts
@@ -140,17 +150,20 @@ void choose_master_addr(LaunchSpec& spec, const LaunchOptions& options, const La
     if (options.master_addr->empty()) throw Error::usage("--master-addr: empty address");
     check_master_addr("--master-addr", *options.master_addr);
     spec.master.addr = *options.master_addr;
-    note(spec, Note::Level::kInfo, true, "MASTER_ADDR=" + spec.master.addr + " from --master-addr");
+    note(spec, Note::Level::kInfo, true,
+         assignment(contract::setting::kMasterAddr, spec.master.addr) + " from --master-addr");
   } else if (const auto& inherited = in.master_addr) {
-    check_master_addr(setting::kMasterAddr.name, *inherited);
+    check_master_addr(contract::setting::kMasterAddr.name, *inherited);
     spec.master.addr = std::string(*inherited);
     note(spec, Note::Level::kInfo, true,
-         "MASTER_ADDR=" + spec.master.addr + " kept: it was already set in the environment");
+         assignment(contract::setting::kMasterAddr, spec.master.addr) +
+             " kept: it was already set in the environment");
   } else {
     spec.master.addr = derived();
     check_master_addr(derived_source, spec.master.addr);
     note(spec, Note::Level::kDebug, true,
-         "MASTER_ADDR=" + spec.master.addr + " (" + std::string(derived_why) + ")");
+         assignment(contract::setting::kMasterAddr, spec.master.addr) + " (" +
+             std::string(derived_why) + ")");
   }
 }
 
@@ -160,13 +173,14 @@ bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const Laun
     if (*options.master_port == 0) throw Error::usage("--master-port: 0 is not a port");
     spec.master.port = *options.master_port;
     note(spec, Note::Level::kInfo, true,
-         "MASTER_PORT=" + num(spec.master.port) + " from --master-port");
+         assignment(contract::setting::kMasterPort, num(spec.master.port)) + " from --master-port");
     return true;
   }
   if (const auto& inherited = in.master_port) {
-    spec.master.port = parse_port(setting::kMasterPort.name, *inherited);
+    spec.master.port = parse_port(contract::setting::kMasterPort.name, *inherited);
     note(spec, Note::Level::kInfo, true,
-         "MASTER_PORT=" + num(spec.master.port) + " kept: it was already set in the environment");
+         assignment(contract::setting::kMasterPort, num(spec.master.port)) +
+             " kept: it was already set in the environment");
     return true;
   }
   return false;
@@ -174,7 +188,8 @@ bool choose_user_port(LaunchSpec& spec, const LaunchOptions& options, const Laun
 
 PortRange port_range(const LaunchOptions& options, const LaunchInputs& in) {
   if (options.port_range) return parse_port_range("--port-range", *options.port_range);
-  if (const auto& text = in.port_range) return parse_port_range(setting::kPortRange.name, *text);
+  if (const auto& text = in.port_range)
+    return parse_port_range(contract::setting::kPortRange.name, *text);
   return kDefaultPortRange;
 }
 
@@ -184,15 +199,17 @@ void choose_slurm_port(LaunchSpec& spec, const SlurmStep& step, const LaunchOpti
   PortRange range = port_range(options, in);
   spec.master.port = master_port_for(step.job_id, step.step_id, step.het_offset, range);
   note(spec, Note::Level::kDebug, true,
-       "MASTER_PORT=" + num(spec.master.port) + " (job " + num(step.job_id) + ", step " +
-           num(step.step_id) + ", in " + num(range.lo) + "-" + num(range.hi) + ")");
+       assignment(contract::setting::kMasterPort, num(spec.master.port)) + " (job " +
+           num(step.job_id) + ", step " + num(step.step_id) + ", in " + num(range.lo) + "-" +
+           num(range.hi) + ")");
   // Said by the first task of every node, since the ephemeral range is a per-node setting.
   if (auto eph = system.ephemeral_port_range(); eph && eph->overlaps(range) && step.localid == 0)
     note(spec, Note::Level::kWarn, false,
          "port range " + num(range.lo) + "-" + num(range.hi) +
              " overlaps this node's ephemeral range " + num(eph->lo) + "-" + num(eph->hi) +
-             " (/proc/sys/net/ipv4/ip_local_port_range): set DTLAUNCH_PORT_RANGE to a range "
-             "outside it on every node");
+             " (/proc/sys/net/ipv4/ip_local_port_range): set " +
+             std::string(contract::setting::kPortRange.name) +
+             " to a range outside it on every node");
 }
 
 GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, const System& system,
@@ -208,11 +225,12 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, cons
   if (const auto& cvd = in.cuda_visible_devices) {
     plan.visible = parse_visible_devices(*cvd);
     plan.from_cuda_visible_devices = true;
-    plan.counted_from = "CUDA_VISIBLE_DEVICES='" + excerpt(*cvd) + "'" + narrowed;
+    plan.counted_from =
+        contract::quoted_value(contract::setting::kCudaVisibleDevices, *cvd) + narrowed;
     if (options.gpus_per_node) {
       if (*options.gpus_per_node > plan.visible.size())
         throw Error::bad_env(
-            setting::kCudaVisibleDevices.name, *cvd,
+            contract::setting::kCudaVisibleDevices.name, *cvd,
             "lists fewer devices than --gpus-per-node=" + num(*options.gpus_per_node));
       plan.visible.resize(*options.gpus_per_node);
     }
@@ -226,12 +244,12 @@ GpuPlan make_gpu_plan(const LaunchOptions& options, const LaunchInputs& in, cons
       plan.counted_from = "--gpus-per-node=" + num(count);
     } else if (const auto& step_gpus = in.slurm_step_gpus) {
       count = static_cast<std::uint32_t>(
-          parse_visible_devices(*step_gpus, setting::kSlurmStepGpus.name).size());
-      plan.counted_from = "SLURM_STEP_GPUS='" + excerpt(*step_gpus) + "'";
+          parse_visible_devices(*step_gpus, contract::setting::kSlurmStepGpus.name).size());
+      plan.counted_from = contract::quoted_value(contract::setting::kSlurmStepGpus, *step_gpus);
     } else if (const auto& job_gpus = in.slurm_job_gpus) {
       count = static_cast<std::uint32_t>(
-          parse_visible_devices(*job_gpus, setting::kSlurmJobGpus.name).size());
-      plan.counted_from = "SLURM_JOB_GPUS='" + excerpt(*job_gpus) + "'";
+          parse_visible_devices(*job_gpus, contract::setting::kSlurmJobGpus.name).size());
+      plan.counted_from = contract::quoted_value(contract::setting::kSlurmJobGpus, *job_gpus);
     } else {
       count = system.count_gpu_device_files();
       plan.counted_from = "/dev/nvidia0.." + num(count ? count - 1 : 0) + " on this node";
@@ -252,13 +270,16 @@ std::string slurm_dtlaunch_run_id(const SlurmStep& step) {
 void choose_omp(LaunchSpec& spec, const LaunchInputs& in,
                 std::optional<std::string> cpus_per_task) {
   if (const auto& omp = in.omp_num_threads) {
-    note(spec, Note::Level::kInfo, true, "OMP_NUM_THREADS=" + std::string(*omp) + " kept");
+    note(spec, Note::Level::kInfo, true,
+         assignment(contract::setting::kOmpNumThreads, excerpt(*omp)) + " kept");
     return;
   }
   spec.omp_num_threads = cpus_per_task ? *cpus_per_task : std::string("1");
   note(spec, Note::Level::kInfo, true,
-       "OMP_NUM_THREADS=" + *spec.omp_num_threads +
-           (cpus_per_task ? " from SLURM_CPUS_PER_TASK" : " (not set; SLURM_CPUS_PER_TASK unset)"));
+       assignment(contract::setting::kOmpNumThreads, *spec.omp_num_threads) +
+           (cpus_per_task ? " from " + std::string(contract::setting::kSlurmCpusPerTask.name)
+                          : " (not set; " + std::string(contract::setting::kSlurmCpusPerTask.name) +
+                                " unset)"));
 }
 
 affinity::CpuBind cpu_bind_of(const LaunchOptions& options, const LaunchInputs& in) {
@@ -267,7 +288,7 @@ affinity::CpuBind cpu_bind_of(const LaunchOptions& options, const LaunchInputs& 
   if (!text) return affinity::CpuBind::kNone;
   auto bind = affinity::parse_cpu_bind(*text);
   if (!bind)
-    throw Error::bad_env(setting::kCpuBind.name, *text,
+    throw Error::bad_env(contract::setting::kCpuBind.name, *text,
                          "expected none, numa, socket, exclusive or cache");
   return *bind;
 }
@@ -279,14 +300,16 @@ affinity::MemBind mem_bind_of(const LaunchOptions& options, const LaunchInputs& 
   if (!text)
     return cpu == affinity::CpuBind::kNone ? affinity::MemBind::kNone : affinity::MemBind::kLocal;
   auto bind = affinity::parse_mem_bind(*text);
-  if (!bind) throw Error::bad_env(setting::kMemBind.name, *text, "expected none, local or strict");
+  if (!bind)
+    throw Error::bad_env(contract::setting::kMemBind.name, *text, "expected none, local or strict");
   return *bind;
 }
 
 // The device minors Slurm allocated, when it says (for find_gpu's reading of indices).
 std::optional<std::vector<unsigned>> allocated_minors(const LaunchInputs& in) {
-  for (const auto& [name, text] : {std::pair{setting::kSlurmStepGpus.name, &in.slurm_step_gpus},
-                                   std::pair{setting::kSlurmJobGpus.name, &in.slurm_job_gpus}}) {
+  for (const auto& [name, text] :
+       {std::pair{contract::setting::kSlurmStepGpus.name, &in.slurm_step_gpus},
+        std::pair{contract::setting::kSlurmJobGpus.name, &in.slurm_job_gpus}}) {
     if (!*text) continue;
     std::vector<unsigned> minors;
     for (const std::string& id : parse_visible_devices(**text, name))
@@ -385,11 +408,12 @@ void plan_affinity(LaunchSpec& spec, const LaunchOptions& options, const LaunchI
   }
   if (plan.cpu != affinity::CpuBind::kNone && !in.omp_num_threads && speak)
     note(spec, Note::Level::kInfo, false,
-         "OMP_NUM_THREADS: instead, the number of physical cores bound to each rank (--cpu-bind)");
+         std::string(contract::setting::kOmpNumThreads.name) +
+             ": instead, the number of physical cores bound to each rank (--cpu-bind)");
   if (plan.export_device_order && speak)
     note(spec, Note::Level::kDebug, false,
-         "CUDA_DEVICE_ORDER=PCI_BUS_ID, so that CUDA numbers the GPUs in the order dtlaunch "
-         "located them");
+         assignment(contract::setting::kCudaDeviceOrder, "PCI_BUS_ID") +
+             ", so that CUDA numbers the GPUs in the order dtlaunch located them");
 }
 
 void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& in,
@@ -432,14 +456,14 @@ LaunchSpec spec_from_slurm(const LaunchInputs& in, const LaunchOptions& options,
     const std::uint32_t rank0_node = node_of_rank0(step, system);
     if (step.procid == 0 && step.nodeid != rank0_node)
       throw Error::inconsistent(
-          "rank 0 runs on node " + num(step.nodeid) + " (" + step.hosts[step.nodeid] +
-          ") but SLURM_DISTRIBUTION=" +
-          (step.distribution.empty() ? "<unset>" : excerpt(step.distribution)) + " places it on " +
-          step.hosts[rank0_node] + "; pass --master-addr HOST");
+          "rank 0 runs on node " + num(step.nodeid) + " (" + step.hosts[step.nodeid] + ") but " +
+          assignment(contract::setting::kSlurmDistribution,
+                     step.distribution.empty() ? "<unset>" : excerpt(step.distribution)) +
+          " places it on " + step.hosts[rank0_node] + "; pass --master-addr HOST");
     return step.hosts[rank0_node];
   };
   choose_master_addr(spec, options, in, derive, "the node of rank 0 in the step's node list",
-                     "MASTER_ADDR derived from the step's node list");
+                     kMasterAddrFromNodeList);
   choose_slurm_port(spec, step, options, in, system);
   spec.dtlaunch_run_id = slurm_dtlaunch_run_id(step);
   spec.gpu = make_gpu_plan(options, in, system, step.gpus_per_task, Mode::kSlurm);
@@ -481,7 +505,7 @@ std::uint64_t nodes_from_step(LaunchSpec& spec, const LaunchInputs& in,
   spec.node_rank = step.procid;
   choose_master_addr(
       spec, options, in, [&] { return step.hosts[node_of_rank0(step, system)]; },
-      "the node of Slurm task 0", "MASTER_ADDR derived from the step's node list");
+      "the node of Slurm task 0", kMasterAddrFromNodeList);
   choose_slurm_port(spec, step, options, in, system);
   spec.dtlaunch_run_id = slurm_dtlaunch_run_id(step);
   return step.job_id;
@@ -503,7 +527,7 @@ bool nodes_from_options(LaunchSpec& spec, const LaunchInputs& in, const LaunchOp
                        "every launcher");
   choose_master_addr(
       spec, options, in, [] { return std::string("127.0.0.1"); }, "standalone: loopback",
-      setting::kMasterAddr.name);
+      contract::setting::kMasterAddr.name);
   // Standalone, the supervisor's own tag names the run (the command layer adds it).
   if (!standalone && options.run_id) spec.dtlaunch_run_id = "local-" + *options.run_id;
   const bool need_free_port = !choose_user_port(spec, options, in);
@@ -545,7 +569,8 @@ LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
   if (need_free_port) {  // last, once everything else is known to be valid
     spec.master.port = system.free_port("127.0.0.1");
     note(spec, Note::Level::kDebug, true,
-         "MASTER_PORT=" + num(spec.master.port) + " (standalone: a free port found by binding)");
+         assignment(contract::setting::kMasterPort, num(spec.master.port)) +
+             " (standalone: a free port found by binding)");
   }
   return spec;
 }

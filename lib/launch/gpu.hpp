@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "contract/settings.hpp"
 #include "launch/spec.hpp"
 
 namespace dtlaunch::launch {
@@ -16,8 +17,8 @@ namespace dtlaunch::launch {
 // without GPUs) mean no device; an empty or negative entry ends the list, as it does for CUDA
 // ("-1" hides all devices). An entry that is none of an index, GPU-<uuid> or MIG-<id> ("a,b")
 // is an error naming `source`: CUDA would silently see no device from it on.
-std::vector<std::string> parse_visible_devices(std::string_view text,
-                                               std::string_view source = "CUDA_VISIBLE_DEVICES");
+std::vector<std::string> parse_visible_devices(
+    std::string_view text, std::string_view source = contract::setting::kCudaVisibleDevices.name);
 
 struct DeviceChoice {
   std::uint32_t index = 0;  // within GpuPlan::visible: what cudaSetDevice needs in share mode

@@ -39,26 +39,27 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
 }
 
 static_assert(contract::setting::kTopologyRoot.name == affinity::kTopologyRootVariable);
+static_assert(contract::setting::kHwlocFsroot.name == affinity::kHwlocFsrootVariable);
 
 LaunchInputs read_inputs(const core::EnvMap& env, Mode mode) {
   LaunchInputs in;
   in.slurm = detect_slurm(env);
   if (mode == Mode::kSlurm || in.slurm == SlurmContext::kStep) in.step = read_slurm_step(env);
   namespace s = contract::setting;
-  in.master_addr = read_text(env, s::kMasterAddr);
-  in.master_port = read_text(env, s::kMasterPort);
-  in.port_range = read_text(env, s::kPortRange);
-  in.cpu_bind = read_text(env, s::kCpuBind);
-  in.mem_bind = read_text(env, s::kMemBind);
-  in.cuda_visible_devices = read_text(env, s::kCudaVisibleDevices);
-  in.cuda_device_order = read_text(env, s::kCudaDeviceOrder);
-  in.omp_num_threads = read_text(env, s::kOmpNumThreads);
-  in.slurm_step_gpus = read_text(env, s::kSlurmStepGpus);
-  in.slurm_job_gpus = read_text(env, s::kSlurmJobGpus);
-  in.slurm_cpu_bind_type = read_text(env, s::kSlurmCpuBindType);
+  in.master_addr = contract::read_text(env, s::kMasterAddr);
+  in.master_port = contract::read_text(env, s::kMasterPort);
+  in.port_range = contract::read_text(env, s::kPortRange);
+  in.cpu_bind = contract::read_text(env, s::kCpuBind);
+  in.mem_bind = contract::read_text(env, s::kMemBind);
+  in.cuda_visible_devices = contract::read_text(env, s::kCudaVisibleDevices);
+  in.cuda_device_order = contract::read_text(env, s::kCudaDeviceOrder);
+  in.omp_num_threads = contract::read_text(env, s::kOmpNumThreads);
+  in.slurm_step_gpus = contract::read_text(env, s::kSlurmStepGpus);
+  in.slurm_job_gpus = contract::read_text(env, s::kSlurmJobGpus);
+  in.slurm_cpu_bind_type = contract::read_text(env, s::kSlurmCpuBindType);
   in.topology_root =
-      read_text(env, s::kTopologyRoot).value_or(std::string(s::kTopologyRoot.fallback));
-  in.path = read_text(env, s::kPath);
+      contract::read_text(env, s::kTopologyRoot).value_or(std::string(s::kTopologyRoot.fallback));
+  in.path = contract::read_text(env, s::kPath);
   return in;
 }
 

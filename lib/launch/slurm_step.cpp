@@ -64,15 +64,17 @@ namespace s = contract::setting;
 [[noreturn]] void refuse_job_without_step(const EnvMap& env) {
   auto ntasks = env.get(s::kSlurmNtasks.name);
   if (!ntasks) ntasks = env.get(s::kSlurmNprocs.name);
-  const std::string tasks = ntasks ? core::excerpt(*ntasks) : std::string("unset");
+  const std::string tasks = std::string(s::kSlurmNtasks.name) + "=" +
+                            (ntasks ? core::excerpt(*ntasks) : std::string("unset"));
+  const std::string no_step = std::string(s::kSlurmStepId.name) + " is not set: dtlaunch runs in ";
   if (ntasks && *ntasks != "1")
     throw Error(core::ExitCode::kBadInput,
-                "SLURM_STEP_ID is not set: dtlaunch runs in a Slurm job of SLURM_NTASKS=" + tasks +
+                no_step + "a Slurm job of " + tasks +
                     " tasks but outside an srun step (in the batch script itself?), so the "
                     "other ranks would never start and rank 0 would wait for them; launch it "
                     "as 'srun dtlaunch PROGRAM'");
   throw Error(core::ExitCode::kBadInput,
-              "SLURM_STEP_ID is not set: dtlaunch runs in a Slurm job (SLURM_NTASKS=" + tasks +
+              no_step + "a Slurm job (" + tasks +
                   ") but outside an srun step (in the batch script itself?); launch it as "
                   "'srun dtlaunch PROGRAM', or for one process on this node without srun "
                   "use the local mode: 'dtlaunch --nproc-per-node 1 PROGRAM'");
@@ -84,9 +86,11 @@ void require_step(const EnvMap& env) {
       return;
     case SlurmContext::kNone:
       throw Error(core::ExitCode::kBadInput,
-                  "--mode slurm, but this is not a Slurm job (no SLURM_JOB_ID, SLURM_STEP_ID or "
-                  "SLURM_PROCID in the environment): run it as 'srun dtlaunch PROGRAM' inside a "
-                  "job, or use the local mode: 'dtlaunch --nproc-per-node N PROGRAM'");
+                  "--mode slurm, but this is not a Slurm job (no " +
+                      std::string(s::kSlurmJobId.name) + ", " + std::string(s::kSlurmStepId.name) +
+                      " or " + std::string(s::kSlurmProcId.name) +
+                      " in the environment): run it as 'srun dtlaunch PROGRAM' inside a job, or "
+                      "use the local mode: 'dtlaunch --nproc-per-node N PROGRAM'");
     case SlurmContext::kJobWithoutStep:
       refuse_job_without_step(env);
   }

@@ -1,6 +1,7 @@
 #include "trace/timeline.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "core/text.hpp"
@@ -201,7 +202,9 @@ std::string Timeline::svg_head(int width, int height, int row_px, double span_us
   legend(kLabelWidth + 660, kMissingColour, "missing rank");
   svg += "<text x=\"" + std::to_string(kLabelWidth) + "\" y=\"" + std::to_string(kTimelineTop - 8) +
          "\" font-size=\"12\" fill=\"#555\">collectives #" + std::to_string(lo_) + "-#" +
-         std::to_string(hi_) + ", " + num(span_us / 1000.0) + " ms, rank 0's clock</text>\n";
+         std::to_string(hi_) + ", " +
+         core::duration_text(std::chrono::duration<double, std::micro>(span_us)) +
+         ", rank 0's clock</text>\n";
   return svg;
 }
 

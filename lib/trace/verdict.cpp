@@ -7,6 +7,7 @@
 #include "trace/verdict.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -42,6 +43,16 @@ double median(std::vector<double> v) {
   double m = v[mid];
   if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + mid)) / 2;
   return m;
+}
+
+// How late the last rank must enter a collective for its lateness to count (a straggler's).
+constexpr double kSignificantMs = 1.0;
+
+std::string seconds_text(double seconds) {
+  return core::duration_text(std::chrono::duration<double>(seconds));
+}
+std::string ms_text(double ms) {
+  return core::duration_text(std::chrono::duration<double, std::milli>(ms));
 }
 
 std::string fixed(double v, int digits) {
@@ -180,7 +191,6 @@ void Merger::count_mismatches() {
 
 // Stragglers: over the collectives every present rank entered (with times).
 void Merger::find_stragglers(size_t present) {
-  constexpr double kSignificantMs = 1.0;
   std::vector<double> waited(v_.ranks.size(), 0.0);
   std::vector<size_t> last_count(v_.ranks.size(), 0), significant(v_.ranks.size(), 0);
   size_t significant_all = 0;
@@ -271,6 +281,61 @@ const char* state_word(EntryState s) {
   return core::name_of(s, kEntryStateNames, "in flight").data();
 }
 
+// The divergence line: the first collective not every rank completed, and where each rank is.
+std::string divergence_line(const Verdict& v) {
+  if (v.divergent_seq == 0)
+    return v.collectives_seen > 0
+               ? "no divergence: every rank completed every collective its file holds\n"
+               : "";
+  std::string out = std::string(v.divergence_stalled ? "first divergence: "
+                                                     : "in flight at the dumps (a running job): ") +
+                    describe(v.divergent_seq, v.divergent_example) + ":";
+  std::vector<std::string> parts;
+  for (int r : v.never_entered) {
+    if (parts.size() >= 4) break;
+    const RankSummary& rs = v.ranks[static_cast<size_t>(r)];
+    parts.push_back(" " + rank_where(v, r) + " never entered it (" +
+                    (rs.last.seq == 0 ? std::string("it entered no collective")
+                                      : "last entered " + describe(rs.last.seq, rs.last) + ", " +
+                                            state_word(rs.last.state)) +
+                    ")");
+  }
+  if (v.never_entered.size() > 4)
+    parts.push_back(" ranks " + ranks_text(v.never_entered) + " never entered it (" +
+                    std::to_string(v.never_entered.size()) + " in all)");
+  if (!v.waiting.empty())
+    parts.push_back(" " + group_text(v, v.waiting) +
+                    (v.waiting.size() == 1 ? " waits in it" : " wait in it") + " (up to " +
+                    seconds_text(v.longest_wait_s) + " at the dump)");
+  if (!v.failed_in.empty())
+    parts.push_back(" " + group_text(v, v.failed_in) + " waited in it until it failed");
+  if (!v.completed_it.empty())
+    parts.push_back(" " + group_text(v, v.completed_it) + " completed it");
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ";" : "") + parts[i];
+  return out + "\n";
+}
+
+// The mismatch line: how many collectives the ranks disagree on, and the first one's groups.
+std::string mismatch_line(const Verdict& v) {
+  if (v.mismatched_collectives == 0) return "";
+  std::string out = "mismatches: " + std::to_string(v.mismatched_collectives) +
+                    (v.mismatched_collectives == 1 ? " collective" : " collectives") +
+                    " where ranks disagree (" + std::to_string(v.mismatched_entries) +
+                    " rank entries off the majority); first #" +
+                    std::to_string(v.first_mismatch_seq) + ":";
+  for (size_t i = 0; i < v.first_mismatch.size(); ++i) {
+    const auto& g = v.first_mismatch[i];
+    out += std::string(i ? ";" : "") + " " +
+           (g.count == 1
+                ? "rank " + std::to_string(g.ranks[0])
+                : "ranks " + ranks_text(g.ranks) +
+                      (g.count > g.ranks.size() ? " ... (" + std::to_string(g.count) + ")" : "")) +
+           " " + signature_text(g.example);
+    if (i > 0) out += " (differs in " + differences(v.first_mismatch[0].example, g.example) + ")";
+  }
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string render_text(const Verdict& v, const std::string& dir) {
@@ -284,65 +349,20 @@ std::string render_text(const Verdict& v, const std::string& dir) {
   if (!missing.empty())
     out += "missing: " + std::string(missing.size() == 1 ? "rank " : "ranks ") +
            ranks_text(missing) + " (no readable file: dead before it could write, or not copied)\n";
-  if (v.divergent_seq != 0) {
-    out += std::string(v.divergence_stalled ? "first divergence: "
-                                            : "in flight at the dumps (a running job): ") +
-           describe(v.divergent_seq, v.divergent_example) + ":";
-    std::vector<std::string> parts;
-    for (int r : v.never_entered) {
-      if (parts.size() >= 4) break;
-      const RankSummary& rs = v.ranks[static_cast<size_t>(r)];
-      parts.push_back(" " + rank_where(v, r) + " never entered it (" +
-                      (rs.last.seq == 0 ? std::string("it entered no collective")
-                                        : "last entered " + describe(rs.last.seq, rs.last) + ", " +
-                                              state_word(rs.last.state)) +
-                      ")");
-    }
-    if (v.never_entered.size() > 4)
-      parts.push_back(" ranks " + ranks_text(v.never_entered) + " never entered it (" +
-                      std::to_string(v.never_entered.size()) + " in all)");
-    if (!v.waiting.empty())
-      parts.push_back(" " + group_text(v, v.waiting) +
-                      (v.waiting.size() == 1 ? " waits in it" : " wait in it") + " (up to " +
-                      fixed(v.longest_wait_s, 2) + " s at the dump)");
-    if (!v.failed_in.empty())
-      parts.push_back(" " + group_text(v, v.failed_in) + " waited in it until it failed");
-    if (!v.completed_it.empty())
-      parts.push_back(" " + group_text(v, v.completed_it) + " completed it");
-    for (size_t i = 0; i < parts.size(); ++i) out += (i ? ";" : "") + parts[i];
-    out += "\n";
-  } else if (v.collectives_seen > 0) {
-    out += "no divergence: every rank completed every collective its file holds\n";
-  }
-  if (v.mismatched_collectives > 0) {
-    out += "mismatches: " + std::to_string(v.mismatched_collectives) +
-           (v.mismatched_collectives == 1 ? " collective" : " collectives") +
-           " where ranks disagree (" + std::to_string(v.mismatched_entries) +
-           " rank entries off the majority); first #" + std::to_string(v.first_mismatch_seq) + ":";
-    for (size_t i = 0; i < v.first_mismatch.size(); ++i) {
-      const auto& g = v.first_mismatch[i];
-      out +=
-          std::string(i ? ";" : "") + " " +
-          (g.count == 1
-               ? "rank " + std::to_string(g.ranks[0])
-               : "ranks " + ranks_text(g.ranks) +
-                     (g.count > g.ranks.size() ? " ... (" + std::to_string(g.count) + ")" : "")) +
-          " " + signature_text(g.example);
-      if (i > 0) out += " (differs in " + differences(v.first_mismatch[0].example, g.example) + ")";
-    }
-    out += "\n";
-  }
+  out += divergence_line(v);
+  out += mismatch_line(v);
   for (const Straggler& s : v.stragglers) {
-    out += "straggler: " + rank_where(v, s.rank) + " entered last, by 1 ms or more, in " +
-           std::to_string(s.last_count) + " of the " + std::to_string(s.collectives) +
-           " collectives every rank entered, by " + fixed(s.median_late_ms, 1) +
-           " ms median; the others waited " + fixed(s.waited_s, 2) + " s for it, " +
-           fixed(100.0 * s.waited_s / s.span_s, 0) + "% of the " + fixed(s.span_s, 2) + " s span\n";
+    out += "straggler: " + rank_where(v, s.rank) + " entered last, by " + ms_text(kSignificantMs) +
+           " or more, in " + std::to_string(s.last_count) + " of the " +
+           std::to_string(s.collectives) + " collectives every rank entered, by " +
+           ms_text(s.median_late_ms) + " median; the others waited " + seconds_text(s.waited_s) +
+           " for it, " + fixed(100.0 * s.waited_s / s.span_s, 0) + "% of the " +
+           seconds_text(s.span_s) + " span\n";
   }
   if (v.stragglers.empty() && v.compared_collectives > 0)
     out += "stragglers: none (" + std::to_string(v.compared_collectives) +
            " collectives every rank entered)\n";
-  out += "clocks: aligned to rank 0's within " + fixed(v.clock_error_us / 1000.0, 2) + " ms";
+  out += "clocks: aligned to rank 0's within " + ms_text(v.clock_error_us / 1000.0);
   if (!v.clocks_unknown.empty())
     out += "; not measured for ranks " + ranks_text(v.clocks_unknown) + " (taken as they are)";
   out += "\n";

@@ -4,7 +4,6 @@
 // The expectations hold on any machine with at least 2 cores; on a 2-core machine they are
 // exactly CPU 0 and CPU 1.
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,30 +14,12 @@
 
 using dtlaunch::affinity::CpuSet;
 using dtlaunch::core::EnvMap;
-using dtlaunch_test::ProcessResult;
-using dtlaunch_test::run_process;
+using namespace dtlaunch_test;
 
 namespace {
 
 const std::string kDtlaunch = DTLAUNCH_BIN;
 const std::string kChild = AFFINITY_CHILD;
-
-// "[rank R] key=value" lines, by rank then key; a single exec'd worker prints no prefix.
-std::map<int, std::map<std::string, std::string>> by_rank(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> ranks;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    int rank = 0;
-    if (line.rfind("[rank ", 0) == 0) {
-      rank = std::stoi(line.substr(6));
-      line = line.substr(line.find("] ") + 2);
-    }
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) ranks[rank][line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return ranks;
-}
 
 CpuSet cpus_of(const std::string& list) {
   auto set = CpuSet::parse(list);
@@ -77,7 +58,7 @@ TEST_CASE("local mode, 2 workers, --cpu-bind exclusive: a core each, memory pref
         base_env());
     INFO("stdout: " << r.out << "\nstderr: " << r.err);
     REQUIRE(r.exit_status == 0);
-    auto ranks = by_rank(r.out);
+    auto ranks = child_values_by_rank(r.out);
     REQUIRE(ranks.size() == 2);
     const CpuSet a = cpus_of(ranks[0]["cpus"]), b = cpus_of(ranks[1]["cpus"]);
     CHECK_FALSE(a.empty());
@@ -110,7 +91,7 @@ TEST_CASE("under taskset -c 1 the inherited mask is kept", "[affinity]") {
                                   base_env());
     INFO("stdout: " << r.out << "\nstderr: " << r.err);
     REQUIRE(r.exit_status == 0);
-    auto ranks = by_rank(r.out);
+    auto ranks = child_values_by_rank(r.out);
     CHECK(ranks[0]["cpus"] == "1");
     CHECK(ranks[1]["cpus"] == "1");
     CHECK(ranks[0]["omp"] == "1");
@@ -124,7 +105,7 @@ TEST_CASE("cpu-bind none leaves the mask and the memory policy alone", "[affinit
   Machine machine;
   ProcessResult r = run_process({kDtlaunch, "--nproc-per-node", "1", kChild}, base_env());
   REQUIRE(r.exit_status == 0);
-  auto ranks = by_rank(r.out);
+  auto ranks = child_values_by_rank(r.out);
   CHECK(ranks[0]["cpus"] == machine.mask.cpus.to_list());
   CHECK(ranks[0]["heap"] == "default");
   CHECK(ranks[0]["mempolicy"].rfind("0:", 0) == 0);
@@ -152,7 +133,7 @@ TEST_CASE("Slurm path: dtlaunch binds itself, then execs the program", "[affinit
   ProcessResult r = run_process({kDtlaunch, kChild}, env);
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.exit_status == 0);
-  auto self = by_rank(r.out)[0];
+  auto self = child_values_by_rank(r.out)[0];
   const CpuSet cpus = cpus_of(self["cpus"]);
   CHECK_FALSE(cpus.empty());
   CHECK(cpus.size() < machine.mask.cpus.size());
@@ -164,7 +145,7 @@ TEST_CASE("Slurm path: dtlaunch binds itself, then execs the program", "[affinit
   env.set("SLURM_CPU_BIND_TYPE", "map_cpu:");
   r = run_process({"/usr/bin/taskset", "-c", "0", kDtlaunch, "-v", kChild}, env);
   REQUIRE(r.exit_status == 0);
-  CHECK(by_rank(r.out)[0]["cpus"] == "0");
+  CHECK(child_values_by_rank(r.out)[0]["cpus"] == "0");
   CHECK(r.err.find("Slurm bound this task") != std::string::npos);
 }
 

@@ -16,9 +16,7 @@
 #include "run_process.hpp"
 
 using dtlaunch::core::EnvMap;
-using dtlaunch_test::ProcessResult;
-using dtlaunch_test::run_process;
-using dtlaunch_test::slurm_step_env;
+using namespace dtlaunch_test;
 
 namespace {
 
@@ -30,15 +28,9 @@ ProcessResult launch(const EnvMap& env, std::vector<std::string> args) {
   return run_process(args, env);
 }
 
-std::map<std::string, std::string> parse_lines(const std::string& out) {
-  std::map<std::string, std::string> vars;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto eq = line.find('=');
-    if (eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return vars;
+// The variables printenv_child printed, run by dtlaunch under Slurm (no rank prefix).
+ChildValues printed_env(const std::string& out) {
+  return child_values_by_rank(out)[0];
 }
 
 // Bad input: exactly one line on stderr naming the problem, the expected status, and the
@@ -61,7 +53,7 @@ TEST_CASE("blackbox: under an srun step dtlaunch execs the program with the cont
     INFO("stderr: " << r.err);
     REQUIRE(r.exit_status == 0);
     CHECK(r.err.empty());
-    auto vars = parse_lines(r.out);
+    auto vars = printed_env(r.out);
     // exec, not fork: the program has dtlaunch's own pid.
     CHECK(vars["PID"] == std::to_string(r.pid));
     CHECK(vars["ARGV[0]"] == kChild);
@@ -363,17 +355,17 @@ TEST_CASE("blackbox: an empty variable counts as unset") {
   ProcessResult r = launch(env, {kChild});
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_status == 0);
-  auto vars = parse_lines(r.out);
+  auto vars = printed_env(r.out);
   CHECK(vars["OMP_NUM_THREADS"] == "1");  // not "", which OpenMP reads as "every core"
   CHECK(vars["MASTER_ADDR"] == "node1");
   CHECK(vars["MASTER_PORT"] ==
-        parse_lines(launch(slurm_step_env(1, 1, 0), {kChild}).out)["MASTER_PORT"]);
+        printed_env(launch(slurm_step_env(1, 1, 0), {kChild}).out)["MASTER_PORT"]);
   // CUDA_VISIBLE_DEVICES is the exception: CUDA reads an empty list as "no device".
   env = slurm_step_env(1, 1, 0);
   env.set("CUDA_VISIBLE_DEVICES", "");
   r = launch(env, {kChild});
   REQUIRE(r.exit_status == 0);
-  CHECK(parse_lines(r.out).count("DTLAUNCH_CUDA_DEVICE") == 0);
+  CHECK(printed_env(r.out).count("DTLAUNCH_CUDA_DEVICE") == 0);
 }
 
 TEST_CASE("blackbox: --dry-run --format json escapes bytes that are not UTF-8") {
@@ -405,10 +397,12 @@ TEST_CASE("blackbox: DTLAUNCH_RUN_ID names the run for the runtime's check-in") 
     ProcessResult r = launch(env, args);
     INFO("stderr: " << r.err);
     REQUIRE(r.exit_status == 0);
-    auto vars = parse_lines(r.out);
-    for (const auto& [key, value] : vars)  // local mode prefixes each line with "[rank N] "
-      if (key == "DTLAUNCH_RUN_ID" || key.ends_with("] DTLAUNCH_RUN_ID")) return value;
-    return std::string("<unset>");
+    // One worker: under Slurm the program itself, in local mode rank N, its lines "[rank N] ".
+    const auto ranks = child_values_by_rank(r.out);
+    REQUIRE(ranks.size() == 1);
+    const ChildValues& vars = ranks.begin()->second;
+    const auto id = vars.find("DTLAUNCH_RUN_ID");
+    return id == vars.end() ? std::string("<unset>") : id->second;
   };
   CHECK(run_id(slurm_step_env(3, 1, 1), {}) == "slurm-4242.0");
   EnvMap het = slurm_step_env();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <sstream>
 #include <stdexcept>
 
 namespace dtlaunch_test {
@@ -71,6 +72,22 @@ ProcessResult run_process(const std::vector<std::string>& argv, const dtlaunch::
   ::waitpid(pid, &status, 0);
   result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+std::map<int, ChildValues> child_values_by_rank(const std::string& out) {
+  std::map<int, ChildValues> ranks;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    int rank = 0;
+    if (line.rfind("[rank ", 0) == 0) {
+      rank = std::stoi(line.substr(6));
+      line = line.substr(line.find("] ") + 2);
+    }
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) ranks[rank][line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return ranks;
 }
 
 }  // namespace dtlaunch_test

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,5 +22,12 @@ struct ProcessResult {
 // output within `timeout`: a hung launcher fails its test instead of the whole suite's run.
 ProcessResult run_process(const std::vector<std::string>& argv, const dtlaunch::core::EnvMap& env,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// A test child's report (printenv_child's environment, affinity_child's bindings): its
+// "NAME=value" lines by name, grouped by the worker that printed them, the R of a local-mode
+// worker's "[rank R] " prefix; the lines of a program dtlaunch exec'd, unprefixed, are rank 0's.
+// Other lines are skipped.
+using ChildValues = std::map<std::string, std::string>;
+std::map<int, ChildValues> child_values_by_rank(const std::string& out);
 
 }  // namespace dtlaunch_test

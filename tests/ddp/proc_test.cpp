@@ -262,10 +262,10 @@ TEST_CASE("rendezvous: a missing rank is a timely error naming it", "[ddp][proc]
     std::string expected;  // in the output of every launched rank
   };
   const std::vector<Case> cases = {
-      {2, {0}, "timed out after 2s: 1 of 2 ranks arrived; missing ranks: 1"},
-      {4, {0, 2}, "timed out after 2s: 2 of 4 ranks arrived; missing ranks: 1,3"},
-      {4, {0}, "timed out after 2s: 1 of 4 ranks arrived; missing ranks: 1-3"},
-      {2, {1}, "could not reach the store that rank 0 hosts within 2s"},
+      {2, {0}, "timed out after 2 s: 1 of 2 ranks arrived; missing ranks: 1"},
+      {4, {0, 2}, "timed out after 2 s: 2 of 4 ranks arrived; missing ranks: 1,3"},
+      {4, {0}, "timed out after 2 s: 1 of 4 ranks arrived; missing ranks: 1-3"},
+      {2, {1}, "could not reach the store that rank 0 hosts within 2 s"},
   };
   for (const auto& c : cases) {
     auto run = run_ranks(DDP_WORKER, {"rendezvous"}, c.world, c.launch, env);
@@ -334,7 +334,7 @@ TEST_CASE("rendezvous: a port served by something else is an error naming it, by
   CHECK(error_after_seconds(run.ranks[0].output) < 3.5);
   CHECK(run.ranks[0].output.find("rendezvous at 127.0.0.1:" + std::to_string(other.port()) +
                                  " failed: rank 1 connected, but the peer there did not answer "
-                                 "within 2s (is MASTER_PORT another program's port") !=
+                                 "within 2 s (is MASTER_PORT another program's port") !=
         std::string::npos);
 }
 
@@ -608,7 +608,7 @@ TEST_CASE("a rank that skips a collective: the others time out naming it and bot
     // #4 and rank 1, the skipper, is named with the collective it last entered.
     const std::string head =
         "ERROR: dtlaunch ddp: all_reduce #4 (float32, 4 elements) timed out "
-        "after 2s on rank " +
+        "after 2 s on rank " +
         std::to_string(r.rank) + ": ";
     CHECK((has(r.output, head + "ranks 0,2 wait in #4; rank 1 (") ||
            has(r.output, head + "rank " + std::to_string(r.rank) + " waits in #4; rank 1 (")));
@@ -668,7 +668,7 @@ TEST_CASE("a rank killed mid-job: the survivors throw in bounded time naming it"
     CHECK(r.status == 3);
     CHECK((has(r.output, "error-kind: peer-lost") || has(r.output, "error-kind: timeout")));
     CHECK(has(r.output, "rank 1 ("));
-    CHECK(has(r.output, ", local rank 1) published nothing within 1s"));
+    CHECK(has(r.output, ", local rank 1) published nothing within 1 s"));
     CHECK(error_after_seconds(r.output) < kTimeoutSeconds + kGraceSeconds + kSlackSeconds);
   }
 }
@@ -717,7 +717,7 @@ TEST_CASE("heartbeat: a rank killed, frozen or rank 0 killed is named within the
     CHECK(r.status == 3);
     CHECK(has(r.output, "error-kind: peer-lost"));
     CHECK(has(r.output,
-              "peer lost (heartbeat, timeout 3s): rank " + std::to_string(c.victim) + " ("));
+              "peer lost (heartbeat, timeout 3 s): rank " + std::to_string(c.victim) + " ("));
     CHECK(has(r.output, c.how));
     CHECK(has(r.output, ", last in all_reduce #5"));
     if (c.victim == 0) CHECK(has(r.output, "which hosted the store"));
@@ -739,7 +739,7 @@ TEST_CASE("heartbeat: a rank frozen in a shared-memory all_reduce is named withi
   REQUIRE(has(r.output, "shm-segment: /dev/shm/"));  // the all_reduces went through shm
   CHECK(r.status == 3);
   CHECK(has(r.output, "error-kind: peer-lost"));
-  CHECK(has(r.output, "peer lost (heartbeat, timeout 3s): rank 1 ("));
+  CHECK(has(r.output, "peer lost (heartbeat, timeout 3 s): rank 1 ("));
   CHECK(has(r.output, "frozen (silent for 3"));
   CHECK(has(r.output, ", last in all_reduce #5"));
   // + the victim's delay before its fault (1.5 s) + 2 s of slack for a loaded machine.
@@ -996,7 +996,7 @@ TEST_CASE(
               "rank " +
                   std::to_string(r.rank) + " (rank 2 (pid "));
     CHECK(has(r.output, ") is gone): "));
-    CHECK(has(r.output, ", local rank 2) published nothing within 1s"));
+    CHECK(has(r.output, ", local rank 2) published nothing within 1 s"));
     // Detection within about 0.1 s, then the report's 1 s grace; the timeout is 30 s.
     CHECK(error_after_seconds(r.output) < 1.0 + kGraceSeconds + kSlackSeconds);
   }
@@ -1101,7 +1101,7 @@ void check_named_in_startup(const ddp_test::RankRun& run, int victim, const std:
     CHECK(r.status == 3);
     CHECK(has(r.output, "error-kind: peer-lost"));
     CHECK(
-        has(r.output, "peer lost (heartbeat, timeout 3s): rank " + std::to_string(victim) + " ("));
+        has(r.output, "peer lost (heartbeat, timeout 3 s): rank " + std::to_string(victim) + " ("));
     CHECK(has(r.output, how));
     CHECK(has(r.output, ", during start-up"));
     if (victim == 0) CHECK(has(r.output, "which hosted the store"));
@@ -1150,11 +1150,12 @@ TEST_CASE("heartbeat: a rank frozen during the backend's connect is named within
   for (const auto& r : run.ranks) {
     if (r.rank == 1) continue;
     INFO("rank " << r.rank);
-    CHECK(has(r.output, "peer lost (heartbeat, timeout 3s): rank 1 ("));
+    CHECK(has(r.output, "peer lost (heartbeat, timeout 3 s): rank 1 ("));
     CHECK(has(r.output, "frozen (silent for 3"));
     if (r.status == 76) {  // dtlaunch::ddp::kExitPeerLost
-      CHECK(has(r.output, "; start-up was still blocked in the backend 3s after the verdict: "
-                          "exiting with 76"));
+      CHECK(has(r.output,
+                "; start-up was still blocked in the backend 3 s after the verdict: "
+                "exiting with 76"));
     } else {
       CHECK(r.status == 3);
       CHECK(has(r.output, "error-kind: peer-lost"));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <thread>
 
@@ -41,9 +42,21 @@ std::vector<std::string> doctor(std::vector<std::string> args) {
 }
 
 // A job of two local launchers (--nnodes 2) on a free loopback port: each `dtlaunch doctor`
-// started when the test says, its output in dir/N.out and dir/N.err.
+// started when the test says, its output in dir/N.out and dir/N.err. The test is the subreaper
+// of both; when it ends, nothing of theirs may be left.
 struct TwoLaunchers {
+  // What the two left once ended (each waited for at most 30 s, then killed).
+  struct Ended {
+    std::optional<int> status0, status1;
+    std::string out0;    // node 0's, which prints the report
+    std::string errors;  // both stderrs, for a failure's message
+  };
+
   TwoLaunchers() { become_subreaper(); }
+  ~TwoLaunchers() { CHECK(settle(5s).empty()); }
+  TwoLaunchers(const TwoLaunchers&) = delete;
+  TwoLaunchers& operator=(const TwoLaunchers&) = delete;
+
   std::vector<std::string> argv(int node, std::vector<std::string> extra) const {
     return doctor(two_node_args(port, node, std::move(extra)));
   }
@@ -52,6 +65,19 @@ struct TwoLaunchers {
   }
   std::string out(int node) const { return dir / (std::to_string(node) + ".out"); }
   std::string err_text(int node) const { return read_file(dir / (std::to_string(node) + ".err")); }
+  Ended wait_for_both(Child& node0, Child& node1) const {
+    Ended ended;
+    ended.status1 = node1.wait_for(30s);
+    ended.status0 = node0.wait_for(30s);
+    ended.out0 = read_file(out(0));
+    ended.errors = err_text(0) + err_text(1);
+    return ended;
+  }
+  // Node 1 started, with `extra` arguments, once node 0 runs; then both waited for.
+  Ended finish(Child& node0, std::vector<std::string> extra) const {
+    Child node1 = start(1, argv(1, std::move(extra)));
+    return wait_for_both(node0, node1);
+  }
 
   TempDir dir;
   const std::string port = std::to_string(dtlaunch::launch::find_free_port());
@@ -69,16 +95,14 @@ TEST_CASE("doctor: two local launchers (--nnodes 2) check the job and both exit 
   const TwoLaunchers job;
   Child node1 = job.start(1, job.argv(1, {"--format", "json", "/bin/true"}));
   Child node0 = job.start(0, job.argv(0, {"--format", "json", "/bin/true"}));
-  const auto status0 = node0.wait_for(30s), status1 = node1.wait_for(30s);
-  const std::string out0 = read_file(job.out(0));
-  INFO(out0 << job.err_text(0) << job.err_text(1));
-  CHECK(status0 == 0);
-  CHECK(status1 == 0);
-  CHECK(out0.rfind("{\"ok\": true, \"ranks\": [", 0) == 0);
-  CHECK(count_of(out0, "\"world_size\": 4") == 4);
-  CHECK(out0.find("\"problems\": []") != std::string::npos);
+  const auto ended = job.wait_for_both(node0, node1);
+  INFO(ended.out0 << ended.errors);
+  CHECK(ended.status0 == 0);
+  CHECK(ended.status1 == 0);
+  CHECK(ended.out0.rfind("{\"ok\": true, \"ranks\": [", 0) == 0);
+  CHECK(count_of(ended.out0, "\"world_size\": 4") == 4);
+  CHECK(ended.out0.find("\"problems\": []") != std::string::npos);
   CHECK(read_file(job.out(1)).empty());  // only rank 0 prints the report
-  CHECK(settle(5s).empty());
 }
 
 TEST_CASE("doctor: a launcher that never comes is named, and the check ends at its timeout",
@@ -205,14 +229,11 @@ TEST_CASE("doctor: 300 connections closing at once leave rank 0 no descriptor sh
   for (int i = 0; i < 299; ++i) flood.push_back(connect_to(port));
   for (int fd : flood) ::close(fd);
   std::this_thread::sleep_for(500ms);
-  Child node1 = job.start(1, job.argv(1, {"--timeout", "20", "/bin/true"}));
-  const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
-  const std::string out0 = read_file(job.out(0));
-  INFO(out0 << job.err_text(0) << job.err_text(1));
-  CHECK(status0 == 0);
-  CHECK(status1 == 0);
-  CHECK(out0.find("ERROR") == std::string::npos);  // no missing rank: the verdict is right
-  CHECK(settle(5s).empty());
+  const auto ended = job.finish(node0, {"--timeout", "20", "/bin/true"});
+  INFO(ended.out0 << ended.errors);
+  CHECK(ended.status0 == 0);
+  CHECK(ended.status1 == 0);
+  CHECK(ended.out0.find("ERROR") == std::string::npos);  // no missing rank: the verdict is right
 }
 
 TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut off, memory bounded",
@@ -241,18 +262,15 @@ TEST_CASE("doctor: one connection that floods rank 0 with valid reports is cut o
   }
   ::close(fd);
   const long peak = peak_kb(node0.pid());
-  Child node1 = job.start(1, job.argv(1, {"--timeout", "20", "/bin/true"}));
-  const auto status1 = node1.wait_for(30s), status0 = node0.wait_for(30s);
-  const std::string out0 = read_file(job.out(0));
-  INFO(out0 << job.err_text(0) << "frames sent: " << sent << ", peak " << peak << " kB");
+  const auto ended = job.finish(node0, {"--timeout", "20", "/bin/true"});
+  INFO(ended.out0 << ended.errors << "frames sent: " << sent << ", peak " << peak << " kB");
   CHECK(sent < 2000);       // cut off, not read to the end (2000 x 60 KB = 120 MB)
   CHECK(peak < 64 * 1024);  // kB
-  CHECK(status1 == status0);
-  CHECK(out0.find("\"kind\": \"bad-peer\"") != std::string::npos);
-  CHECK(out0.find("rank 0 cut off or turned away 1 connection to port " + port +
-                  " that broke the doctor's protocol or its bounds (the first from "
-                  "::ffff:127.0.0.1: more than ") != std::string::npos);
-  CHECK(settle(5s).empty());
+  CHECK(ended.status1 == ended.status0);
+  CHECK(ended.out0.find("\"kind\": \"bad-peer\"") != std::string::npos);
+  CHECK(ended.out0.find("rank 0 cut off or turned away 1 connection to port " + port +
+                        " that broke the doctor's protocol or its bounds (the first from "
+                        "::ffff:127.0.0.1: more than ") != std::string::npos);
 }
 
 TEST_CASE(

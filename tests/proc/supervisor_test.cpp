@@ -53,23 +53,58 @@ std::vector<std::string> launchers() {
 #endif
 }
 
-Ran run_launcher(const std::string& launcher, const std::vector<std::string>& args,
-                 const TempDir& dir) {
-  std::vector<std::string> argv{launcher};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_program(argv, dir);
-}
-
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
 
+// The fixture of the tests below: each runs once per launcher, which every failure names, with a
+// scratch directory, as the subreaper of everything the launcher starts; when it ends, all of
+// that must have exited.
+class LauncherRun {
+ public:
+  LauncherRun() { become_subreaper(); }
+  ~LauncherRun() { check_all_exited(); }
+  LauncherRun(const LauncherRun&) = delete;
+  LauncherRun& operator=(const LauncherRun&) = delete;
+
+ protected:
+  // Reaps what comes back to this subreaper test process; anything still alive after 5 s is
+  // named and fails the test.
+  static void check_all_exited() {
+    const std::vector<pid_t> alive = settle(5s);
+    for (pid_t pid : alive) UNSCOPED_INFO("still alive: " << pid << " " << process_name(pid));
+    CHECK(alive.empty());
+  }
+  // The launcher with `args`, run to its end (run_program: nothing of its tree may be left).
+  Ran run(const std::vector<std::string>& args) const {
+    return run_program(concat({launcher}, args), dir);
+  }
+  // The launcher with `args` started, to be signalled: stdout in dir/out, stderr in dir/err;
+  // `ignored`: signals it inherits ignored.
+  Child start(const std::vector<std::string>& args, const std::vector<int>& ignored = {}) const {
+    return start_writing_to(dir / "out", args, ignored);
+  }
+  Child start_writing_to(const std::string& stdout_path, const std::vector<std::string>& args,
+                         const std::vector<int>& ignored = {}) const {
+    return Child(concat({launcher}, args), stdout_path, dir / "err", ignored);
+  }
+  std::string out_text() const { return read_file(dir / "out"); }
+  std::string err_text() const { return read_file(dir / "err"); }
+
+  const std::string launcher = GENERATE(from_range(launchers()));
+  const TempDir dir;
+
+ private:
+  // What INFO("launcher: " << launcher) in the test's body would be, for the whole test.
+  const Catch::ScopedMessage launcher_named_{
+      Catch::MessageBuilder("INFO", CATCH_INTERNAL_LINEINFO, Catch::ResultWas::Info)
+      << "launcher: " << launcher};
+};
+
 }  // namespace
 
-TEST_CASE("exit status and failure report of a group", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
+TEST_CASE_METHOD(LauncherRun, "exit status and failure report of a group", "[proc]") {
   struct Case {
     const char* name;
     std::vector<std::string> args;
@@ -119,8 +154,7 @@ TEST_CASE("exit status and failure report of a group", "[proc]") {
   };
   for (const Case& c : cases) {
     SECTION(c.name) {
-      TempDir dir;
-      const Ran ran = run_launcher(launcher, c.args, dir);
+      const Ran ran = run(c.args);
       INFO("stderr:\n" << ran.err);
       CHECK(ran.status == c.status);
       CHECK(ran.seconds < c.max_seconds);
@@ -133,22 +167,16 @@ TEST_CASE("exit status and failure report of a group", "[proc]") {
   }
 }
 
-TEST_CASE("the grace period is waited before SIGKILL", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  const Ran ran = run_launcher(
-      launcher, concat({"--nproc-per-node", "2", "--grace", "0.7", "--"}, sh(wait_then_fail(1, 4))),
-      dir);
+TEST_CASE_METHOD(LauncherRun, "the grace period is waited before SIGKILL", "[proc]") {
+  const Ran ran =
+      run(concat({"--nproc-per-node", "2", "--grace", "0.7", "--"}, sh(wait_then_fail(1, 4))));
   CHECK(ran.status == 4);
   CHECK(ran.seconds >= 0.7);
   CHECK(ran.seconds < 5);
 }
 
-TEST_CASE("a program that cannot be executed: 127 / 126, nothing left", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
+TEST_CASE_METHOD(LauncherRun, "a program that cannot be executed: 127 / 126, nothing left",
+                 "[proc]") {
   const std::string not_executable = dir / "script";
   std::ofstream(not_executable) << "#!/bin/sh\nexit 0\n";
   ::chmod(not_executable.c_str(), 0644);
@@ -159,7 +187,7 @@ TEST_CASE("a program that cannot be executed: 127 / 126, nothing left", "[proc]"
   };
   for (const Case& c : {Case{dir / "missing", 127, ": no such file"},
                         Case{not_executable, 126, ": cannot execute: Permission denied"}}) {
-    const Ran ran = run_launcher(launcher, {"--nproc-per-node", "3", "--", c.program}, dir);
+    const Ran ran = run({"--nproc-per-node", "3", "--", c.program});
     CHECK(ran.status == c.status);
     // The library's own exec failure path (the driver), or the launcher's check of the program
     // before anything starts: one line naming it, worded alike.
@@ -170,16 +198,15 @@ TEST_CASE("a program that cannot be executed: 127 / 126, nothing left", "[proc]"
 
 // The exec failures only execve itself finds, worded and numbered as under Slurm
 // (tests/blackbox/launcher_test.cpp has the same cases for the Slurm path).
-TEST_CASE("exec failures: a missing #! interpreter and E2BIG give 126, as a shell", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
+TEST_CASE_METHOD(LauncherRun,
+                 "exec failures: a missing #! interpreter and E2BIG give 126, as a shell",
+                 "[proc]") {
   const std::string prefix = launcher == PROC_DRIVER ? "proc_driver: " : "dtlaunch: ";
-  TempDir dir;
   SECTION("#! names an interpreter that does not exist") {
     const std::string script = dir / "script";
     std::ofstream(script) << "#!/nonexistent/interpreter -x\nexit 0\n";
     ::chmod(script.c_str(), 0755);
-    const Ran ran = run_launcher(launcher, {"--nproc-per-node", "2", "--", script}, dir);
+    const Ran ran = run({"--nproc-per-node", "2", "--", script});
     CHECK(ran.status == 126);
     CHECK(ran.err.find(prefix + script +
                        ": cannot execute: /nonexistent/interpreter: bad interpreter: No such "
@@ -200,15 +227,12 @@ TEST_CASE("exec failures: a missing #! interpreter and E2BIG give 126, as a shel
   }
 }
 
-TEST_CASE("descendants of the workers are killed and reaped when the group ends", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
+TEST_CASE_METHOD(LauncherRun,
+                 "descendants of the workers are killed and reaped when the group ends", "[proc]") {
   const std::string pids = dir / "pids";
   for (const char* session : {"group", "setsid"}) {
     SECTION(session) {
-      const Ran ran = run_launcher(
-          launcher, {"--nproc-per-node", "2", "--", kHelper, "tree", pids, session, "exit"}, dir);
+      const Ran ran = run({"--nproc-per-node", "2", "--", kHelper, "tree", pids, session, "exit"});
       CHECK(ran.status == 0);
       CHECK(ran.seconds < 10);
       const std::vector<pid_t> grandchildren = read_pids(pids);
@@ -218,20 +242,17 @@ TEST_CASE("descendants of the workers are killed and reaped when the group ends"
   }
 }
 
-TEST_CASE("SIGKILL of the supervisor kills the workers and their children", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
+TEST_CASE_METHOD(LauncherRun, "SIGKILL of the supervisor kills the workers and their children",
+                 "[proc]") {
   // group: the forked child stays in the worker's process group (the guardian's group kill);
   // setsid: it is in a session of its own (the guardian's sweep for DTLAUNCH_SUPERVISOR).
   const std::string session = GENERATE(as<std::string>{}, "group", "setsid");
-  INFO("launcher: " << launcher << ", child: " << session);
-  TempDir dir;
+  INFO("child: " << session);
   const std::string pids = dir / "pids";
-  become_subreaper();
   // Each worker: a shell's background command, and a forked child of the worker itself.
-  Child driver({launcher, "--nproc-per-node", "3", "--", "/bin/sh", "-c",
-                "sleep 300 & echo $! >> " + pids + "; exec " + kHelper + " tree " + pids + " " +
-                    session + " sleep"},
-               dir / "out", dir / "err");
+  Child driver = start({"--nproc-per-node", "3", "--", "/bin/sh", "-c",
+                        "sleep 300 & echo $! >> " + pids + "; exec " + kHelper + " tree " + pids +
+                            " " + session + " sleep"});
   REQUIRE(eventually([&] { return read_pids(pids).size() == 6; }));
   std::vector<pid_t> tree = read_pids(pids);
   for (pid_t pid : children_of(driver.pid()))
@@ -242,20 +263,14 @@ TEST_CASE("SIGKILL of the supervisor kills the workers and their children", "[pr
   CHECK(driver.wait_for(5s) == 128 + SIGKILL);
   // Workers die by PR_SET_PDEATHSIG, grandchildren by the guardian's kill of their groups or
   // its sweep; all of them come back to this subreaper test process, which reaps them.
-  const std::vector<pid_t> alive = settle(5s);
-  for (pid_t pid : alive) UNSCOPED_INFO("still alive: " << pid << " " << process_name(pid));
-  CHECK(alive.empty());
+  check_all_exited();
   for (pid_t pid : tree) CHECK_FALSE(exists(pid));
 }
 
-TEST_CASE("signals to the supervisor reach every worker and its children, once", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
-  Child driver({launcher, "--nproc-per-node", "2", "--grace", "10", "--", kHelper, "record",
-                dir.path(), "child"},
-               dir / "out", dir / "err");
+TEST_CASE_METHOD(LauncherRun, "signals to the supervisor reach every worker and its children, once",
+                 "[proc]") {
+  Child driver = start(
+      {"--nproc-per-node", "2", "--grace", "10", "--", kHelper, "record", dir.path(), "child"});
   const std::vector<std::string> files = {dir / "rank0.txt", dir / "rank0.child.txt",
                                           dir / "rank1.txt", dir / "rank1.child.txt"};
   auto all_end_with = [&](const std::string& word) {
@@ -277,47 +292,38 @@ TEST_CASE("signals to the supervisor reach every worker and its children, once",
   driver.signal(SIGTERM);  // the recorders exit 0 on SIGTERM
   CHECK(driver.wait_for(10s) == 0);
   for (const std::string& f : files) CHECK(read_file(f) == "ready\nUSR1\nUSR2\nHUP\nINT\nTERM\n");
-  const std::string err = read_file(dir / "err");
+  const std::string err = err_text();
   CHECK(err.find("dtlaunch: got SIGHUP, passed it to the workers; SIGKILL in 10 s") !=
         std::string::npos);
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE("SIGTERM to the supervisor: workers that ignore it are killed after the grace",
-          "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
-  Child driver(
-      {launcher, "--nproc-per-node", "2", "--grace", "0.3", "--", kHelper, "ignore-term", "30"},
-      dir / "out", dir / "err");
+TEST_CASE_METHOD(LauncherRun,
+                 "SIGTERM to the supervisor: workers that ignore it are killed after the grace",
+                 "[proc]") {
+  Child driver =
+      start({"--nproc-per-node", "2", "--grace", "0.3", "--", kHelper, "ignore-term", "30"});
   REQUIRE(eventually([&] {
-    return read_file(dir / "out") == "[rank 0] ready\n[rank 1] ready\n" ||
-           read_file(dir / "out") == "[rank 1] ready\n[rank 0] ready\n";
+    return out_text() == "[rank 0] ready\n[rank 1] ready\n" ||
+           out_text() == "[rank 1] ready\n[rank 0] ready\n";
   }));
   driver.signal(SIGTERM);
   CHECK(driver.wait_for(10s) == 128 + SIGKILL);
   // 137 is the truth (SIGKILL ended them); the report says why it came.
-  const std::string err = read_file(dir / "err");
+  const std::string err = err_text();
   INFO(err);
   CHECK(err.find("dtlaunch: 2 workers still running 300 ms after SIGTERM: sent SIGKILL\n") !=
         std::string::npos);
   CHECK(std::regex_search(err, std::regex("rank [01] \\(local [01]\\) on \\S+ failed: killed by "
                                           "SIGKILL \\(from dtlaunch: still running 300 ms after "
                                           "SIGTERM\\); its last line:\n")));
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE("heavy output: every line whole, prefixed, in order per rank and stream", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
+TEST_CASE_METHOD(LauncherRun,
+                 "heavy output: every line whole, prefixed, in order per rank and stream",
+                 "[proc]") {
   constexpr int kRanks = 4, kLines = 20000, kLen = 80;
-  const Ran ran = run_launcher(launcher,
-                               {"--nproc-per-node", std::to_string(kRanks), "--", kHelper, "lines",
-                                std::to_string(kLines), std::to_string(kLen)},
-                               dir);
+  const Ran ran = run({"--nproc-per-node", std::to_string(kRanks), "--", kHelper, "lines",
+                       std::to_string(kLines), std::to_string(kLen)});
   REQUIRE(ran.status == 0);
   const std::regex line_re("\\[rank (\\d)\\] R(\\d) (\\d+) ([a-z]+)|\\[rank (\\d)\\] R(\\d) end");
   for (const auto& [text, first] : {std::pair{ran.out, 0}, std::pair{ran.err, 1}}) {
@@ -347,34 +353,28 @@ TEST_CASE("heavy output: every line whole, prefixed, in order per rank and strea
   }
 }
 
-TEST_CASE("a line longer than the relay's limit is split into prefixed pieces", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  const Ran ran =
-      run_launcher(launcher, {"--nproc-per-node", "1", "--", kHelper, "long", "10000"}, dir);
+TEST_CASE_METHOD(LauncherRun, "a line longer than the relay's limit is split into prefixed pieces",
+                 "[proc]") {
+  const Ran ran = run({"--nproc-per-node", "1", "--", kHelper, "long", "10000"});
   REQUIRE(ran.status == 0);
   const std::string piece = "[rank 0] " + std::string(4000, 'x') + "\n";
   CHECK(ran.out == piece + piece + "[rank 0] " + std::string(2000, 'x') + "\n");
 }
 
-TEST_CASE("log directory: one file per rank, unprefixed, appended across restarts", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
+TEST_CASE_METHOD(LauncherRun,
+                 "log directory: one file per rank, unprefixed, appended across restarts",
+                 "[proc]") {
   const std::string logs = dir / "logs/nested";
-  const Ran ran = run_launcher(
-      launcher,
-      concat({"--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", logs, "--"},
-             sh("echo out $RANK $TORCHELASTIC_RESTART_COUNT; echo err $RANK >&2; "
-                "[ $TORCHELASTIC_RESTART_COUNT = 1 ] && exit 0; "
-                // Attempt 0 fails, by rank 1 once rank 0 has written (then rank 0 is stopped).
-                "if [ $RANK = 0 ]; then touch " +
-                (dir / "written") +
-                "; exec sleep 30; fi; "
-                "while [ ! -e " +
-                (dir / "written") + " ]; do sleep 0.02; done; exit 7")),
-      dir);
+  const Ran ran =
+      run(concat({"--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", logs, "--"},
+                 sh("echo out $RANK $TORCHELASTIC_RESTART_COUNT; echo err $RANK >&2; "
+                    "[ $TORCHELASTIC_RESTART_COUNT = 1 ] && exit 0; "
+                    // Attempt 0 fails, by rank 1 once rank 0 has written (then rank 0 is stopped).
+                    "if [ $RANK = 0 ]; then touch " +
+                    (dir / "written") +
+                    "; exec sleep 30; fi; "
+                    "while [ ! -e " +
+                    (dir / "written") + " ]; do sleep 0.02; done; exit 7")));
   CHECK(ran.status == 0);
   for (int rank : {0, 1}) {
     const std::string r = std::to_string(rank);
@@ -390,29 +390,21 @@ TEST_CASE("log directory: one file per rank, unprefixed, appended across restart
   }
 }
 
-TEST_CASE("a log directory that cannot be created: status 2, nothing started", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
+TEST_CASE_METHOD(LauncherRun, "a log directory that cannot be created: status 2, nothing started",
+                 "[proc]") {
   std::ofstream(dir / "file") << "x";
   const std::string marker = dir / "started";
-  const Ran ran =
-      run_launcher(launcher,
-                   concat({"--nproc-per-node", "2", "--log-dir", dir / "file/logs", "--"},
-                          sh("touch " + marker)),
-                   dir);
+  const Ran ran = run(concat({"--nproc-per-node", "2", "--log-dir", dir / "file/logs", "--"},
+                             sh("touch " + marker)));
   CHECK(ran.status == 2);
   CHECK(ran.err.find("log directory '" + (dir / "file/logs") + "'") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(marker));
 }
 
-TEST_CASE(
-    "a log file path that is not a regular file is refused at once: status 2, nothing "
-    "started, nothing written through",
-    "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
+TEST_CASE_METHOD(LauncherRun,
+                 "a log file path that is not a regular file is refused at once: status 2, nothing "
+                 "started, nothing written through",
+                 "[proc]") {
   const std::string logs = dir / "logs";
   std::filesystem::create_directories(logs);
   const std::string target = dir / "precious";
@@ -431,9 +423,8 @@ TEST_CASE(
     why = "is a symbolic link";
   }
   const std::string marker = dir / "started";
-  const Ran ran = run_launcher(
-      launcher, concat({"--nproc-per-node", "2", "--log-dir", logs, "--"}, sh("touch " + marker)),
-      dir);
+  const Ran ran =
+      run(concat({"--nproc-per-node", "2", "--log-dir", logs, "--"}, sh("touch " + marker)));
   INFO(ran.err);
   CHECK(ran.status == 2);
   CHECK(ran.seconds < 5);
@@ -443,9 +434,8 @@ TEST_CASE(
   CHECK(read_file(target) == "keep me\n");
 }
 
-TEST_CASE("restarts: the whole group again, with the restart count exported", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
+TEST_CASE_METHOD(LauncherRun, "restarts: the whole group again, with the restart count exported",
+                 "[proc]") {
   struct Case {
     int max_restarts;
     int succeed_from;  // the first restart count at which every worker exits 0
@@ -454,9 +444,7 @@ TEST_CASE("restarts: the whole group again, with the restart count exported", "[
   };
   for (const Case& c : {Case{0, 0, 0, 0}, Case{0, 1, 5, 0}, Case{1, 2, 5, 1}, Case{3, 2, 0, 2}}) {
     DYNAMIC_SECTION("max " << c.max_restarts << ", succeeds from " << c.succeed_from) {
-      TempDir dir;
-      const Ran ran = run_launcher(
-          launcher,
+      const Ran ran = run(
           concat({"--nproc-per-node", "2", "--max-restarts", std::to_string(c.max_restarts), "--"},
                  // A failing attempt: rank 1 exits 5 once rank 0 has written its line.
                  sh("echo attempt $TORCHELASTIC_RESTART_COUNT; "
@@ -464,8 +452,7 @@ TEST_CASE("restarts: the whole group again, with the restart count exported", "[
                     std::to_string(c.succeed_from) + " ] && exit 0; M=" + dir.path() +
                     "/written.$TORCHELASTIC_RESTART_COUNT; "
                     "if [ $RANK = 0 ]; then touch $M; exec sleep 30; fi; "
-                    "while [ ! -e $M ]; do sleep 0.02; done; exit 5")),
-          dir);
+                    "while [ ! -e $M ]; do sleep 0.02; done; exit 5")));
       CHECK(ran.status == c.status);
       if (launcher == PROC_DRIVER)  // RunResult::restarts, which only the driver prints
         CHECK(ran.err.find("restarts=" + std::to_string(c.restarts)) != std::string::npos);
@@ -484,16 +471,13 @@ TEST_CASE("restarts: the whole group again, with the restart count exported", "[
   }
 }
 
-TEST_CASE("after SIGINT to the supervisor, a worker's death adds no SIGTERM for the others",
-          "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
+TEST_CASE_METHOD(LauncherRun,
+                 "after SIGINT to the supervisor, a worker's death adds no SIGTERM for the others",
+                 "[proc]") {
   // Rank 0 dies of the forwarded SIGINT; rank 1 records what it gets and would leave on SIGTERM.
-  Child driver({launcher, "--nproc-per-node", "2", "--grace", "0.5", "--", "/bin/sh", "-c",
-                "[ $RANK = 0 ] && exec sleep 30; exec " + kHelper + " record " + dir.path()},
-               dir / "out", dir / "err");
+  Child driver =
+      start({"--nproc-per-node", "2", "--grace", "0.5", "--", "/bin/sh", "-c",
+             "[ $RANK = 0 ] && exec sleep 30; exec " + kHelper + " record " + dir.path()});
   REQUIRE(eventually([&] { return read_file(dir / "rank1.txt") == "ready\n"; }));
   REQUIRE(eventually([&] {
     for (pid_t pid : children_of(driver.pid()))
@@ -503,11 +487,10 @@ TEST_CASE("after SIGINT to the supervisor, a worker's death adds no SIGTERM for 
   driver.signal(SIGINT);
   CHECK(driver.wait_for(10s) == 128 + SIGINT);
   CHECK(read_file(dir / "rank1.txt") == "ready\nINT\n");  // then SIGKILL after the grace
-  const std::string err = read_file(dir / "err");
+  const std::string err = err_text();
   CHECK(err.find("rank 0 (local 0) on ") != std::string::npos);
   CHECK(err.find("failed: killed by SIGINT") != std::string::npos);
   CHECK(err.find("sent SIGTERM") == std::string::npos);
-  CHECK(settle(5s).empty());
 }
 
 #ifdef DTLAUNCH
@@ -542,19 +525,15 @@ TEST_CASE("dtlaunch: bad input starts nothing", "[proc]") {
 }
 #endif
 
-TEST_CASE("workers inherit an ignored SIGHUP (nohup) but never an ignored SIGCHLD or our handlers",
-          "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
+TEST_CASE_METHOD(
+    LauncherRun,
+    "workers inherit an ignored SIGHUP (nohup) but never an ignored SIGCHLD or our handlers",
+    "[proc]") {
   // The worker is grep itself: its SigIgn mask is what it got through fork and exec.
-  Child driver(
-      {launcher, "--nproc-per-node", "1", "--", "/bin/grep", "SigIgn", "/proc/self/status"},
-      dir / "out", dir / "err", {SIGHUP, SIGCHLD});
+  Child driver = start({"--nproc-per-node", "1", "--", "/bin/grep", "SigIgn", "/proc/self/status"},
+                       {SIGHUP, SIGCHLD});
   CHECK(driver.wait_for(10s) == 0);
-  CHECK(read_file(dir / "out") == "[rank 0] SigIgn:\t0000000000000001\n");  // SIGHUP (1) only
-  CHECK(settle(5s).empty());
+  CHECK(out_text() == "[rank 0] SigIgn:\t0000000000000001\n");  // SIGHUP (1) only
 }
 
 namespace {
@@ -576,39 +555,33 @@ std::vector<pid_t> workers_of(pid_t driver) {
 
 }  // namespace
 
-TEST_CASE("exit 75 ends the group and is passed through, even with --max-restarts", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
+TEST_CASE_METHOD(LauncherRun,
+                 "exit 75 ends the group and is passed through, even with --max-restarts",
+                 "[proc]") {
   // The checkpoint-on-request worker: SIGUSR1 -> exit 75. Each attempt marks itself ready.
-  Child driver({launcher, "--nproc-per-node", "2", "--max-restarts", "2", "--", "/bin/sh", "-c",
-                "trap 'exit 75' USR1; touch " + dir.path() +
-                    "/ready.$TORCHELASTIC_RESTART_COUNT.$RANK; while :; do sleep 0.05; done"},
-               dir / "out", dir / "err");
+  Child driver =
+      start({"--nproc-per-node", "2", "--max-restarts", "2", "--", "/bin/sh", "-c",
+             "trap 'exit 75' USR1; touch " + dir.path() +
+                 "/ready.$TORCHELASTIC_RESTART_COUNT.$RANK; while :; do sleep 0.05; done"});
   REQUIRE(eventually([&] {
     return std::filesystem::exists(dir / "ready.0.0") && std::filesystem::exists(dir / "ready.0.1");
   }));
   driver.signal(SIGUSR1);
   CHECK(driver.wait_for(10s) == 75);
-  const std::string err = read_file(dir / "err");
+  const std::string err = err_text();
   INFO(err);
   CHECK(err.find("restarting") == std::string::npos);
   CHECK(err.find("stopped to be resumed: exit 75 (EX_TEMPFAIL)") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir / "ready.1.0"));
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE("a worker that exited with the failed one is not counted as sent SIGTERM", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
+TEST_CASE_METHOD(LauncherRun,
+                 "a worker that exited with the failed one is not counted as sent SIGTERM",
+                 "[proc]") {
   // Rank 0 fails, rank 1 succeeds, at the same moment: both exit once "go" exists.
-  Child driver({launcher, "--nproc-per-node", "2", "--", "/bin/sh", "-c",
-                "touch " + dir.path() + "/ready.$RANK; while [ ! -e " + dir.path() +
-                    "/go ]; do sleep 0.01; done; [ $RANK = 0 ] && exit 3; exit 0"},
-               dir / "out", dir / "err");
+  Child driver = start({"--nproc-per-node", "2", "--", "/bin/sh", "-c",
+                        "touch " + dir.path() + "/ready.$RANK; while [ ! -e " + dir.path() +
+                            "/go ]; do sleep 0.01; done; [ $RANK = 0 ] && exit 3; exit 0"});
   REQUIRE(eventually([&] {
     return std::filesystem::exists(dir / "ready.0") && std::filesystem::exists(dir / "ready.1");
   }));
@@ -624,47 +597,39 @@ TEST_CASE("a worker that exited with the failed one is not counted as sent SIGTE
   }));
   driver.signal(SIGCONT);
   CHECK(driver.wait_for(10s) == 3);
-  const std::string err = read_file(dir / "err");
+  const std::string err = err_text();
   INFO(err);
   CHECK(err.find("sent SIGTERM") == std::string::npos);
   CHECK(err.find("rank 0 (local 0) on ") != std::string::npos);
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE("the same termination signal twice: SIGKILL at once, not after the grace", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
+TEST_CASE_METHOD(LauncherRun,
+                 "the same termination signal twice: SIGKILL at once, not after the grace",
+                 "[proc]") {
   const int sig = GENERATE(SIGINT, SIGTERM);
-  INFO("launcher: " << launcher << ", signal " << sig);
-  TempDir dir;
-  become_subreaper();
+  INFO("signal " << sig);
   // Workers that take the first signal and go on (saving state that takes too long).
-  Child driver({launcher, "--nproc-per-node", "2", "--grace", "60", "--", "/bin/sh", "-c",
-                "trap 'echo got it' INT TERM; echo ready; while :; do sleep 0.05; done"},
-               dir / "out", dir / "err");
+  Child driver = start({"--nproc-per-node", "2", "--grace", "60", "--", "/bin/sh", "-c",
+                        "trap 'echo got it' INT TERM; echo ready; while :; do sleep 0.05; done"});
   REQUIRE(eventually([&] {
-    return split_lines(read_file(dir / "out")).size() == 2;  // "[rank N] ready" twice
+    return split_lines(out_text()).size() == 2;  // "[rank N] ready" twice
   }));
   driver.signal(sig);
   REQUIRE(eventually([&] {
-    return read_file(dir / "out").find("got it") != std::string::npos &&
-           read_file(dir / "err").find("passed it to the workers") != std::string::npos;
+    return out_text().find("got it") != std::string::npos &&
+           err_text().find("passed it to the workers") != std::string::npos;
   }));
   driver.signal(sig);
   CHECK(driver.wait_for(10s) == 128 + SIGKILL);
-  const std::string err = read_file(dir / "err");
+  const std::string err = err_text();
   INFO(err);
   CHECK(err.find(" again: sent SIGKILL to the 2 workers still running\n") != std::string::npos);
   CHECK(err.find("from dtlaunch: still running") == std::string::npos);  // not the grace's
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE("Ctrl-Z stops the workers with the supervisor, SIGCONT continues them", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
-  Child driver({launcher, "--nproc-per-node", "2", "--", kHelper, "record", dir.path()},
-               dir / "out", dir / "err");
+TEST_CASE_METHOD(LauncherRun,
+                 "Ctrl-Z stops the workers with the supervisor, SIGCONT continues them", "[proc]") {
+  Child driver = start({"--nproc-per-node", "2", "--", kHelper, "record", dir.path()});
   REQUIRE(eventually([&] {
     return read_file(dir / "rank0.txt") == "ready\n" && read_file(dir / "rank1.txt") == "ready\n";
   }));
@@ -687,23 +652,19 @@ TEST_CASE("Ctrl-Z stops the workers with the supervisor, SIGCONT continues them"
   // Stopped and continued, not signalled: a worker records only the SIGTERM.
   for (int rank : {0, 1})
     CHECK(read_file(dir / ("rank" + std::to_string(rank) + ".txt")) == "ready\nTERM\n");
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE("output that cannot be written: one warning per destination, the run goes on", "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
+TEST_CASE_METHOD(LauncherRun,
+                 "output that cannot be written: one warning per destination, the run goes on",
+                 "[proc]") {
   const std::vector<std::string> program =
       sh("for i in 1 2 3; do echo out $i; echo err $i >&2; "
          "sleep 0.02; done; echo done $RANK > " +
          dir.path() + "/done.$RANK");
   SECTION("stdout on a full device") {
-    Child driver(concat({launcher, "--nproc-per-node", "2", "--"}, program), "/dev/full",
-                 dir / "err");
+    Child driver = start_writing_to("/dev/full", concat({"--nproc-per-node", "2", "--"}, program));
     CHECK(driver.wait_for(10s) == 0);
-    const std::string err = read_file(dir / "err");
+    const std::string err = err_text();
     INFO(err);
     const std::string warning =
         "dtlaunch: cannot write the workers' output to stdout (/dev/full): No space left on "
@@ -727,7 +688,7 @@ TEST_CASE("output that cannot be written: one warning per destination, the run g
                         big),
                  "/dev/null", dir / "err", {SIGXFSZ});
     CHECK(driver.wait_for(10s) == 0);
-    const std::string err = read_file(dir / "err");
+    const std::string err = err_text();
     INFO(err);
     const std::string warning = "dtlaunch: cannot write '" + logs +
                                 "/rank-0.log': File too large; this log stops here, "
@@ -738,15 +699,11 @@ TEST_CASE("output that cannot be written: one warning per destination, the run g
     CHECK(split_lines(read_file(logs + "/rank-1.log")).size() == 6);
   }
   for (int rank : {0, 1}) CHECK(std::filesystem::exists(dir / ("done." + std::to_string(rank))));
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE("a worker has exactly the descriptors the supervisor inherited, none of its own",
-          "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
+TEST_CASE_METHOD(LauncherRun,
+                 "a worker has exactly the descriptors the supervisor inherited, none of its own",
+                 "[proc]") {
   // One inherited descriptor high up, as a shell's `exec 200>file` gives: the supervisor keeps
   // its own per-worker descriptors above those it inherited, and must pass all of these on.
   const int inherited = ::open("/dev/null", O_RDONLY);
@@ -757,12 +714,12 @@ TEST_CASE("a worker has exactly the descriptors the supervisor inherited, none o
   const std::vector<std::string> list = {"/bin/ls", "/proc/self/fd"};
   Child direct(list, dir / "direct.out", dir / "direct.err");
   CHECK(direct.wait_for(10s) == 0);
-  Child driver(concat({launcher, "--nproc-per-node", "3", "--"}, list), dir / "out", dir / "err");
+  Child driver = start(concat({"--nproc-per-node", "3", "--"}, list));
   CHECK(driver.wait_for(10s) == 0);
   ::close(200);
   const std::vector<std::string> expected = split_lines(read_file(dir / "direct.out"));
-  const std::string out = read_file(dir / "out");
-  INFO("stderr: " << read_file(dir / "err") << "\nstdout:\n" << out);
+  const std::string out = out_text();
+  INFO("stderr: " << err_text() << "\nstdout:\n" << out);
   CHECK(std::count(expected.begin(), expected.end(), "200") == 1);
   for (int rank : {0, 1, 2}) {
     const std::string prefix = "[rank " + std::to_string(rank) + "] ";
@@ -771,25 +728,22 @@ TEST_CASE("a worker has exactly the descriptors the supervisor inherited, none o
       if (line.rfind(prefix, 0) == 0) listed.push_back(line.substr(prefix.size()));
     CHECK(listed == expected);
   }
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE("a stalled reader of stdout never stops supervision: output is dropped with a warning",
-          "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
-  become_subreaper();
+TEST_CASE_METHOD(
+    LauncherRun,
+    "a stalled reader of stdout never stops supervision: output is dropped with a warning",
+    "[proc]") {
   // A real stalled reader: the FIFO is open for reading here and never read, as `| sleep 30`.
   const std::string fifo = dir / "stdout.fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   const int reader = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
   REQUIRE(reader >= 0);
-  Child driver(concat({launcher, "--nproc-per-node", "2", "--grace", "20", "--"},
-                      sh("yes 0123456789012345678901234567890123456789012345678901234567890123 | "
-                         "head -c 6000000; echo > " +
-                         dir.path() + "/done.$RANK; exec sleep 100")),
-               fifo, dir / "err");
+  Child driver = start_writing_to(
+      fifo, concat({"--nproc-per-node", "2", "--grace", "20", "--"},
+                   sh("yes 0123456789012345678901234567890123456789012345678901234567890123 | "
+                      "head -c 6000000; echo > " +
+                      dir.path() + "/done.$RANK; exec sleep 100")));
   // The workers' 6 MB each (more than dtlaunch keeps waiting) are taken off them although
   // nobody reads: they are not held up.
   CHECK(eventually(
@@ -800,20 +754,17 @@ TEST_CASE("a stalled reader of stdout never stops supervision: output is dropped
   driver.signal(SIGTERM);
   CHECK(driver.wait_for(5s) == 128 + SIGTERM);  // answered at once, not when the reader reads
   ::close(reader);
-  const std::string err = read_file(dir / "err");
+  const std::string err = err_text();
   INFO(err);
   CHECK(err.find("dtlaunch: stdout is not being read") != std::string::npos);
   CHECK(err.find("passed it to the workers") != std::string::npos);
-  CHECK(settle(5s).empty());
 }
 
-TEST_CASE(
+TEST_CASE_METHOD(
+    LauncherRun,
     "too few descriptors for the workers: said before anything starts, or the soft limit "
     "raised for dtlaunch alone",
     "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
   const std::string marker = dir / "started";
   SECTION("the hard limit is too low: status 2, how many are needed") {
     const Ran ran =
@@ -846,21 +797,17 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("a stopped worker gets SIGCONT with its SIGTERM: the grace is not spent waiting",
-          "[proc]") {
-  const std::string launcher = GENERATE(from_range(launchers()));
-  INFO("launcher: " << launcher);
-  TempDir dir;
+TEST_CASE_METHOD(LauncherRun,
+                 "a stopped worker gets SIGCONT with its SIGTERM: the grace is not spent waiting",
+                 "[proc]") {
   // Rank 1 stops itself (as a debugger or a user's `kill -STOP` would leave it); rank 0 then
   // fails. A stopped process keeps a SIGTERM pending until it is continued.
   const std::string stopped = dir / "stopping";
-  const Ran ran = run_launcher(launcher,
-                               concat({"--nproc-per-node", "2", "--grace", "20", "--"},
-                                      sh("if [ $RANK = 1 ]; then touch " + stopped +
-                                         "; kill -STOP $$; exec sleep 100; fi; "
-                                         "while [ ! -e " +
-                                         stopped + " ]; do sleep 0.02; done; sleep 0.3; exit 1")),
-                               dir);
+  const Ran ran = run(concat({"--nproc-per-node", "2", "--grace", "20", "--"},
+                             sh("if [ $RANK = 1 ]; then touch " + stopped +
+                                "; kill -STOP $$; exec sleep 100; fi; "
+                                "while [ ! -e " +
+                                stopped + " ]; do sleep 0.02; done; sleep 0.3; exit 1")));
   INFO(ran.err);
   CHECK(ran.status == 1);
   CHECK(ran.seconds < 10);

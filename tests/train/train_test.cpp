@@ -326,7 +326,7 @@ TEST_CASE(
     INFO(lone.log(0));
     CHECK(status == std::vector<int>{1});
     CHECK(took < 15.0);
-    CHECK(lone.log(0).find("timed out after 2s: 1 of 2 ranks arrived; missing ranks: 1") !=
+    CHECK(lone.log(0).find("timed out after 2 s: 1 of 2 ranks arrived; missing ranks: 1") !=
           std::string::npos);
   }
 }

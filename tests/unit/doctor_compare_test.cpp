@@ -235,6 +235,7 @@ TEST_CASE("doctor software: the compared variables") {
                                                                 {"TORCH_SHOW_CPP_STACKTRACES", "1"},
                                                                 {"TORCHELASTIC_RUN_ID", "x"},
                                                                 {"OMP_NUM_THREADS", "4"},
+                                                                {"OMP_PROC_BIND", "close"},
                                                                 {"LD_LIBRARY_PATH", "/opt/lib"},
                                                                 {"LD_PRELOAD", "x.so"},
                                                                 {"PATH", "/bin"},
@@ -243,7 +244,8 @@ TEST_CASE("doctor software: the compared variables") {
   std::vector<std::string> names;
   for (const auto& [name, value] : env) names.push_back(name);
   CHECK(names == std::vector<std::string>{"CUDA_HOME", "GLOO_SOCKET_IFNAME", "LD_LIBRARY_PATH",
-                                          "NCCL_SOCKET_IFNAME", "TORCH_SHOW_CPP_STACKTRACES"});
+                                          "NCCL_SOCKET_IFNAME", "OMP_PROC_BIND",
+                                          "TORCH_SHOW_CPP_STACKTRACES"});
 }
 
 TEST_CASE("doctor software: the loader's listing, the #! line, the driver and GPU files") {

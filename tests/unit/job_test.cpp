@@ -184,7 +184,7 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
        1},
       {"dtlaunch --watch names the lost node",
        {"dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 4 (cn3) unreachable (silent for "
-        "3s; no connection to it), seen by rank 0; stopping the program, exit 76",
+        "3 s; no connection to it), seen by rank 0; stopping the program, exit 76",
         "srun: error: cn1: tasks 0-1: Exited with exit code 76"},
        1,
        Verdict::kRestart,

@@ -30,43 +30,46 @@ TEST_CASE("settings: one declaration per variable and owner, each printable in a
 
 TEST_CASE("settings: an empty value is unset, except where empty means something") {
   const EnvMap env{{"DTLAUNCH_PORT_RANGE", ""}, {"CUDA_VISIBLE_DEVICES", ""}};
-  CHECK_FALSE(read_text(env, setting::kPortRange));
-  CHECK(read_text(env, setting::kCudaVisibleDevices) == "");
-  CHECK_FALSE(read_text(EnvMap{}, setting::kCudaVisibleDevices));
-  CHECK(read_text(EnvMap{{"DTLAUNCH_CPU_BIND", "numa"}}, setting::kCpuBind) == "numa");
+  CHECK_FALSE(contract::read_text(env, contract::setting::kPortRange));
+  CHECK(contract::read_text(env, contract::setting::kCudaVisibleDevices) == "");
+  CHECK_FALSE(contract::read_text(EnvMap{}, contract::setting::kCudaVisibleDevices));
+  CHECK(contract::read_text(EnvMap{{"DTLAUNCH_CPU_BIND", "numa"}}, contract::setting::kCpuBind) ==
+        "numa");
 }
 
 TEST_CASE("settings: numbers and switches are parsed by the declaration, and refused in one line") {
   CHECK(read_number(EnvMap{{"DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", "86400"}},
-                    setting::kHeartbeatTimeout) == 86400u);
-  CHECK_FALSE(
-      read_number(EnvMap{{"DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", ""}}, setting::kHeartbeatTimeout));
-  CHECK(read_switch(EnvMap{}, setting::kShm, true));
-  CHECK_FALSE(read_switch(EnvMap{{"DTLAUNCH_DDP_SHM", "0"}}, setting::kShm, true));
-  CHECK(read_switch(EnvMap{{"DTLAUNCH_DDP_CHECK", "1"}}, setting::kCheck, false));
+                    contract::setting::kHeartbeatTimeout) == 86400u);
+  CHECK_FALSE(read_number(EnvMap{{"DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", ""}},
+                          contract::setting::kHeartbeatTimeout));
+  CHECK(read_switch(EnvMap{}, contract::setting::kShm, true));
+  CHECK_FALSE(read_switch(EnvMap{{"DTLAUNCH_DDP_SHM", "0"}}, contract::setting::kShm, true));
+  CHECK(read_switch(EnvMap{{"DTLAUNCH_DDP_CHECK", "1"}}, contract::setting::kCheck, false));
 
   for (const char* bad : {"86401", "-1", "+5", " 5", "5s", "0x10"})
-    CHECK(setting_problem(setting::kHeartbeatTimeout, bad) ==
+    CHECK(setting_problem(contract::setting::kHeartbeatTimeout, bad) ==
           std::string("DTLAUNCH_DDP_HEARTBEAT_TIMEOUT='") + bad +
               "' is not an integer in 0..86400");
-  CHECK(setting_problem(setting::kShm, "yes") == "DTLAUNCH_DDP_SHM='yes' must be 0 or 1");
-  CHECK(setting_problem(setting::kShm, "1").empty());
-  CHECK(setting_problem(setting::kTraceDir, "\x1b[2J").empty());  // text is checked where used
+  CHECK(setting_problem(contract::setting::kShm, "yes") == "DTLAUNCH_DDP_SHM='yes' must be 0 or 1");
+  CHECK(setting_problem(contract::setting::kShm, "1").empty());
+  CHECK(setting_problem(contract::setting::kTraceDir, "\x1b[2J")
+            .empty());  // text is checked where used
   REQUIRE_THROWS_WITH(
-      read_switch(EnvMap{{"DTLAUNCH_DDP_TIMELINE", "2"}}, setting::kTimeline, false),
+      read_switch(EnvMap{{"DTLAUNCH_DDP_TIMELINE", "2"}}, contract::setting::kTimeline, false),
       "DTLAUNCH_DDP_TIMELINE='2' must be 0 or 1");
 }
 
 TEST_CASE("settings: a refused value is quoted through excerpt, never raw") {
   // An escape sequence is shown escaped, and 100 KB are cut to a line.
-  CHECK(setting_problem(setting::kShm, "1\x1b[2J") ==
+  CHECK(setting_problem(contract::setting::kShm, "1\x1b[2J") ==
         "DTLAUNCH_DDP_SHM='1\\x1b[2J' must be 0 or 1");
   const std::string huge(100'000, '7');
-  const std::string problem = setting_problem(setting::kTraceEntries, huge);
+  const std::string problem = setting_problem(contract::setting::kTraceEntries, huge);
   CHECK(problem.size() < 200);
   CHECK(problem.find("(100000 bytes)") != std::string::npos);
   try {
-    (void)read_number(EnvMap{{"DTLAUNCH_DDP_REPORT_GRACE_MS", huge}}, setting::kReportGraceMs);
+    (void)read_number(EnvMap{{"DTLAUNCH_DDP_REPORT_GRACE_MS", huge}},
+                      contract::setting::kReportGraceMs);
     FAIL("a 100 KB number was accepted");
   } catch (const core::Error& e) {
     CHECK(e.exit_status() == 2);

@@ -1,5 +1,6 @@
 #include "core/text.hpp"
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -80,26 +81,41 @@ TEST_CASE("compact_ranges: sorted, each number once, and bounded when asked") {
   CHECK(compact_ranges({5, 4}) == "4-5");
 }
 
-TEST_CASE("first_line and seconds_text, as the DDP runtime's messages use them") {
+TEST_CASE("first_line, as the DDP runtime's messages use it") {
   CHECK(first_line("one\ntwo") == "one");
   CHECK(first_line("one") == "one");
   CHECK(first_line("") == "");
-  using std::chrono::milliseconds;
-  CHECK(seconds_text(milliseconds(2000)) == "2s");
-  CHECK(seconds_text(milliseconds(1500)) == "1.5s");
-  CHECK(seconds_text(milliseconds(250)) == "0.25s");
-  CHECK(seconds_text(milliseconds(300001)) == "300.001s");
-  CHECK(seconds_text(milliseconds(0)) == "0s");
 }
 
-TEST_CASE("num, the duration formats and join: the one copy of each") {
+TEST_CASE("duration_text: the one format of a duration, configured or measured") {
+  using std::chrono::duration;
+  using std::chrono::microseconds;
   using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  // Configured: exactly as given, in the largest unit it reaches.
+  CHECK(core::duration_text(seconds(30)) == "30 s");
+  CHECK(core::duration_text(milliseconds(2000)) == "2 s");
+  CHECK(core::duration_text(milliseconds(1500)) == "1.5 s");
+  CHECK(core::duration_text(milliseconds(300001)) == "300.001 s");
+  CHECK(core::duration_text(milliseconds(400)) == "400 ms");
+  CHECK(core::duration_text(milliseconds(250)) == "250 ms");
+  CHECK(core::duration_text(milliseconds(0)) == "0 us");
+  CHECK(core::duration_text(seconds(86400)) == "86400 s");
+  // Measured: to a thousandth of the unit, and the unit of the rounded value.
+  CHECK(core::duration_text(duration<double>(2.1864)) == "2.186 s");
+  CHECK(core::duration_text(duration<double>(3.0)) == "3 s");
+  CHECK(core::duration_text(duration<double, std::milli>(1.25)) == "1.25 ms");
+  CHECK(core::duration_text(duration<double, std::milli>(20.13749)) == "20.137 ms");
+  CHECK(core::duration_text(duration<double>(0.9999996)) == "1 s");
+  CHECK(core::duration_text(duration<double>(0.9999994)) == "999.999 ms");
+  CHECK(core::duration_text(microseconds(35)) == "35 us");
+  CHECK(core::duration_text(duration<double, std::micro>(0.4)) == "0 us");
+  CHECK(core::duration_text(milliseconds(-1500)) == "-1.5 s");
+}
+
+TEST_CASE("num and join: the one copy of each") {
   CHECK(num(0) == "0");
   CHECK(num(18446744073709551615ull) == "18446744073709551615");
-  CHECK(seconds_fixed(3.0, 1) == "3.0 s");
-  CHECK(seconds_fixed(2.186, 2) == "2.19 s");
-  CHECK(duration_text(milliseconds(30000)) == "30 s");
-  CHECK(duration_text(milliseconds(300)) == "300 ms");
   const std::vector<int> three{1, 2, 3};
   const auto decimal = [](int v) { return std::to_string(v); };
   CHECK(join(three, ", ", decimal) == "1, 2, 3");

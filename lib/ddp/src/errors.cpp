@@ -23,10 +23,6 @@ std::string first_line(const std::exception& e) {
   return std::string(core::first_line(e.what()));
 }
 
-std::string seconds_text(std::chrono::milliseconds ms) {
-  return core::seconds_text(ms);
-}
-
 std::string hex_bytes(const std::string& b) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;

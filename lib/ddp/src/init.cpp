@@ -60,7 +60,8 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   // DTLAUNCH_DDP_CHECK adds a collective to every collective: it must be on everywhere or
   // nowhere (DTLAUNCH_DDP_SHM is agreed by ShmAllReduce::create instead: off when any rank has it
   // off).
-  const std::string agreed = std::string("DTLAUNCH_DDP_CHECK=") + (settings.check ? "1" : "0");
+  const std::string agreed =
+      std::string(contract::setting::kCheck.name) + "=" + (settings.check ? "1" : "0");
   auto peer_watch = detail::PeerWatch::prepare(env, settings.heartbeat_timeout);
   const StartupOver startup_over{peer_watch.get()};
   auto store = detail::rendezvous(

@@ -15,10 +15,12 @@ struct addrinfo;
 
 namespace dtlaunch::ddp::detail {
 
+// The clock of the runtime's deadlines, and the unit of its timeouts.
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
 // The first line of an exception's message: c10 errors append a C++ stack trace.
 std::string first_line(const std::exception& e);
-// "2.5s", "30s", as the launcher's messages say durations (core/text.hpp).
-std::string seconds_text(std::chrono::milliseconds ms);
 // A store value from text and back: the store holds bytes, the runtime's records are text.
 inline std::vector<uint8_t> bytes(const std::string& s) {
   return {s.begin(), s.end()};
@@ -30,9 +32,9 @@ inline std::string text(const std::vector<uint8_t>& v) {
 std::string hex_bytes(const std::string& b);
 // A socket (non-blocking, close-on-exec) connected to `a` by `deadline`; -1 with errno saying why
 // not (ETIMEDOUT at the deadline).
-int connect_by(const addrinfo& a, std::chrono::steady_clock::time_point deadline);
+int connect_by(const addrinfo& a, Clock::time_point deadline);
 // Whether `fd` became ready for `events` (poll's) by `deadline`; false on a poll error too.
-bool poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline);
+bool poll_until(int fd, short events, Clock::time_point deadline);
 // kTimeout, kPeerLost or kBackend, from a Gloo, NCCL or store message.
 ErrorKind classify_backend_failure(const std::string& message);
 

@@ -25,16 +25,13 @@
 #include <tuple>
 
 #include "contract/settings.hpp"
-#include "core/parse.hpp"
 #include "core/names.hpp"
+#include "core/parse.hpp"
 #include "core/text.hpp"
 #include "internal.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
 
 const std::string kAsksKey = "dtlaunch/diag/asks";
 // How many ranks are reporting now: rank 0, which hosts the store, stays until they are done.
@@ -85,8 +82,8 @@ std::string signature_text(const CollectiveRecord& r) {
   return out + ")";
 }
 
-std::string seconds_2(double s) {
-  return core::seconds_fixed(s, 2);
+std::string seconds_text(double s) {
+  return core::duration_text(std::chrono::duration<double>(s));
 }
 
 // A rank's position, as published: "seq\nstate\nsignature\nhost\nlocal_rank\nage_ms".
@@ -505,10 +502,11 @@ void Monitor::dump_on_signal() const {
   if (last.seq == 0) {
     where_now = "no collective entered yet";
   } else if (last.end_us == 0) {
-    where_now = "in " + describe(last) + " since " + seconds_2((now_us() - last.enqueue_us) / 1e6);
+    where_now =
+        "in " + describe(last) + " since " + seconds_text((now_us() - last.enqueue_us) / 1e6);
   } else {
     where_now = "last " + describe(last) + ", " + state_name(last.state) + " " +
-                seconds_2((now_us() - last.end_us) / 1e6) + " ago";
+                seconds_text((now_us() - last.end_us) / 1e6) + " ago";
   }
   const std::string path = write_file("SIGUSR2", DumpKind::kSignal);
   const std::string line =
@@ -674,7 +672,8 @@ Error Monitor::failure(uint64_t seq, const Error& cause) {
   const CollectiveRecord mine = recorder_->find(seq);
   std::string msg = "dtlaunch ddp: " + describe(mine);
   if (cause.kind() == ErrorKind::kTimeout) {
-    msg += " timed out after " + seconds_text(timeout_) + " on rank " + std::to_string(env_.rank);
+    msg += " timed out after " + core::duration_text(timeout_) + " on rank " +
+           std::to_string(env_.rank);
   } else if (cause.kind() == ErrorKind::kPeerLost) {
     const std::string what = cause.what();
     const auto at = what.find(" failed: ");
@@ -766,11 +765,11 @@ std::vector<std::string> where_groups_are(const Positions& p, uint64_t seq) {
       parts.push_back(name_ranks(ranks, p.of) + " entered no collective yet");
     else if (state == "in")
       parts.push_back(name_ranks(ranks, p.of) + wait + s + " " + sig + " since " +
-                      seconds_2(first.age_ms / 1000.0));
+                      seconds_text(first.age_ms / 1000.0));
     else
       parts.push_back(name_ranks(ranks, p.of) + " last entered " + s + " " + sig + ", " +
                       (state == "failed" ? "which failed " : "finished ") +
-                      seconds_2(first.age_ms / 1000.0) + " ago");
+                      seconds_text(first.age_ms / 1000.0) + " ago");
   }
   return parts;
 }
@@ -790,7 +789,7 @@ std::string silent_ranks(const Positions& p, milliseconds grace) {
   }
   if (silent.size() > 8) who += ", ... (" + std::to_string(silent.size()) + " in all)";
   return (silent.size() == 1 ? "rank " : "ranks ") + who + " published nothing within " +
-         seconds_text(grace) + " (dead, or stuck where the runtime cannot answer)";
+         core::duration_text(grace) + " (dead, or stuck where the runtime cannot answer)";
 }
 
 }  // namespace
@@ -841,7 +840,7 @@ std::string Monitor::report(uint64_t seq, const CollectiveRecord&) {
     }
     return "no report: the store at " + env_.master_addr + ":" + std::to_string(env_.master_port) +
            " did not answer (" +
-           (finished ? result->error : "no reply within " + seconds_text(grace)) + ")";
+           (finished ? result->error : "no reply within " + core::duration_text(grace)) + ")";
   }
   std::vector<std::string> parts = where_groups_are(result->positions, seq);
   if (std::string silent = silent_ranks(result->positions, grace); !silent.empty())
@@ -879,12 +878,12 @@ std::string Monitor::startup_line(const StartupPhases& phases) {
     return "dtlaunch ddp: rendezvous: no timeline (" + first_line(e) + ")";
   }
   return "dtlaunch ddp: rendezvous: " + std::to_string(env_.world_size) + " ranks in " +
-         seconds_2(secs(phases.backend_ready)) + "; slowest: rank " + std::to_string(slowest) +
-         " (" + slowest_host + ") " + seconds_2((last - first) / 1000.0) +
-         " after the first; rank 0: environment read " + seconds_2(secs(phases.env_read)) +
-         ", store up " + seconds_2(secs(phases.store_connected)) + ", all checked in " +
-         seconds_2(secs(phases.all_checked_in)) + ", backend ready " +
-         seconds_2(secs(phases.backend_ready));
+         seconds_text(secs(phases.backend_ready)) + "; slowest: rank " + std::to_string(slowest) +
+         " (" + slowest_host + ") " + seconds_text((last - first) / 1000.0) +
+         " after the first; rank 0: environment read " + seconds_text(secs(phases.env_read)) +
+         ", store up " + seconds_text(secs(phases.store_connected)) + ", all checked in " +
+         seconds_text(secs(phases.all_checked_in)) + ", backend ready " +
+         seconds_text(secs(phases.backend_ready));
 }
 
 }  // namespace dtlaunch::ddp::detail

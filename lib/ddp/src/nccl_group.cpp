@@ -18,12 +18,12 @@
 
 #include <thread>
 
+#include "core/text.hpp"
 #include "internal.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 const std::string kUniqueIdKey = "dtlaunch/nccl/unique_id";
 
 [[noreturn]] void fail(const std::string& what, ErrorKind kind = ErrorKind::kBackend) {
@@ -152,7 +152,7 @@ class NcclWork final : public Work {
       }
       if (Clock::now() > deadline) {
         abort_comm();
-        fail(what_ + " timed out: not finished within " + seconds_text(timeout_) +
+        fail(what_ + " timed out: not finished within " + core::duration_text(timeout_) +
                  " (a rank died or stopped calling collectives)",
              ErrorKind::kTimeout);
       }
@@ -360,7 +360,7 @@ class NcclGroup final : public ProcessGroup {
       if (Clock::now() > deadline) {
         ncclCommAbort(comm_->comm);
         comm_->aborted = true;
-        fail("NCCL init timed out after " + seconds_text(timeout) + " on rank " +
+        fail("NCCL init timed out after " + core::duration_text(timeout) + " on rank " +
                  std::to_string(env.rank) + ": " + missing_from_init(env),
              ErrorKind::kTimeout);
       }

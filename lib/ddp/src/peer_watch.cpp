@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "core/text.hpp"
 #include "heartbeat/node.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
@@ -116,8 +117,8 @@ void PeerWatch::exit_if_startup_stays_blocked() {
   }
   const std::string message = std::string(error().what()) +
                               "; start-up was still blocked in the backend " +
-                              seconds_text(kStartupGrace) + " after the verdict: exiting with " +
-                              std::to_string(kExitPeerLost);
+                              core::duration_text(kStartupGrace) +
+                              " after the verdict: exiting with " + std::to_string(kExitPeerLost);
   std::fprintf(stderr, "%s\n", message.c_str());
   std::fflush(stderr);
   std::_Exit(kExitPeerLost);
@@ -258,7 +259,7 @@ Error PeerWatch::error() const {
   std::this_thread::sleep_until(first_verdict_at_.load() + kGatherVerdicts);
   std::lock_guard<std::mutex> lock(mutex_);
   std::string msg = "dtlaunch ddp: rank " + std::to_string(env_.rank) + " (" + host_ +
-                    "): peer lost (heartbeat, timeout " + seconds_text(timeout_) + "): ";
+                    "): peer lost (heartbeat, timeout " + core::duration_text(timeout_) + "): ";
   for (size_t i = 0; i < lines_.size(); ++i) msg += (i ? "; " : "") + lines_[i];
   return Error(ErrorKind::kPeerLost, msg);
 }

@@ -48,9 +48,6 @@
 namespace dtlaunch::ddp::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-
 const std::string kCountKey = "dtlaunch/rdzv/count";
 const std::string kFailedKey = "dtlaunch/rdzv/failed";
 const std::string kAckKey = "dtlaunch/rdzv/failed_seen";
@@ -276,9 +273,10 @@ class Progress {
   bool due() const { return every_.count() > 0 && Clock::now() >= next_; }
   void print(const std::string& what) {
     const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start_);
-    std::fprintf(stderr, "dtlaunch ddp: %s (%s of %s)\n", what.c_str(),
-                 seconds_text(std::chrono::duration_cast<std::chrono::seconds>(elapsed)).c_str(),
-                 seconds_text(timeout_).c_str());
+    std::fprintf(
+        stderr, "dtlaunch ddp: %s (%s of %s)\n", what.c_str(),
+        core::duration_text(std::chrono::duration_cast<std::chrono::seconds>(elapsed)).c_str(),
+        core::duration_text(timeout_).c_str());
     std::fflush(stderr);
     while (next_ <= Clock::now()) next_ += every_;
   }
@@ -451,13 +449,13 @@ class Rendezvous {
     return Error(ErrorKind::kTimeout,
                  where_ + " failed: " + me_ +
                      " could not reach the store that rank 0 hosts within " +
-                     seconds_text(timeout_) +
+                     core::duration_text(timeout_) +
                      " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + reason);
   }
   Error silent_peer(const std::exception& e) const {
     return Error(ErrorKind::kTimeout, where_ + " failed: " + me_ +
                                           " connected, but the peer there did not answer within " +
-                                          seconds_text(first_answer_) +
+                                          core::duration_text(first_answer_) +
                                           " (is MASTER_PORT another program's port, or is rank 0 "
                                           "stopped?): " +
                                           first_line(e));
@@ -546,7 +544,7 @@ class Rendezvous {
       if (published) break;
       if (Clock::now() >= deadline_)
         throw Error(ErrorKind::kTimeout,
-                    where_ + " timed out after " + seconds_text(timeout_) + ": " + me_ +
+                    where_ + " timed out after " + core::duration_text(timeout_) + ": " + me_ +
                         " reached a store there, but no dtlaunch rank 0 published its identity in "
                         "it (is MASTER_PORT another program's TCPStore, or a rank 0 of an older "
                         "dtlaunch?)");
@@ -696,7 +694,7 @@ class Rendezvous {
 
   Error timed_out() {
     arrived_ = store_->add(kCountKey, 0);
-    const std::string msg = where_ + " timed out after " + seconds_text(timeout_) + ": " +
+    const std::string msg = where_ + " timed out after " + core::duration_text(timeout_) + ": " +
                             std::to_string(arrived_) + " of " + std::to_string(env_.world_size) +
                             " ranks arrived; missing ranks: " + format_ranks(missing_ranks());
     if (env_.rank == 0) return fail_all(Error(ErrorKind::kTimeout, msg));
@@ -756,7 +754,7 @@ class Rendezvous {
       return Error(ErrorKind::kTimeout, where_ + " failed on " + me_ +
                                             ": the store that rank 0 hosts stopped answering; gave "
                                             "up at the deadline (" +
-                                            seconds_text(timeout_) + ")");
+                                            core::duration_text(timeout_) + ")");
     // A reply the store client could not parse: a std::length_error or std::bad_alloc from a
     // length of 2^64-1 read out of garbage, or LibTorch's "Stop_waiting response is expected".
     // The peer there does not speak the store's protocol (a peer that closed is kPeerLost below).

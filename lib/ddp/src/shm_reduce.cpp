@@ -42,14 +42,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/text.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
 
 constexpr uint64_t kMagic = 0x316d68732d6c7464;  // "dtl-shm1"
 constexpr size_t kLineBytes = 128;               // two cache lines: no false sharing with prefetch
@@ -367,7 +365,7 @@ struct ShmAllReduce::Impl {
     for (;;) {
       const auto now = Clock::now();
       if (now >= deadline)
-        throw error(ErrorKind::kTimeout, "timed out after " + seconds_text(timeout) +
+        throw error(ErrorKind::kTimeout, "timed out after " + core::duration_text(timeout) +
                                              " waiting for rank " + std::to_string(q) + " (pid " +
                                              std::to_string(peers[q].pid) + ")");
       if (now >= next_check) {
@@ -562,7 +560,7 @@ std::string get_from_peer(c10d::Store& store, const std::string& key, int owner,
                                             std::to_string(pid) +
                                             ") is gone: it died during the set-up");
     if (Clock::now() >= deadline)
-      throw Error(ErrorKind::kTimeout, "timed out after " + seconds_text(timeout) +
+      throw Error(ErrorKind::kTimeout, "timed out after " + core::duration_text(timeout) +
                                            " waiting for rank " + std::to_string(owner) + " (pid " +
                                            std::to_string(pid) + ")");
     std::this_thread::sleep_for(pause);

@@ -24,9 +24,6 @@
 namespace dtlaunch::ddp::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-
 // The client speaks 1.13's protocol and is used only on 1.x (rendezvous.cpp): 2.x keeps c10d's
 // own client, so the class is not compiled there.
 #if TORCH_VERSION_MAJOR < 2

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""No function of lib/ or apps/ is over 80 lines, checked on their source text.
+
+A function that long holds several steps in one piece; it is cut into named steps instead
+(issue 25). A function's length counts its lines from the one that names it (where its
+parameter list opens) to the one that closes its body, both included, as ctags's line and end
+fields do; a lambda counts in the function around it and on its own.
+
+Usage: function_length.py SOURCE_DIR. Prints one line per function over the limit
+("FILE:LINE: N lines, over 80") and exits 1, or prints how many bodies it read and the longest,
+and exits 0. It reads the text, not the grammar: a body is a '{' whose code before it (comments,
+strings and qualifiers such as const, noexcept or "-> T" aside) ends with a ')' that closes
+something other than if, for, while, switch or catch. A file whose braces do not pair up is
+reported rather than guessed at.
+"""
+import argparse
+import bisect
+import pathlib
+import re
+import sys
+
+LIMIT = 80
+WINDOW = 4000  # characters before a brace that can belong to its signature
+SOURCES = (".cpp", ".hpp", ".h", ".cc")
+NOT_A_FUNCTION = {"if", "for", "while", "switch", "catch"}
+QUALIFIERS = ("const", "noexcept", "override", "final", "mutable")
+
+
+def blank_out(text: str) -> str:
+    """The text with comments, string and character literals replaced by spaces (lines kept)."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        if text.startswith("//", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+        elif text.startswith('R"', i) and not (i > 0 and (text[i - 1].isalnum() or
+                                                         text[i - 1] == "_")):
+            delimiter = text[i + 2:text.find("(", i)]
+            end = text.find(")" + delimiter + '"', i)
+            end = n if end < 0 else end + len(delimiter) + 2
+        elif text[i] == '"' or (text[i] == "'" and not (i > 0 and text[i - 1].isalnum())):
+            # A quote after a digit or letter is a digit separator (1'000), not a literal (a
+            # prefixed character literal, u8'{', would be misread: lib/ and apps/ have none).
+            quote, end = text[i], i + 1
+            while end < n and text[end] != quote:
+                end += 2 if text[end] == "\\" else 1
+            end += 1
+        else:
+            out.append(text[i])
+            i += 1
+            continue
+        out.append(re.sub(r"[^\n]", " ", text[i:end]))
+        i = end
+    return "".join(out)
+
+
+def matching_open(text: str, close: int, pair: str = "()") -> int:
+    """Where the bracket that closes at `close` opens; -1 when it does not."""
+    depth = 0
+    for k in range(close, -1, -1):
+        if text[k] == pair[1]:
+            depth += 1
+        elif text[k] == pair[0]:
+            depth -= 1
+            if depth == 0:
+                return k
+    return -1
+
+
+def without_qualifiers(head: str) -> str:
+    """`head` without the qualifiers that may stand between a parameter list and a body."""
+    head = head.rstrip()
+    while True:
+        word = next((q for q in QUALIFIERS if head.endswith(q) and
+                     not (len(head) > len(q) and (head[-len(q) - 1].isalnum() or
+                                                  head[-len(q) - 1] == "_"))), None)
+        if word is None:
+            return head
+        head = head[:-len(word)].rstrip()
+
+
+def without_trailing_return(head: str) -> str:
+    """`head` up to the ')' of a parameter list followed by "-> TYPE", or as it is."""
+    arrow = len(head)
+    while (arrow := head.rfind("->", 0, arrow)) >= 0 and not any(c in head[arrow:] for c in ";{}"):
+        before = without_qualifiers(head[:arrow])
+        if before.endswith(")"):
+            return before
+    return head
+
+
+def name_before(head: str, end: int) -> tuple:
+    """The identifier (with '::') that ends where `end` is, after blanks: (its start, it)."""
+    k = end
+    while k > 0 and head[k - 1].isspace():
+        k -= 1
+    start = k
+    while start > 0 and (head[start - 1].isalnum() or head[start - 1] in "_:"):
+        start -= 1
+    return start, head[start:k]
+
+
+def parameter_list_of(code_before: str):
+    """Where the parameter list opens when the '{' after `code_before` opens a function's or a
+    lambda's body, else None. A constructor's member initializers ("): a_(x), b_{y} {") are
+    passed over to its own parameter list."""
+    head = without_qualifiers(without_trailing_return(code_before.rstrip()))
+    if head.endswith("]"):  # a lambda without a parameter list: "[&] {"
+        k = matching_open(head, len(head) - 1, "[]")
+        return k if k >= 0 else None
+    while head.endswith((")", "}")):
+        pair = "()" if head.endswith(")") else "{}"
+        k = matching_open(head, len(head) - 1, pair)
+        if k < 0:
+            return None
+        name_start, name = name_before(head, k)
+        if name in NOT_A_FUNCTION:
+            return None
+        before = head[:name_start].rstrip()
+        rest = without_qualifiers(before[:-1])
+        # A member initializer follows the constructor's ')' and a ':' (not '::', nor the one of
+        # "public:"), or another initializer and a ','.
+        separated = before.endswith(",") or (before.endswith(":") and not before.endswith("::"))
+        if name and separated and rest.endswith((")", "}")):
+            head = rest
+            continue
+        return k if pair == "()" else None
+    return None
+
+
+def bodies(text: str):
+    """(first line, line count) of every function or lambda body; raises ValueError on a file
+    whose braces do not pair up."""
+    code = blank_out(text)
+    line_starts = [0] + [m.end() for m in re.finditer("\n", code)]
+
+    def line_of(offset: int) -> int:
+        return bisect.bisect_right(line_starts, offset)
+
+    found, open_braces = [], []
+    for match in re.finditer(r"[{}]", code):
+        if match.group() == "{":
+            # What decides is just before the brace: a signature and its member initializers.
+            window = max(0, match.start() - WINDOW)
+            start = parameter_list_of(code[window:match.start()])
+            open_braces.append(None if start is None else window + start)
+            continue
+        if not open_braces:
+            raise ValueError(f"a '}}' on line {line_of(match.start())} closes nothing")
+        start = open_braces.pop()
+        if start is not None:
+            first = line_of(start)
+            found.append((first, line_of(match.start()) - first + 1))
+    if open_braces:
+        raise ValueError("a '{' is never closed")
+    return found
+
+
+def check(root: pathlib.Path):
+    """The problems (functions over the limit, files that cannot be read) and every body's
+    (length, "FILE:LINE")."""
+    problems, lengths = [], []
+    for path in sorted(p for top in ("lib", "apps") for p in (root / top).rglob("*")
+                       if p.suffix in SOURCES and p.is_file()):
+        name = path.relative_to(root)
+        try:
+            found = bodies(path.read_text(errors="replace"))
+        except ValueError as e:
+            problems.append(f"{name}: cannot be read for function lengths: {e}")
+            continue
+        lengths += [(count, f"{name}:{line}") for line, count in found]
+        problems += [f"{name}:{line}: {count} lines, over {LIMIT}" for line, count in found
+                     if count > LIMIT]
+    return problems, lengths
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("source_dir", type=pathlib.Path, help="the repository's root")
+    root = parser.parse_args().source_dir.resolve()
+    problems, lengths = check(root)
+    if not lengths:
+        problems.append(f"no function bodies found under {root}: wrong SOURCE_DIR?")
+    print("\n".join(problems) if problems else
+          "%d function bodies read; the longest, %d lines, at %s" % (len(lengths), *max(lengths)))
+    return 1 if problems else 0
+
+if __name__ == "__main__":
+    sys.exit(main())
