@@ -101,25 +101,28 @@ struct SizeSources {
   Found ntasks, nnodes;
 };
 
+// A count of the step from the first of `names` that is set (the first is the step's own, the
+// others older or job-wide ones: using one is noted).
+Found require_count(const EnvMap& env, std::initializer_list<std::string_view> names,
+                    std::string_view why, SlurmStep& step, std::uint32_t& count) {
+  const Found found = require(env, names, why);
+  count = static_cast<std::uint32_t>(core::parse_uint_var(found.name, found.value, UINT32_MAX));
+  note_fallback(step, found, *names.begin());
+  return found;
+}
+
 // RANK, LOCAL_RANK, NODE_RANK, WORLD_SIZE and NNODES.
 SizeSources read_sizes(const EnvMap& env, SlurmStep& step) {
   step.procid = require_u32(env, {s::kSlurmProcId.name}, "the global rank of this task");
   step.localid = require_u32(env, {s::kSlurmLocalId.name}, "the rank of this task on its node");
   step.nodeid = require_u32(env, {s::kSlurmNodeId.name}, "the index of this node in the step");
 
-  Found ntasks =
-      require(env, {s::kSlurmStepNumTasks.name, s::kSlurmNtasks.name, s::kSlurmNprocs.name},
-              "the number of tasks in the step");
-  step.ntasks =
-      static_cast<std::uint32_t>(core::parse_uint_var(ntasks.name, ntasks.value, UINT32_MAX));
-  note_fallback(step, ntasks, s::kSlurmStepNumTasks.name);
-
-  Found nnodes =
-      require(env, {s::kSlurmStepNumNodes.name, s::kSlurmJobNumNodes.name, s::kSlurmNnodes.name},
-              "the number of nodes in the step");
-  step.nnodes =
-      static_cast<std::uint32_t>(core::parse_uint_var(nnodes.name, nnodes.value, UINT32_MAX));
-  note_fallback(step, nnodes, s::kSlurmStepNumNodes.name);
+  const Found ntasks =
+      require_count(env, {s::kSlurmStepNumTasks.name, s::kSlurmNtasks.name, s::kSlurmNprocs.name},
+                    "the number of tasks in the step", step, step.ntasks);
+  const Found nnodes = require_count(
+      env, {s::kSlurmStepNumNodes.name, s::kSlurmJobNumNodes.name, s::kSlurmNnodes.name},
+      "the number of nodes in the step", step, step.nnodes);
   return {ntasks, nnodes};
 }
 
