@@ -104,19 +104,19 @@ int connect_to(const std::string& address, std::uint16_t port, Clock::time_point
     error = "cannot resolve " + address + ": " + ::gai_strerror(rc);
     return -1;
   }
-  error = "no address";
+  std::string why = "no address";
   int connected = -1;
   for (const addrinfo* a = found; a && connected < 0; a = a->ai_next) {
     const int fd = core::connect_until(*a, end, std::chrono::milliseconds::max());
     if (fd < 0) {
-      error =
-          "cannot connect to " + address + ":" + std::to_string(port) + ": " + std::strerror(-fd);
+      why = "cannot connect to " + address + ":" + std::to_string(port) + ": " + std::strerror(-fd);
       continue;
     }
     ::fcntl(fd, F_SETFL, 0);  // blocking, bounded by the socket timeouts
     connected = fd;
   }
   ::freeaddrinfo(found);
+  if (connected < 0) error = why;  // untouched on success
   return connected;
 }
 
@@ -169,12 +169,8 @@ double measure(int fd, char direction, Clock::time_point phase_end, bool& broken
 
 // A connection to the peer's agent, greeted; -1 and `error` when it cannot be made.
 int open_test(const NetworkPeer& peer, Clock::time_point end, std::string& error) {
-  std::string why;
-  const int fd = connect_to(peer.address, peer.port, end, why);
-  if (fd < 0) {
-    error = why;
-    return -1;
-  }
+  const int fd = connect_to(peer.address, peer.port, end, error);
+  if (fd < 0) return -1;
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   set_timeouts(fd, end - Clock::now());
