@@ -1,8 +1,7 @@
 #include "command_line.hpp"
 
-#include <map>
-
 #include "core/error.hpp"
+#include "core/names.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
@@ -47,15 +46,17 @@ CLI::Option* add_seconds(CLI::App& app, const std::string& flag, T& target,
       ->type_name("SECONDS");
 }
 
-// One of a few words, each mapped to its value.
-template <class Target, class Value>
+// One of a few words: the names of an enum's values, from the enum's one table of names.
+template <class Target, class Enum, std::size_t N>
 CLI::Option* add_choice(CLI::App& app, const std::string& flag, Target& target,
-                        std::map<std::string, Value> choices, const std::string& help) {
+                        const core::Named<Enum> (&choices)[N], const std::string& help) {
   std::vector<std::string> names;
-  for (const auto& [name, value] : choices) names.push_back(name);
+  for (const core::Named<Enum>& choice : choices) names.emplace_back(choice.name);
   return app
       .add_option_function<std::string>(
-          flag, [&target, choices](const std::string& word) { target = choices.at(word); }, help)
+          flag,
+          [&target, &choices](const std::string& word) { target = *core::value_of(word, choices); },
+          help)
       ->check(CLI::IsMember(names));
 }
 
@@ -78,9 +79,8 @@ void add_check_budgets(CLI::App& app, cli::RunFlags& flags, const std::string& p
 // `dtlaunch doctor`: how long to wait, the report's format, the network test.
 void add_doctor_options(CLI::App& app, cli::RunFlags& flags) {
   flags.check = cli::Check::kDoctor;
-  add_choice(app, "--format", flags.check_json,
-             std::map<std::string, bool>{{"table", false}, {"json", true}},
-             "report format: table (default) or json");
+  static constexpr core::Named<bool> kFormats[] = {{false, "table"}, {true, "json"}};
+  add_choice(app, "--format", flags.check_json, kFormats, "report format: table (default) or json");
   app.add_flag("--network", flags.check_network,
                "after the check-in, measure latency and TCP throughput between the nodes "
                "(ring neighbours and a few random peers) and flag slow ones");
@@ -119,10 +119,7 @@ void add_run_options(CLI::App& app, cli::RunFlags& flags) {
 
 // Where rank 0 listens: the mode, MASTER_ADDR and MASTER_PORT.
 void add_rendezvous_options(CLI::App& app, launch::LaunchOptions& options) {
-  add_choice(app, "--mode", options.mode,
-             std::map<std::string, launch::Mode>{{"auto", launch::Mode::kAuto},
-                                                 {"slurm", launch::Mode::kSlurm},
-                                                 {"local", launch::Mode::kLocal}},
+  add_choice(app, "--mode", options.mode, launch::kModeNames,
              "auto (default): Slurm inside an srun step, local with --nproc-per-node; or force "
              "slurm / local");
   add_text(app, "--master-addr", options.master_addr,
@@ -139,22 +136,13 @@ void add_rendezvous_options(CLI::App& app, launch::LaunchOptions& options) {
 
 // Which GPU, CPUs and memory each rank gets.
 void add_binding_options(CLI::App& app, launch::LaunchOptions& options) {
-  add_choice(app, "--gpu-bind", options.gpu_bind,
-             std::map<std::string, launch::GpuBind>{{"share", launch::GpuBind::kShare},
-                                                    {"isolate", launch::GpuBind::kIsolate},
-                                                    {"none", launch::GpuBind::kNone}},
+  add_choice(app, "--gpu-bind", options.gpu_bind, launch::kGpuBindNames,
              "share (default): keep all GPUs visible and export DTLAUNCH_CUDA_DEVICE; isolate: "
              "narrow CUDA_VISIBLE_DEVICES to one GPU; none");
-  std::map<std::string, std::optional<affinity::CpuBind>> cpu_binds;
-  for (const char* word : {"none", "numa", "socket", "exclusive", "cache"})
-    cpu_binds[word] = affinity::parse_cpu_bind(word);
-  add_choice(app, "--cpu-bind", options.cpu_bind, cpu_binds,
+  add_choice(app, "--cpu-bind", options.cpu_bind, affinity::kCpuBindNames,
              "none (default), numa, socket, exclusive or cache: the CPUs of each rank, near its "
              "GPU, within what Slurm gave the task (also DTLAUNCH_CPU_BIND)");
-  std::map<std::string, std::optional<affinity::MemBind>> mem_binds;
-  for (const char* word : {"none", "local", "strict"})
-    mem_binds[word] = affinity::parse_mem_bind(word);
-  add_choice(app, "--mem-bind", options.mem_bind, mem_binds,
+  add_choice(app, "--mem-bind", options.mem_bind, affinity::kMemBindNames,
              "none, local (prefer the NUMA nodes of the bound CPUs; the default with --cpu-bind) "
              "or strict (allocate only there) (also DTLAUNCH_MEM_BIND)");
   add_count(app, "--gpus-per-node", options.gpus_per_node, 0, 1024,

@@ -15,13 +15,6 @@ using core::num;
 
 namespace {
 
-constexpr core::Named<CpuBind> kCpuBinds[] = {{CpuBind::kNone, "none"},
-                                              {CpuBind::kNuma, "numa"},
-                                              {CpuBind::kSocket, "socket"},
-                                              {CpuBind::kExclusive, "exclusive"},
-                                              {CpuBind::kCache, "cache"}};
-constexpr core::Named<MemBind> kMemBinds[] = {
-    {MemBind::kNone, "none"}, {MemBind::kLocal, "local"}, {MemBind::kStrict, "strict"}};
 constexpr core::Named<MemPolicy> kMemPolicies[] = {{MemPolicy::kNone, "none"},
                                                    {MemPolicy::kPreferred, "preferred"},
                                                    {MemPolicy::kPreferredMany, "preferred-many"},
@@ -157,19 +150,19 @@ unsigned count_cores(const Topology& topology, const CpuSet& cpus) {
 }  // namespace
 
 std::optional<CpuBind> parse_cpu_bind(std::string_view text) {
-  return core::value_of(text, kCpuBinds);
+  return core::value_of(text, kCpuBindNames);
 }
 
 std::optional<MemBind> parse_mem_bind(std::string_view text) {
-  return core::value_of(text, kMemBinds);
+  return core::value_of(text, kMemBindNames);
 }
 
 std::string_view to_string(CpuBind bind) {
-  return core::name_of(bind, kCpuBinds);
+  return core::name_of(bind, kCpuBindNames);
 }
 
 std::string_view to_string(MemBind bind) {
-  return core::name_of(bind, kMemBinds);
+  return core::name_of(bind, kMemBindNames);
 }
 
 std::string_view to_string(MemPolicy policy) {

@@ -12,6 +12,7 @@
 
 #include "affinity/cpuset.hpp"
 #include "affinity/topology.hpp"
+#include "core/names.hpp"
 
 namespace dtlaunch::affinity {
 
@@ -24,6 +25,15 @@ enum class CpuBind {
 };
 enum class MemBind { kNone, kLocal, kStrict };
 enum class MemPolicy { kNone, kPreferred, kPreferredMany, kBind };
+
+// The options' words (--cpu-bind, --mem-bind and their variables), one table per enum.
+inline constexpr core::Named<CpuBind> kCpuBindNames[] = {{CpuBind::kNone, "none"},
+                                                         {CpuBind::kNuma, "numa"},
+                                                         {CpuBind::kSocket, "socket"},
+                                                         {CpuBind::kExclusive, "exclusive"},
+                                                         {CpuBind::kCache, "cache"}};
+inline constexpr core::Named<MemBind> kMemBindNames[] = {
+    {MemBind::kNone, "none"}, {MemBind::kLocal, "local"}, {MemBind::kStrict, "strict"}};
 
 // Parse the option's words; nullopt for anything else.
 std::optional<CpuBind> parse_cpu_bind(std::string_view text);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "affinity/plan.hpp"
+#include "core/names.hpp"
 
 namespace dtlaunch::launch {
 
@@ -18,6 +19,12 @@ enum class GpuBind {
   kIsolate,  // narrow CUDA_VISIBLE_DEVICES to this rank's one device
   kNone,     // bind nothing: export no device index, leave CUDA_VISIBLE_DEVICES alone
 };
+
+// --mode's and --gpu-bind's words.
+inline constexpr core::Named<Mode> kModeNames[] = {
+    {Mode::kAuto, "auto"}, {Mode::kSlurm, "slurm"}, {Mode::kLocal, "local"}};
+inline constexpr core::Named<GpuBind> kGpuBindNames[] = {
+    {GpuBind::kShare, "share"}, {GpuBind::kIsolate, "isolate"}, {GpuBind::kNone, "none"}};
 
 struct LaunchOptions {
   Mode mode = Mode::kAuto;

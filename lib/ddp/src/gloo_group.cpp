@@ -104,11 +104,11 @@ class GlooWork final : public Work {
 
 class GlooGroup final : public ProcessGroup {
  public:
-  GlooGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store,
-            std::shared_ptr<Monitor> monitor, std::shared_ptr<const std::atomic<bool>> abort)
-      : ProcessGroup(env, Backend::kGloo, at::Device(at::kCPU), options.timeout,
-                     std::move(monitor)),
-        store_(std::move(store)) {
+  GlooGroup(const WorkerEnv& env, GroupParts parts)
+      : ProcessGroup(env, Backend::kGloo, at::Device(at::kCPU), parts.options.timeout,
+                     std::move(parts.monitor)),
+        store_(std::move(parts.store)) {
+    const InitOptions& options = parts.options;
     auto opts = GlooPG::Options::create(options.timeout);
     opts->threads = gloo_threads_for(options.gloo_threads, env.local_world_size);
     try {
@@ -140,7 +140,7 @@ class GlooGroup final : public ProcessGroup {
     }
     // Every rank takes part, whether it wants shm or not, so that all decide alike.
     shm_ = ShmAllReduce::create(env, options.shm_all_reduce, *store_, options.timeout,
-                                std::move(abort));
+                                std::move(parts.peer_lost));
   }
 
   std::shared_ptr<Work> start_all_reduce(at::Tensor& tensor, ReduceOp op) override {
@@ -232,12 +232,8 @@ class GlooGroup final : public ProcessGroup {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
-                                              c10::intrusive_ptr<c10d::Store> store,
-                                              std::shared_ptr<Monitor> monitor,
-                                              std::shared_ptr<const std::atomic<bool>> abort) {
-  return std::make_shared<GlooGroup>(env, options, std::move(store), std::move(monitor),
-                                     std::move(abort));
+std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, GroupParts parts) {
+  return std::make_shared<GlooGroup>(env, std::move(parts));
 }
 
 }  // namespace dtlaunch::ddp::detail

@@ -73,14 +73,12 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   auto monitor = std::make_shared<detail::Monitor>(env, store, options.timeout, settings);
   std::shared_ptr<ProcessGroup> group;
   try {
+    detail::GroupParts parts{resolved, store, monitor,
+                             peer_watch ? peer_watch->abort_flag() : nullptr};
 #if DTLAUNCH_DDP_HAVE_NCCL
-    if (backend == Backend::kNccl)
-      group = detail::make_nccl_group(env, resolved, store, monitor,
-                                      peer_watch ? peer_watch->abort_flag() : nullptr);
+    if (backend == Backend::kNccl) group = detail::make_nccl_group(env, std::move(parts));
 #endif
-    if (!group)
-      group = detail::make_gloo_group(env, resolved, store, monitor,
-                                      peer_watch ? peer_watch->abort_flag() : nullptr);
+    if (!group) group = detail::make_gloo_group(env, std::move(parts));
   } catch (const Error& e) {
     // A rank lost during the backend's connect: the heartbeat's verdict shut the connections
     // down, or the backend saw the loss a moment before it.

@@ -66,11 +66,19 @@ std::string store_host_gone(const WorkerEnv& env, std::chrono::milliseconds with
 // "0-3,7,9-10", cut after `limit` ranges with ", ... (N in all)" (core's compact_ranges).
 std::string format_ranks(const std::vector<int>& ranks, size_t limit = 16);
 
-// `abort`: the heartbeat's verdict (null without one), seen by the shared-memory all_reduce.
-std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, const InitOptions& options,
-                                              c10::intrusive_ptr<c10d::Store> store,
-                                              std::shared_ptr<Monitor> monitor,
-                                              std::shared_ptr<const std::atomic<bool>> abort);
+// What a backend's group is made of besides this rank's environment: the options it was asked
+// for, the store the rendezvous opened, the runtime's monitor, and the heartbeat's verdict
+// (null without a heartbeat): set on a lost peer, it makes a pending collective fail with
+// kPeerLost (the shared-memory all_reduce's wait; NCCL's, after ncclCommAbort).
+class Monitor;
+struct GroupParts {
+  InitOptions options;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<Monitor> monitor;
+  std::shared_ptr<const std::atomic<bool>> peer_lost;
+};
+
+std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, GroupParts parts);
 
 // InitOptions::gloo_threads = 0: 2 Gloo threads when this rank has at least 4 CPUs of its own,
 // else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.
@@ -80,12 +88,7 @@ int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_
 // Number of usable CUDA devices; 0 when the driver or the devices are missing.
 int cuda_device_count() noexcept;
 
-// `abort`: set by the heartbeat on a lost peer (peer_watch.hpp); a pending collective then
-// calls ncclCommAbort and fails with kPeerLost. May be null.
-std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
-                                              c10::intrusive_ptr<c10d::Store> store,
-                                              std::shared_ptr<Monitor> monitor,
-                                              std::shared_ptr<const std::atomic<bool>> abort);
+std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, GroupParts parts);
 #endif
 
 }  // namespace dtlaunch::ddp::detail

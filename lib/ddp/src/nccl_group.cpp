@@ -186,12 +186,11 @@ class NcclWork final : public Work {
 
 class NcclGroup final : public ProcessGroup {
  public:
-  NcclGroup(const WorkerEnv& env, const InitOptions& options, c10::intrusive_ptr<c10d::Store> store,
-            std::shared_ptr<Monitor> monitor, std::shared_ptr<const std::atomic<bool>> peer_lost)
+  NcclGroup(const WorkerEnv& env, GroupParts parts)
       : ProcessGroup(env, Backend::kNccl,
                      at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.device_index)),
-                     options.timeout, std::move(monitor)),
-        store_(std::move(store)),
+                     parts.options.timeout, std::move(parts.monitor)),
+        store_(std::move(parts.store)),
         comm_(std::make_shared<Comm>()) {
     const int count = cuda_device_count();
     if (env.device_index >= count)
@@ -200,7 +199,7 @@ class NcclGroup final : public ProcessGroup {
                std::to_string(count) + " are visible",
            ErrorKind::kConfig);
     comm_->device = env.device_index;
-    comm_->peer_lost = std::move(peer_lost);
+    comm_->peer_lost = std::move(parts.peer_lost);
     cuda_check(cudaSetDevice(comm_->device), "cudaSetDevice");
 
     ncclUniqueId id;
@@ -220,7 +219,7 @@ class NcclGroup final : public ProcessGroup {
       if (bytes.size() != sizeof(id)) fail("the NCCL id in the store has the wrong size");
       std::copy(bytes.begin(), bytes.end(), reinterpret_cast<uint8_t*>(&id));
     }
-    init_bounded(env, id, options.timeout);
+    init_bounded(env, id, parts.options.timeout);
     cuda_check(cudaStreamCreateWithFlags(&comm_->stream, cudaStreamNonBlocking),
                "cudaStreamCreate");
   }
@@ -421,12 +420,8 @@ int cuda_device_count() noexcept {
   return n;
 }
 
-std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, const InitOptions& options,
-                                              c10::intrusive_ptr<c10d::Store> store,
-                                              std::shared_ptr<Monitor> monitor,
-                                              std::shared_ptr<const std::atomic<bool>> abort) {
-  return std::make_shared<NcclGroup>(env, options, std::move(store), std::move(monitor),
-                                     std::move(abort));
+std::shared_ptr<ProcessGroup> make_nccl_group(const WorkerEnv& env, GroupParts parts) {
+  return std::make_shared<NcclGroup>(env, std::move(parts));
 }
 
 }  // namespace dtlaunch::ddp::detail
