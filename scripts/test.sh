@@ -77,9 +77,11 @@ status=0
 # long chains, each one test at a time as before, run side by side (ctest -j2): the torch label
 # (Gloo ranks, python3-torch, training: they hold the lock dtlaunch_torch_ranks) and the Slurm
 # scenarios (they hold their cluster's lock). Both spend most of their time waiting (timeouts,
-# heartbeats, sleeping ranks, srun). The two tests that judge ranks' relative speed (stragglers)
-# hold both locks: beside the other chain they named a straggler in a healthy run
-# (docs/slurm-cluster.md, "The suite's time").
+# heartbeats, sleeping ranks, srun). The tests that judge ranks' relative speed (stragglers:
+# slurm.trace_dump, the DDP straggler test) and slurm.job, which times each phase of a recovery,
+# hold both locks: beside the other chain a straggler was named in a healthy run. The detectors'
+# scenarios (doctor, heartbeat, watch) run beside the torch tests: a detector must hold under
+# load (docs/slurm-cluster.md, "The suite's time").
 parallel_labels='unit|blackbox'
 step "tests: build/, labels $parallel_labels in parallel"
 ctest --test-dir build --output-on-failure --timeout 600 -L "$parallel_labels" -j"$jobs" || status=1
