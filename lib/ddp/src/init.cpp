@@ -76,7 +76,7 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
     detail::GroupParts parts{resolved, store, monitor,
                              peer_watch ? peer_watch->abort_flag() : nullptr};
 #if DTLAUNCH_DDP_HAVE_NCCL
-    if (backend == Backend::kNccl) group = detail::make_nccl_group(env, std::move(parts));
+    if (backend == Backend::kNccl) group = detail::make_nccl_group(env, parts);
 #endif
     if (!group) group = detail::make_gloo_group(env, std::move(parts));
   } catch (const Error& e) {
