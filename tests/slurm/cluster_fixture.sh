@@ -26,13 +26,31 @@ up)
   "$cluster" status
   ;;
 down)
+  # The scenarios wait for idle nodes at their start (slurmtest.py); the last one's leftovers are
+  # checked here, where the wait holds only the cluster's lock: a node still allocated 120 s
+  # after the last scenario is a job or step that never ended.
+  leaks=0
+  if cluster_env=$("$cluster" env); then
+    eval "$cluster_env"
+    deadline=$((SECONDS + 120))
+    while :; do
+      listing=$(timeout 10 sinfo -h -N -o '%N %t') || listing="sinfo failed (exit $?)"
+      busy=$(grep -v ' idle$' <<<"$listing")
+      [[ -z $busy ]] && break
+      if ((SECONDS >= deadline)); then
+        echo "LEAK: nodes not idle 120 s after the last scenario: $busy"
+        leaks=1
+        break
+      fi
+      sleep 0.5
+    done
+  fi
   # Names of what up made, read before down deletes the record of them.
   mapfile -t netns < <(awk '$1=="netns"{print $2}' "$SLURM_NETNS_DIR/created" 2>/dev/null)
   mapfile -t links < <(awk '$1=="link"{print $2}' "$SLURM_NETNS_DIR/created" 2>/dev/null)
   start=$EPOCHREALTIME
   "$cluster" down || exit 1
   awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "down took %.1f s\n", b - a }'
-  leaks=0
   for n in "${netns[@]}"; do [[ ! -e /run/netns/$n ]] || { echo "LEAK: netns $n"; leaks=1; }; done
   for l in "${links[@]}"; do ! ip link show "$l" >/dev/null 2>&1 || { echo "LEAK: link $l"; leaks=1; }; done
   [[ ! -e $SLURM_NETNS_DIR ]] || { echo "LEAK: $SLURM_NETNS_DIR"; leaks=1; }

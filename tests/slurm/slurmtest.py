@@ -37,14 +37,7 @@ class Ctx:
         self.work = os.path.abspath(self.args.work)
         shutil.rmtree(self.work, ignore_errors=True)
         os.makedirs(self.work)
-        # A scenario that cut a node off leaves it allocated for up to a minute after it ends:
-        # the next scenario waits for it at its start instead of the one that cut it off waiting
-        # at its end, so that the wait overlaps whatever ctest runs beside (and cluster_down,
-        # which takes the nodes down anyway, never waits).
-        t0 = time.monotonic()
         self.wait_all_idle()
-        if time.monotonic() - t0 > 1:
-            print(f"waited {time.monotonic() - t0:.1f} s for every node to be idle first")
 
     # ---- cluster -------------------------------------------------------------------------
     def _require_cluster(self):
@@ -252,14 +245,19 @@ class Ctx:
                 print(f"    {stream}: {line}")
 
     def wait_all_idle(self, timeout=120):
-        """Waits until every node is idle: a scenario that cut a node off leaves it allocated
-        (completing, or down until its slurmd answers) for up to a minute, and this scenario may
-        want any node."""
-        deadline = time.monotonic() + timeout
+        """Waits, at a scenario's start, until every node is idle: a scenario that cut a node off
+        leaves it allocated (completing, or down until its slurmd answers) for up to a minute,
+        and this one may want any node. Waiting here rather than at the end of the scenario that
+        cut it off keeps the wait out of that scenario's locks (slurm.job holds the torch
+        tests' too); cluster_fixture.sh down checks the last scenario's leftovers."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
         while True:
             p = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
             busy = [line for line in p.stdout.splitlines() if not line.endswith(" idle")]
             if p.returncode == 0 and not busy:
+                if time.monotonic() - t0 > 1:
+                    print(f"waited {time.monotonic() - t0:.1f} s for every node to be idle first")
                 return
             if time.monotonic() >= deadline:
                 print(f"FAIL: nodes not idle {timeout} s after an earlier scenario: "
