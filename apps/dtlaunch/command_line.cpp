@@ -46,18 +46,25 @@ CLI::Option* add_seconds(CLI::App& app, const std::string& flag, T& target,
       ->type_name("SECONDS");
 }
 
-// One of a few words: the names of an enum's values, from the enum's one table of names.
+// One of a few words: the names of an enum's values, from the enum's one table of names. A word
+// outside it is refused as numbers are, quoting what the user typed through core's excerpt
+// ("--mode='bogus': expected one of auto, slurm, local").
 template <class Target, class Enum, std::size_t N>
 CLI::Option* add_choice(CLI::App& app, const std::string& flag, Target& target,
                         const core::Named<Enum> (&choices)[N], const std::string& help) {
-  std::vector<std::string> names;
-  for (const core::Named<Enum>& choice : choices) names.emplace_back(choice.name);
+  std::string expected = "expected one of";
+  for (const core::Named<Enum>& choice : choices)
+    expected.append(&choice == choices ? " " : ", ").append(choice.name);
   return app
       .add_option_function<std::string>(
           flag,
-          [&target, &choices](const std::string& word) { target = *core::value_of(word, choices); },
+          [&target, &choices, flag, expected](const std::string& word) {
+            const std::optional<Enum> value = core::value_of(word, choices);
+            if (!value) throw core::Error::bad_env(flag, word, expected);
+            target = *value;
+          },
           help)
-      ->check(CLI::IsMember(names));
+      ->type_name("WORD");
 }
 
 CLI::Option* add_text(CLI::App& app, const std::string& flag, std::optional<std::string>& target,
