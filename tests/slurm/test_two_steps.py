@@ -7,8 +7,10 @@ ctx = slurmtest.Ctx(__doc__)
 out = ctx.outdir("steps")
 step = " ".join(["srun", "--exact", "-N3", "-n3", "--ntasks-per-node=1", ctx.dtlaunch, "--",
                  ctx.probe, "--out", out, "--rendezvous", "--linger", "2", "--tag"])
-# salloc runs the shell on the submit host; both sruns become steps of its one job.
-script = f"{step} a & {step} b & wait -n || exit 1; wait -n || exit 1"
+# salloc runs the shell on the submit host; both sruns become steps of its one job. Each srun is
+# waited for by its pid: `wait -n` twice answers 127 when both steps ended before the first wait
+# (a failed run of this scenario whose six ranks had all rendezvoused, stop 30).
+script = f"{step} a & a=$!; {step} b & b=$!; wait $a || exit 1; wait $b || exit 1"
 p = ctx.run(["salloc", "-N3", "--ntasks-per-node=2", "bash", "-c", script], timeout=60)
 if not ctx.check(p.returncode == 0, f"salloc rc={p.returncode}"):
     ctx.show(p)
