@@ -55,15 +55,6 @@ unsigned allowed_cpus() {
 
 }  // namespace
 
-int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size) {
-  // Gloo's worker threads compete with the ranks' compute for the cores; a second thread only
-  // pays where cores are to spare. A mask narrower than the node is taken as this rank's own
-  // share (what per-rank binding gives); a whole-node mask is shared by the local ranks.
-  const unsigned ranks = static_cast<unsigned>(std::max(1, local_world_size));
-  const unsigned mine = allowed_cpus < node_cpus ? allowed_cpus : allowed_cpus / ranks;
-  return mine >= 4u ? 2 : 1;
-}
-
 namespace {
 
 int gloo_threads_for(int requested, int local_world_size) {

@@ -46,6 +46,13 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
                 "dtlaunch ddp: the nccl backend was requested, but this build of dtlaunch::ddp has "
                 "none (CUDA toolkit or libnccl not found when it was built)");
 #endif
+#if !DTLAUNCH_DDP_HAVE_GLOO
+  if (backend == Backend::kGloo)
+    throw Error(ErrorKind::kConfig,
+                "dtlaunch ddp: the gloo backend was requested, but this build of dtlaunch::ddp has "
+                "none (its LibTorch came without Gloo's headers, as a pip torch wheel does: "
+                "configure with -DDTLAUNCH_GLOO_INCLUDE_DIR=DIR, see docs/install.md)");
+#endif
   // Gloo and the TCPStore write to sockets without MSG_NOSIGNAL: with SIGPIPE at its default, a
   // peer that died kills this process silently (status 141) instead of failing the collective
   // with a message. The Python interpreter ignores SIGPIPE, which is why PyTorch reports it.
@@ -78,7 +85,9 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
 #if DTLAUNCH_DDP_HAVE_NCCL
     if (backend == Backend::kNccl) group = detail::make_nccl_group(env, parts);
 #endif
+#if DTLAUNCH_DDP_HAVE_GLOO
     if (!group) group = detail::make_gloo_group(env, std::move(parts));
+#endif
   } catch (const Error& e) {
     // A rank lost during the backend's connect: the heartbeat's verdict shut the connections
     // down, or the backend saw the loss a moment before it.

@@ -78,7 +78,9 @@ struct GroupParts {
   std::shared_ptr<const std::atomic<bool>> peer_lost;
 };
 
+#if DTLAUNCH_DDP_HAVE_GLOO
 std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, GroupParts parts);
+#endif
 
 // InitOptions::gloo_threads = 0: 2 Gloo threads when this rank has at least 4 CPUs of its own,
 // else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.

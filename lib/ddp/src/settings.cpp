@@ -1,5 +1,6 @@
 #include "settings.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.hpp"
@@ -26,6 +27,15 @@ RuntimeSettings RuntimeSettings::from_environment(int world_size) {
 
 bool set_in_environment(const contract::Setting& setting) {
   return core::EnvMap::from_environ(environ).has_entry(setting.name);
+}
+
+int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size) {
+  // Gloo's worker threads compete with the ranks' compute for the cores; a second thread only
+  // pays where cores are to spare. A mask narrower than the node is taken as this rank's own
+  // share (what per-rank binding gives); a whole-node mask is shared by the local ranks.
+  const unsigned ranks = static_cast<unsigned>(std::max(1, local_world_size));
+  const unsigned mine = allowed_cpus < node_cpus ? allowed_cpus : allowed_cpus / ranks;
+  return mine >= 4u ? 2 : 1;
 }
 
 }  // namespace dtlaunch::ddp::detail
