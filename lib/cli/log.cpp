@@ -1,35 +1,35 @@
 #include "cli/log.hpp"
 
-#include <spdlog/logger.h>
-#include <spdlog/sinks/stdout_sinks.h>
-
-#include <memory>
+#include <cstdio>
 
 namespace dtlaunch::cli {
 
+namespace {
+
+// The level's word as the launcher has always printed it (spdlog's names, which it used once).
+const char* level_word(launch::Note::Level level) {
+  switch (level) {
+    case launch::Note::Level::kWarn:
+      return "warning";
+    case launch::Note::Level::kInfo:
+      return "info";
+    case launch::Note::Level::kDebug:
+      break;
+  }
+  return "debug";
+}
+
+}  // namespace
+
 void log_notes(const std::vector<launch::Note>& notes, const std::string& who, bool is_rank0,
                bool verbose) {
-  std::shared_ptr<spdlog::logger> logger;  // made only when there is something to say
   for (const launch::Note& n : notes) {
     if (n.rank0_only && !is_rank0) continue;
     if (n.level != launch::Note::Level::kWarn && !verbose) continue;
-    if (!logger) {
-      logger = std::make_shared<spdlog::logger>("dtlaunch",
-                                                std::make_shared<spdlog::sinks::stderr_sink_st>());
-      logger->set_pattern("dtlaunch[" + who + "] %l: %v");
-      logger->set_level(spdlog::level::debug);
-    }
-    switch (n.level) {
-      case launch::Note::Level::kWarn:
-        logger->warn(n.text);
-        break;
-      case launch::Note::Level::kInfo:
-        logger->info(n.text);
-        break;
-      case launch::Note::Level::kDebug:
-        logger->debug(n.text);
-        break;
-    }
+    // One write per line, so that the lines of many tasks sharing srun's stderr do not mix.
+    const std::string line =
+        "dtlaunch[" + who + "] " + level_word(n.level) + ": " + n.text + "\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
   }
 }
 

@@ -1,7 +1,9 @@
 #include "core/text.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <utility>
 
@@ -157,6 +159,26 @@ std::string compact_ranges(std::vector<std::uint32_t> numbers, std::size_t max_r
     i = j + 1;
   }
   return out;
+}
+
+std::string signal_text(int sig) {
+  struct Named {
+    int number;
+    const char* name;
+  };
+  static constexpr std::array<Named, 31> kSignals{{
+      {SIGHUP, "HUP"},     {SIGINT, "INT"},       {SIGQUIT, "QUIT"},     {SIGILL, "ILL"},
+      {SIGTRAP, "TRAP"},   {SIGABRT, "ABRT"},     {SIGBUS, "BUS"},       {SIGFPE, "FPE"},
+      {SIGKILL, "KILL"},   {SIGUSR1, "USR1"},     {SIGSEGV, "SEGV"},     {SIGUSR2, "USR2"},
+      {SIGPIPE, "PIPE"},   {SIGALRM, "ALRM"},     {SIGTERM, "TERM"},     {SIGSTKFLT, "STKFLT"},
+      {SIGCHLD, "CHLD"},   {SIGCONT, "CONT"},     {SIGSTOP, "STOP"},     {SIGTSTP, "TSTP"},
+      {SIGTTIN, "TTIN"},   {SIGTTOU, "TTOU"},     {SIGURG, "URG"},       {SIGXCPU, "XCPU"},
+      {SIGXFSZ, "XFSZ"},   {SIGVTALRM, "VTALRM"}, {SIGPROF, "PROF"},     {SIGWINCH, "WINCH"},
+      {SIGIO, "IO"},       {SIGPWR, "PWR"},       {SIGSYS, "SYS"},
+  }};
+  for (const Named& s : kSignals)
+    if (s.number == sig) return std::string("SIG") + s.name;
+  return "signal " + std::to_string(sig);
 }
 
 }  // namespace dtlaunch::core

@@ -32,6 +32,10 @@ std::string_view first_line(std::string_view text) noexcept;
 // An unsigned number in decimal: the one spelling of counts, ranks, ports and sizes in messages.
 std::string num(std::uint64_t value);
 
+// "SIGTERM" for a standard signal, "signal 40" for a real-time or unknown one. glibc's
+// sigabbrev_np is 2.32's, above the release launcher's glibc floor (scripts/package.sh).
+std::string signal_text(int sig);
+
 // The one format of a duration in every message, configured or measured: the number, a space and
 // the unit, seconds from 1 s up ("2 s", "1.5 s", "12.347 s"), milliseconds below ("400 ms",
 // "1.25 ms"), microseconds below 1 ms ("35 us"); rounded to a thousandth of the unit, trailing

@@ -8,12 +8,6 @@ namespace dtlaunch::proc {
 
 namespace {
 
-std::string signal_name(int sig) {
-  // sigabbrev_np (glibc 2.32) gives "SEGV" for real-time and unknown signals alike: nullptr.
-  if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
-  return "signal " + std::to_string(sig);
-}
-
 bool stopped_to_resume(int exit_code, int signal) {
   return signal == 0 && exit_code == kExitStoppedToResume;
 }
@@ -22,7 +16,7 @@ bool stopped_to_resume(int exit_code, int signal) {
 
 std::string describe_end(int exit_code, int signal, bool core_dumped) {
   if (signal == 0) return "exit " + std::to_string(exit_code);
-  std::string text = "killed by " + signal_name(signal);
+  std::string text = "killed by " + core::signal_text(signal);
   if (core_dumped) text += " (core dumped)";
   return text;
 }
@@ -57,7 +51,7 @@ std::string format_failure_report(const WorkerFailure& failure, std::string_view
     text += " failed: " + describe_end(failure.exit_code, failure.signal, failure.core_dumped);
   if (failure.ignored_signal != 0) {
     text += " (from dtlaunch: still running " + core::duration_text(failure.grace) + " after " +
-            signal_name(failure.ignored_signal) + ")";
+            core::signal_text(failure.ignored_signal) + ")";
   }
   const std::size_t n = failure.last_lines.size();
   if (n == 0) {

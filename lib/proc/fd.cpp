@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,17 @@ namespace dtlaunch::proc {
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
+}
+
+int close_range_from(unsigned first, unsigned flags) noexcept {
+#ifdef SYS_close_range
+  return static_cast<int>(::syscall(SYS_close_range, first, ~0U, flags));
+#else
+  (void)first;
+  (void)flags;
+  errno = ENOSYS;
+  return -1;
+#endif
 }
 
 Pipe make_pipe() {

@@ -40,6 +40,12 @@ Pipe make_pipe();
 // that fails (no free number there under RLIMIT_NOFILE).
 UniqueFd move_at_or_above(UniqueFd fd, int base);
 
+// close_range(2) by its system call: glibc's wrapper is 2.34's, above the release launcher's glibc
+// floor (scripts/package.sh). -1 with errno ENOSYS on a kernel before 5.9 (RHEL 8's 4.18):
+// callers fall back. flags: 0 or kCloseRangeUnshare. Async-signal-safe (used after clone).
+inline constexpr unsigned kCloseRangeUnshare = 1U << 1;  // CLOSE_RANGE_UNSHARE, Linux 5.9
+int close_range_from(unsigned first, unsigned flags) noexcept;
+
 // 1 + the highest descriptor open now (0 when none), from /proc/self/fd.
 int fd_table_top();
 

@@ -37,7 +37,7 @@ struct linux_dirent64 {
 // worker's open (a reader of dtlaunch's output would otherwise wait for the guardian's EOF).
 void close_all_but_guard_fd() noexcept {
   for (int fd = 0; fd < kGuardFd; ++fd) ::close(fd);
-  if (::close_range(kGuardFd + 1, ~0U, 0) != 0) {
+  if (close_range_from(kGuardFd + 1, 0) != 0) {
     const long max = ::sysconf(_SC_OPEN_MAX);
     for (long fd = kGuardFd + 1; fd < (max > 0 && max < 65536 ? max : 65536); ++fd)
       ::close(static_cast<int>(fd));

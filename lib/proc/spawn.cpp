@@ -53,7 +53,7 @@ int child_main(void* arg) {
   // With CLONE_FILES, a table of our own before anything else: only the descriptors below
   // copy_below, not the hundreds of pipes the supervisor holds for the other workers.
   if (a->copy_below > 0 &&
-      ::close_range(static_cast<unsigned>(a->copy_below), ~0U, CLOSE_RANGE_UNSHARE) != 0 &&
+      close_range_from(static_cast<unsigned>(a->copy_below), kCloseRangeUnshare) != 0 &&
       ::unshare(CLONE_FILES) != 0) {
     a->setup_errno = errno;
     ::_exit(127);

@@ -49,11 +49,6 @@ bool is_termination(int sig) {
   return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
 }
 
-std::string signal_text(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
 // A termination signal to a worker's group, with SIGCONT: a stopped process (SIGSTOP) keeps the
 // signal pending until it is continued, and would spend the whole grace period stopped before
 // its SIGKILL. SIGCONT goes first: sent after, it discards any stop signal pending by then, and a
@@ -225,7 +220,7 @@ class Attempt {
       if (n > 0) {
         console_.write(STDERR_FILENO, "dtlaunch: " + workers_text(n) + " still running " +
                                           core::duration_text(options_.grace) + " after " +
-                                          signal_text(stop_signal_) + ": sent SIGKILL\n");
+                                          core::signal_text(stop_signal_) + ": sent SIGKILL\n");
       }
     }
   }
@@ -276,7 +271,7 @@ class Attempt {
     if (is_termination(sig)) termination_seen_ |= bit;
     if (is_termination(sig) && again && !killed_) {
       const std::size_t n = kill_running(false);
-      console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
+      console_.write(STDERR_FILENO, "dtlaunch: got " + core::signal_text(sig) +
                                         " again: sent SIGKILL to the " + workers_text(n) +
                                         " still running\n");
       return;
@@ -289,7 +284,7 @@ class Attempt {
         ::kill(-w.pid, sig);
     }
     if (!is_termination(sig) || terminated_) return;
-    console_.write(STDERR_FILENO, "dtlaunch: got " + signal_text(sig) +
+    console_.write(STDERR_FILENO, "dtlaunch: got " + core::signal_text(sig) +
                                       ", passed it to the workers; SIGKILL in " +
                                       core::duration_text(options_.grace) +
                                       " if they do not exit (or on a second signal)\n");
@@ -449,7 +444,7 @@ void deliver_rest(Console& console, SignalPipe& signals, bool terminated) {
   }
   while (!console.drain(signals.fd())) {
     for (int sig : signals.drain())
-      if (is_termination(sig)) return console.discard("got " + signal_text(sig));
+      if (is_termination(sig)) return console.discard("got " + core::signal_text(sig));
   }
 }
 

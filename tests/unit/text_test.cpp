@@ -1,12 +1,14 @@
 #include "core/text.hpp"
 
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <vector>
 
 #include "core/env_map.hpp"
 #include "core/error.hpp"
 #include "core/names.hpp"
+#include "core/parse.hpp"
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch;
@@ -132,4 +134,38 @@ TEST_CASE("name_of and value_of read one table both ways") {
   CHECK(name_of(Colour::kGreen, kColours, "colour") == "colour");
   CHECK(value_of("red", kColours) == Colour::kRed);
   CHECK_FALSE(value_of("green", kColours).has_value());
+}
+
+// parse_seconds reads what std::from_chars read before the release build's GCC 10 (which has
+// no floating-point from_chars): the same numbers taken, the same text refused.
+TEST_CASE("parse_seconds takes plain decimal seconds and refuses everything else") {
+  struct Case {
+    std::string text;
+    long long ms;  // -1: refused
+  };
+  const Case cases[] = {
+      {"1", 1000},    {"0.25", 250},   {".5", 500},     {"1.", 1000},   {"2e1", 20000},
+      {"2E-1", 200},  {"-0", 0},       {"0", 0},        {"86400", 86400000},
+      {"", -1},       {"-1", -1},      {"86401", -1},   {"inf", -1},    {"nan", -1},
+      {"0x10", -1},   {" 1", -1},      {"1 ", -1},      {"+1", -1},     {"1e", -1},
+      {".", -1},      {"1,5", -1},     {"1e999", -1},   {"--1", -1},    {"1.2.3", -1},
+  };
+  for (const Case& c : cases) {
+    INFO("'" << c.text << "'");
+    if (c.ms < 0) {
+      CHECK_THROWS_AS(parse_seconds("X", c.text, 86400), Error);
+    } else {
+      CHECK(parse_seconds("X", c.text, 86400).count() == c.ms);
+    }
+  }
+}
+
+TEST_CASE("signal_text names the standard signals and numbers the rest") {
+  CHECK(signal_text(SIGTERM) == "SIGTERM");
+  CHECK(signal_text(SIGKILL) == "SIGKILL");
+  CHECK(signal_text(SIGSTKFLT) == "SIGSTKFLT");
+  CHECK(signal_text(SIGSYS) == "SIGSYS");
+  CHECK(signal_text(SIGRTMIN + 2) == "signal " + std::to_string(SIGRTMIN + 2));
+  CHECK(signal_text(0) == "signal 0");
+  CHECK(signal_text(-3) == "signal -3");
 }
