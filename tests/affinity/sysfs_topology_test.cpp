@@ -1,7 +1,8 @@
 // build_topology on machine shapes as tables: what sysfs says of each CPU in, the groups in
 // hwloc's logical order out. The fixtures (fixtures_test.cpp) read files; these cover what no
 // fixture has: CPUs numbered across sockets, nodes numbered against the sockets, a VM, a kernel
-// with package ids only. The orders were checked against hwloc 2.9 on trees of the same shapes.
+// with package ids only. The orders across sockets were checked against hwloc 2.9 on sysfs
+// trees of the same shapes.
 #include "affinity/sysfs_topology.hpp"
 
 #include <algorithm>
