@@ -53,7 +53,7 @@ cuda_home=/usr/local/cuda
 torch_cuda=/opt/libtorch-cuda # inside the chroot
 
 packages=(g++ cmake ninja-build libtorch-dev libgloo-dev python3-torch catch2 libcli11-dev
-  libspdlog-dev zlib1g-dev dataset-fashion-mnist ca-certificates pkg-config libhwloc-dev)
+  libspdlog-dev zlib1g-dev dataset-fashion-mnist ca-certificates)
 stamp="$suite ${packages[*]}"
 
 if ((EUID != 0)); then

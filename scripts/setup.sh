@@ -12,7 +12,6 @@ packages=(
   iproute2 util-linux procps psmisc   # ip netns, nsenter/unshare, ps/pgrep
   dataset-fashion-mnist zlib1g-dev   # the example reads the gzipped dataset
   hyperfine
-  libhwloc-dev hwloc                  # the node topology for --cpu-bind (lstopo to look at it)
   mmdebstrap                          # the LibTorch 2.x check's chroot (scripts/libtorch2-check.sh)
   chromium                            # renders `dtlaunch trace --html` in a test
 )

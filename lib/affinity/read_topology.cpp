@@ -1,17 +1,18 @@
 #include "affinity/read_topology.hpp"
 
 #include <dirent.h>
-#include <hwloc.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
+#include <limits>
 #include <memory>
 #include <optional>
 
+#include "affinity/sysfs_topology.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/parse.hpp"
@@ -48,53 +49,79 @@ std::optional<std::string> field(std::string_view text, std::string_view key) {
   return std::nullopt;
 }
 
-CpuSet from_bitmap(hwloc_const_bitmap_t bitmap) {
-  std::vector<unsigned> ids;
-  if (!bitmap) return {};
-  for (int i = hwloc_bitmap_first(bitmap); i != -1; i = hwloc_bitmap_next(bitmap, i))
-    ids.push_back(static_cast<unsigned>(i));
-  return CpuSet(std::move(ids));
+// The first of `names` in dir that reads as a CPU set: a *_list file as a list, another as a
+// mask. Newer kernels name the same set differently, and some files are written only as masks.
+std::optional<CpuSet> read_set(const std::string& dir,
+                               std::initializer_list<std::string_view> names) {
+  for (std::string_view name : names) {
+    const auto text = read_small(dir + "/" + std::string(name));
+    if (!text) continue;
+    auto cpus =
+        name.ends_with("_list") || name == "cpulist" ? CpuSet::parse(*text) : parse_cpumask(*text);
+    if (cpus) return cpus;
+  }
+  return std::nullopt;
 }
 
-std::vector<CpuGroup> groups(hwloc_topology_t topo, hwloc_obj_type_t type) {
-  std::vector<CpuGroup> out;
-  const int n = hwloc_get_nbobjs_by_type(topo, type);
-  for (int i = 0; i < n; ++i) {
-    hwloc_obj_t obj = hwloc_get_obj_by_type(topo, type, static_cast<unsigned>(i));
-    CpuSet cpus = from_bitmap(obj->cpuset);
-    if (!cpus.empty()) out.push_back({obj->os_index, std::move(cpus)});
-  }
-  return out;
+std::optional<unsigned> read_number(const std::string& path) {
+  auto text = read_small(path);
+  if (!text) return std::nullopt;
+  while (!text->empty() && (text->back() == '\n' || text->back() == ' ')) text->pop_back();
+  const auto n = core::parse_uint(*text, std::numeric_limits<unsigned>::max() - 1);
+  return n ? std::optional<unsigned>(static_cast<unsigned>(*n)) : std::nullopt;
 }
 
-// hwloc reads HWLOC_FSROOT when a topology is loaded; this sets it for one load and puts the
-// previous value back, so that a user's own HWLOC_FSROOT neither leaks into nor misleads us.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string_view name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    if (value)
-      ::setenv(name_.c_str(), value, 1);
-    else
-      ::unsetenv(name_.c_str());
+// cache/indexN/ of one CPU: data and unified caches, any level (an instruction cache holds no
+// data a rank shares).
+std::vector<CacheFact> read_caches(const std::string& cache_dir) {
+  std::vector<CacheFact> caches;
+  for (unsigned index = 0; index < 16; ++index) {
+    const std::string dir = cache_dir + "/index" + std::to_string(index);
+    const auto level = read_number(dir + "/level");
+    if (!level) continue;
+    if (read_small(dir + "/type").value_or("").starts_with("Instruction")) continue;
+    auto cpus = read_set(dir, {"shared_cpu_list", "shared_cpu_map"});
+    if (cpus) caches.push_back({*level, std::move(*cpus)});
   }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
+  return caches;
+}
+
+// topology/ of one CPU, with the names of kernels before 5.x (thread_siblings, core_siblings)
+// where the newer ones are missing.
+CpuFacts read_cpu(const std::string& cpu_dir, unsigned cpu) {
+  CpuFacts facts;
+  facts.cpu = cpu;
+  const std::string dir = cpu_dir + "/topology";
+  facts.core =
+      read_set(dir, {"core_cpus_list", "core_cpus", "thread_siblings_list", "thread_siblings"});
+  facts.core_id = read_number(dir + "/core_id");
+  facts.package =
+      read_set(dir, {"package_cpus_list", "package_cpus", "core_siblings_list", "core_siblings"});
+  facts.package_id = read_number(dir + "/physical_package_id");
+  facts.caches = read_caches(cpu_dir + "/cache");
+  return facts;
+}
+
+std::vector<NodeFacts> read_nodes(const std::string& node_dir) {
+  std::vector<NodeFacts> nodes;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(node_dir.c_str()), &::closedir);
+  if (!d) return nodes;  // a kernel without NUMA: one node, made by build_topology
+  while (const dirent* entry = ::readdir(d.get())) {
+    const std::string_view name = entry->d_name;
+    if (!name.starts_with("node")) continue;
+    const auto id = core::parse_uint(name.substr(4), kMaxCpuNumber);
+    if (!id) continue;  // node/online, node/possible, ...
+    const std::string dir = node_dir + "/" + std::string(name);
+    if (auto cpus = read_set(dir, {"cpulist", "cpumap"}))
+      nodes.push_back({static_cast<unsigned>(*id), std::move(*cpus)});
   }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  return nodes;
+}
 
- private:
-  const std::string name_;
-  std::optional<std::string> old_;
-};
-
-// A file of a copied tree: what hwloc reads itself (it reads whole files, and blocks on a
-// FIFO) must be what sysfs and procfs hold, small regular files. The largest real one is
-// /proc/cpuinfo, ~1.5 KB per CPU.
+// A file of a copied tree must be what sysfs and procfs hold, small regular files: our reads
+// are bounded and do not block, but a file cut at the bound or a FIFO read as empty would
+// describe another machine than the tree's, silently. The largest real one is /proc/cpuinfo,
+// ~1.5 KB per CPU.
 constexpr std::uintmax_t kTreeFileLimit = 4 << 20;
 constexpr std::size_t kTreeEntryLimit = 1'000'000;
 
@@ -105,7 +132,7 @@ Error bad_tree_file(const std::string& path, const std::string& why) {
                                               "rather than guessing the topology");
 }
 
-// Checks every file under root before hwloc (or we) read any: regular files of bounded size,
+// Checks every file under root before any is read: regular files of bounded size,
 // links that stay inside the tree, at most kTreeEntryLimit entries. Throws bad_tree_file.
 void check_tree(const std::string& root) {
   namespace fs = std::filesystem;
@@ -139,10 +166,6 @@ void check_tree(const std::string& root) {
   if (ec) throw Error::bad_env(kTopologyRootVariable, root, ec.message());
 }
 
-struct TopologyDeleter {
-  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
-};
-
 void read_gpus(const std::string& root, Topology& topology) {
   const std::string dir = root + "/proc/driver/nvidia/gpus";
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), &::closedir);
@@ -174,59 +197,44 @@ void read_gpus(const std::string& root, Topology& topology) {
             [](const Gpu& a, const Gpu& b) { return a.bus_id < b.bus_id; });
 }
 
+// The CPUs online under root. A copied tree is checked whole first; an empty directory, or an
+// online list that does not parse, is refused rather than read as a machine of no CPU.
+CpuSet read_online(const std::string& root) {
+  const bool this_machine = root == "/";
+  const std::string online_path =
+      (this_machine ? std::string() : root) + "/sys/devices/system/cpu/online";
+  const auto online = read_small(online_path);
+  if (!online && this_machine)
+    throw Error(core::ExitCode::kFailure,
+                "cannot read " + online_path + ": is sysfs mounted? (the topology is read there)");
+  if (!online)
+    throw Error::bad_env(kTopologyRootVariable, root,
+                         "has no sys/devices/system/cpu/online: not a copy of a node's sys/ "
+                         "and proc/");
+  if (!this_machine) check_tree(root);
+  auto cpus = CpuSet::parse(*online);
+  if (!cpus || cpus->empty()) {
+    const std::string why = "is not a CPU list ('" + core::excerpt(*online, 40) + "')";
+    if (this_machine) throw Error(core::ExitCode::kFailure, online_path + " " + why);
+    throw bad_tree_file(online_path, why);
+  }
+  return *cpus;
+}
+
 }  // namespace
 
 Topology read_topology(const std::string& root) {
-  const bool this_machine = root == "/";
-  // hwloc describes an empty directory as a machine of one CPU, and an online list it cannot
-  // parse as one CPU: refuse both before.
-  std::optional<CpuSet> listed_online;
-  if (!this_machine) {
-    const std::string online_path = root + "/sys/devices/system/cpu/online";
-    const auto online = read_small(online_path);
-    if (!online)
-      throw Error::bad_env(kTopologyRootVariable, root,
-                           "has no sys/devices/system/cpu/online: not a copy of a node's sys/ "
-                           "and proc/");
-    check_tree(root);
-    listed_online = CpuSet::parse(*online);
-    if (!listed_online || listed_online->empty())
-      throw bad_tree_file(online_path, "is not a CPU list ('" + core::excerpt(*online, 40) + "')");
-  }
-  hwloc_topology_t raw = nullptr;
-  if (hwloc_topology_init(&raw) != 0) throw Error::system("hwloc_topology_init", errno);
-  std::unique_ptr<hwloc_topology, TopologyDeleter> topo(raw);
   // The whole node, not only what this process may use: the modes divide the node, and the
   // inherited mask is applied afterwards, where a conflict can be named.
-  hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
-  if (!this_machine)
-    hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "x86");
-  {
-    ScopedEnv fsroot(kHwlocFsrootVariable, this_machine ? nullptr : root.c_str());
-    if (hwloc_topology_load(raw) != 0) throw Error::system("hwloc_topology_load", errno);
-  }
-  Topology topology;
-  topology.online = from_bitmap(hwloc_topology_get_topology_cpuset(raw));
-  // What hwloc made of the tree must be what it says: online CPUs hwloc did not find mean
-  // files it could not read as they are written.
-  if (listed_online && !topology.online.contains(*listed_online))
-    throw bad_tree_file(root + "/sys/devices/system/cpu",
-                        "describes CPUs " + listed_online->to_list() + " online, and hwloc found " +
-                            topology.online.to_list() + " in it");
-  topology.cores = groups(raw, HWLOC_OBJ_CORE);
-  topology.numa = groups(raw, HWLOC_OBJ_NUMANODE);
-  topology.packages = groups(raw, HWLOC_OBJ_PACKAGE);
-  for (hwloc_obj_type_t type : {HWLOC_OBJ_L5CACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L3CACHE,
-                                HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L1CACHE}) {
-    topology.caches = groups(raw, type);
-    if (!topology.caches.empty()) break;
-  }
-  // A VM may show no cores or packages: every CPU is then its own core, the node one package.
-  if (topology.cores.empty())
-    for (unsigned cpu : topology.online.ids()) topology.cores.push_back({cpu, CpuSet({cpu})});
-  if (topology.packages.empty()) topology.packages.push_back({0, topology.online});
-  if (topology.numa.empty()) topology.numa.push_back({0, topology.online});
-  read_gpus(this_machine ? std::string() : root, topology);
+  const std::string prefix = root == "/" ? std::string() : root;
+  SysfsFacts facts;
+  facts.online = read_online(root);
+  const std::string cpu_dir = prefix + "/sys/devices/system/cpu";
+  for (unsigned cpu : facts.online.ids())
+    facts.cpus.push_back(read_cpu(cpu_dir + "/cpu" + std::to_string(cpu), cpu));
+  facts.nodes = read_nodes(prefix + "/sys/devices/system/node");
+  Topology topology = build_topology(facts);
+  read_gpus(prefix, topology);
   return topology;
 }
 

@@ -1,4 +1,4 @@
-// The I/O shell of the affinity decisions: the node's topology from hwloc and sysfs, and the
+// The I/O shell of the affinity decisions: the node's topology from sysfs and procfs, and the
 // mask the task was started with.
 #pragma once
 
@@ -11,18 +11,16 @@
 namespace dtlaunch::affinity {
 
 // Reads the node under `root` ("/" for this machine; DTLAUNCH_TOPOLOGY_ROOT for a fixture):
-// cores, NUMA nodes, packages and last-level caches from hwloc, offline CPUs left out; NVIDIA
-// GPUs from root/proc/driver/nvidia/gpus/*/information and the PCI device's local_cpulist and
-// numa_node in root/sys/bus/pci/devices. Under another root hwloc's x86 CPUID backend is turned
-// off (it would describe this machine). Throws Error(kBadInput) naming DTLAUNCH_TOPOLOGY_ROOT
-// when such a root has no CPU, Error(kFailure) when hwloc cannot load.
+// cores, NUMA nodes, packages and last-level caches from root/sys/devices/system/cpu and node
+// (the files hwloc's Linux backend reads; build_topology, affinity/sysfs_topology.hpp, says how),
+// offline CPUs left out; NVIDIA GPUs from root/proc/driver/nvidia/gpus/*/information and the PCI
+// device's local_cpulist and numa_node in root/sys/bus/pci/devices. Throws Error(kBadInput)
+// naming DTLAUNCH_TOPOLOGY_ROOT when such a root has no CPU or holds what sysfs cannot,
+// Error(kFailure) when this machine's sys/devices/system/cpu/online cannot be read.
 Topology read_topology(const std::string& root);
 // The variable whose value `root` is, for the errors; declared with the launcher's settings
 // (contract/settings.hpp, which the launch layer checks it against).
 inline constexpr std::string_view kTopologyRootVariable = "DTLAUNCH_TOPOLOGY_ROOT";
-// hwloc's variable for the same, which read_topology sets for hwloc's load alone (declared there
-// too).
-inline constexpr std::string_view kHwlocFsrootVariable = "HWLOC_FSROOT";
 
 struct TaskMask {
   CpuSet cpus;  // sched_getaffinity

@@ -1,6 +1,6 @@
 // What the binding decisions need to know about a node, as a plain value: which CPUs form each
 // core, NUMA node, package and last-level cache, and where each NVIDIA GPU sits. Filled from
-// hwloc and sysfs by read_topology (affinity/read_topology.hpp); tests build it by hand too.
+// sysfs by read_topology (affinity/read_topology.hpp); tests build it by hand too.
 #pragma once
 
 #include <optional>
@@ -29,7 +29,7 @@ struct Gpu {
 
 struct Topology {
   CpuSet online;                // every online CPU
-  std::vector<CpuGroup> cores;  // in topology order (hwloc's logical order)
+  std::vector<CpuGroup> cores;  // in topology order (hwloc's logical order, as lstopo shows)
   std::vector<CpuGroup> numa;   // NUMA nodes that have CPUs, in topology order
   std::vector<CpuGroup> packages;
   std::vector<CpuGroup> caches;  // the largest (last-level) cache of each group of cores

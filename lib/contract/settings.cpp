@@ -22,7 +22,7 @@ constexpr auto kAll = std::to_array<const Setting*>(
      &s::kSlurmJobGpus, &s::kSlurmCpuBindType, &s::kSlurmNtasksPerNode, &s::kSlurmGpusPerNode,
      &s::kCudaVisibleDevices, &s::kCudaDeviceOrder, &s::kMasterAddr, &s::kMasterPort,
      &s::kOmpNumThreads, &s::kNcclAsyncErrorHandling, &s::kPortRange, &s::kRestartCount,
-     &s::kCpuBind, &s::kMemBind, &s::kTopologyRoot, &s::kPath, &s::kHwlocFsroot,
+     &s::kCpuBind, &s::kMemBind, &s::kTopologyRoot, &s::kPath,
      // doctor
      &s::kDoctorLibraryPath, &s::kDoctorPath, &s::kDoctorNcclVars, &s::kDoctorGlooVars,
      &s::kDoctorCudaVars, &s::kDoctorTorchVars, &s::kDoctorOmpVars,

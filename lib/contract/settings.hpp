@@ -1,7 +1,6 @@
-// Every variable that dtlaunch, its DDP runtime, its doctor or its example reads (or, as
-// HWLOC_FSROOT, sets for a library it calls), declared once: name, owner, how it is parsed, its
-// default and one line of doc, in the spirit of NCCL_PARAM. A family the doctor compares is one
-// declaration named by its prefix ("NCCL_*").
+// Every variable that dtlaunch, its DDP runtime, its doctor or its example reads, declared once:
+// name, owner, how it is parsed, its default and one line of doc, in the spirit of NCCL_PARAM. A
+// family the doctor compares is one declaration named by its prefix ("NCCL_*").
 // The launcher's read_inputs and read_slurm_step and the runtime's RuntimeSettings read through
 // these declarations, so `dtlaunch env-table` prints every variable they read and the docs tested
 // against it (docs/environment.md, docs/ddp.md) cannot miss one. What the launcher writes is the
@@ -195,11 +194,6 @@ inline constexpr Setting kTopologyRoot =
     text("DTLAUNCH_TOPOLOGY_ROOT", Owner::kLauncher, "/",
          "read the topology (sys/, proc/) under this directory instead of /");
 inline constexpr Setting kPath = text("PATH", Owner::kLauncher, "-", "the lookup of the program");
-// lib/affinity spells it too (kHwlocFsrootVariable), as kTopologyRoot.
-inline constexpr Setting kHwlocFsroot =
-    text("HWLOC_FSROOT", Owner::kLauncher, "-",
-         "set to DTLAUNCH_TOPOLOGY_ROOT (or unset) while hwloc reads the topology; the user's "
-         "value is kept aside and put back");
 
 // The doctor: what it compares across nodes besides the contract.
 inline constexpr Setting kDoctorLibraryPath =

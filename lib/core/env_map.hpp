@@ -1,7 +1,6 @@
 // A snapshot of an environment as a value. main() takes one snapshot of environ and passes it
 // down, and the DDP runtime takes its own (WorkerEnv::from_environment), so every decision is a
-// pure function of its inputs. The one getenv in lib/ (affinity/read_topology.cpp) saves and
-// restores the HWLOC_FSROOT it sets around one hwloc call; it decides nothing.
+// pure function of its inputs: lib/ calls no getenv.
 #pragma once
 
 #include <map>

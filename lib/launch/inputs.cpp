@@ -39,7 +39,6 @@ Mode resolve_mode(const LaunchOptions& options, SlurmContext slurm) {
 }
 
 static_assert(contract::setting::kTopologyRoot.name == affinity::kTopologyRootVariable);
-static_assert(contract::setting::kHwlocFsroot.name == affinity::kHwlocFsrootVariable);
 
 LaunchInputs read_inputs(const core::EnvMap& env, Mode mode) {
   LaunchInputs in;

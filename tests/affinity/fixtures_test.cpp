@@ -1,6 +1,6 @@
 // The binding of every local rank, per mode, on machine shapes we cannot have in CI: the trees
-// under fixtures/ (made by fixtures/make_fixtures.py) are read through hwloc exactly as a
-// node's / is, with DTLAUNCH_TOPOLOGY_ROOT's code path. docs/affinity.md shows these tables.
+// under fixtures/ (made by fixtures/make_fixtures.py) are read from their sysfs files exactly as
+// a node's / is, with DTLAUNCH_TOPOLOGY_ROOT's code path. docs/affinity.md shows these tables.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -281,7 +281,7 @@ TEST_CASE("a topology tree with a huge, endless or unreadable file is refused, n
   fs::remove_all(root);
   fs::copy(root_of("one-socket-1gpu"), root, fs::copy_options::recursive);
   std::string file, says;
-  SECTION("a file that links to /dev/zero (hwloc reads it)") {
+  SECTION("a file that links to /dev/zero (a file the topology is read from)") {
     file = "sys/devices/system/cpu/cpu0/topology/core_cpus";
     fs::remove(root / file);
     fs::create_symlink("/dev/zero", root / file);
