@@ -126,7 +126,7 @@ configure() {
   command -v ninja >/dev/null && gen=(-G Ninja)
   # A CUDA LibTorch's CMake config may enable the CUDA language: point it at this nvcc.
   [[ -x $cuda_home/bin/nvcc ]] && cuda+=(-DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc")
-  # The whole project when its other dependencies (CLI11, spdlog, Catch2) are installed; else
+  # The whole project when its other dependencies (CLI11, Catch2) are installed; else
   # only what this check needs, through a small wrapper project.
   # Release: no -g, the quickest compile of the torch headers.
   if cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \

@@ -4,7 +4,7 @@
 # that the 2.x switches (autograd hooks, c10d Backend, optionals, the libuv TCPStore) are built
 # with -Werror and run, not only written from upstream headers. It:
 #   1. makes (or reuses) a root filesystem of SUITE with mmdebstrap: g++, cmake, libtorch-dev,
-#      python3-torch, Catch2 (v3 there), CLI11, spdlog, Fashion-MNIST;
+#      python3-torch, Catch2 (v3 there), CLI11, Fashion-MNIST;
 #   2. unpacks the headers of SUITE's CUDA LibTorch (libtorch-cuda-dev, contrib) beside it;
 #   3. configures the whole project in the chroot and builds the DDP runtime, its tests, the
 #      example dtlaunch-train and its test;
@@ -53,7 +53,7 @@ cuda_home=/usr/local/cuda
 torch_cuda=/opt/libtorch-cuda # inside the chroot
 
 packages=(g++ cmake ninja-build libtorch-dev libgloo-dev python3-torch catch2 libcli11-dev
-  libspdlog-dev zlib1g-dev dataset-fashion-mnist ca-certificates)
+  zlib1g-dev dataset-fashion-mnist ca-certificates)
 stamp="$suite ${packages[*]}"
 
 if ((EUID != 0)); then

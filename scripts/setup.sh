@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libcli11-dev libspdlog-dev catch2 libbenchmark-dev
+  libcli11-dev catch2 libbenchmark-dev
   clang libclang-rt-14-dev            # libFuzzer and the sanitizer runtimes
   libtorch-dev libgloo-dev python3-torch
   slurm-wlm slurm-client munge        # slurmctld, slurmd, srun, sbatch, scontrol

@@ -10,10 +10,16 @@
 #                   against LibTorch 2.x (Debian trixie's 2.6) in a chroot, and the NCCL
 #                   backend's CUDA-tensor path compiled against the CUDA LibTorch headers
 #                   (scripts/libtorch2-check.sh)
-# Steps 3 and 4 build in the background at nice 19 from the start, one after the other: while
-# step 2 compiles they get next to nothing, and while build/'s tests run, which spend much of
-# their time waiting (timeouts, Slurm, ranks that sleep), they get the CPU those tests leave
-# idle. Their own tests run afterwards, alone, as build/'s do.
+#   5. build-package/ + dist/  the release files (scripts/package.sh: the launcher built in a
+#                   bullseye chroot for its glibc floor, the tarball, the wheel, the .deb), then
+#                   installed and run in minimal bullseye and trixie chroots as an unprivileged
+#                   user, the runtime built from source into $HOME/.local there
+#                   (tests/package/check.sh), and the Slurm layout scenario run with the
+#                   packaged binary (ctest -L packaged)
+# Steps 3, 4 and 5 build in the background at nice 19 from the start: while step 2 compiles
+# they get next to nothing, and while build/'s tests run, which spend much of their time waiting
+# (timeouts, Slurm, ranks that sleep), they get the CPU those tests leave idle. Their own tests
+# run afterwards, as build/'s do; step 5's beside step 4's, which mostly wait on ranks.
 # Where the time goes, per phase, and how it was measured: docs/slurm-cluster.md, "The suite's
 # time".
 # Options: --fast skips steps 3 and 4 (for a quick local check; CI never passes it).
@@ -61,6 +67,16 @@ if ((!fast)); then
     exit $built
   ) >build-libtorch2-trixie/background.log 2>&1 &
   libtorch2_build=$!
+  # The release files: the root filesystems first (downloading), then the launcher's build.
+  mkdir -p build-package
+  (
+    set -e
+    scripts/package.sh --prepare
+    tests/package/check.sh --prepare
+    nice -n 19 scripts/package.sh
+    echo "release files built in the background, done at $((SECONDS - start))s"
+  ) >build-package/background.log 2>&1 &
+  package_build=$!
 fi
 
 step "configure and build: build/ (g++)"
@@ -88,7 +104,8 @@ ctest --test-dir build --output-on-failure --timeout 600 -L "$parallel_labels" -
 step "tests: build/, label proc, one at a time"
 ctest --test-dir build --output-on-failure --timeout 600 -L proc -LE "$parallel_labels" || status=1
 step "tests: build/, labels torch and slurm: the two chains side by side"
-ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels|proc" -j2 || status=1
+ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels|proc|packaged" -j2 ||
+  status=1
 
 if ((!fast)); then
   step "build-asan/ (clang, ASan+UBSan, fuzzers): waiting for its background build"
@@ -115,10 +132,30 @@ if ((!fast)); then
   libtorch2_failed=0
   wait "$libtorch2_build" || libtorch2_failed=$?
   cat build-libtorch2-trixie/background.log
+  step "release files: waiting for their background build"
+  package_failed=0
+  wait "$package_build" || package_failed=$?
+  tail -n 8 build-package/background.log
+  if ((package_failed)); then
+    echo "FAILED: the release files could not be built"
+    status=1
+  else
+    # The source build as a user compiles the runtime in the same chroot the LibTorch 2.x
+    # tests use, beside them: those tests mostly wait on their ranks.
+    tests/package/check.sh >build-package/check.log 2>&1 &
+    package_check=$!
+  fi
   if ((libtorch2_failed)); then
     status=1
   else
     scripts/libtorch2-check.sh --test trixie || status=1
+  fi
+  if ((!package_failed)); then
+    step "release files: installed and run as a user (tests/package/check.sh)"
+    wait "$package_check" || status=1
+    cat build-package/check.log
+    step "release files: the Slurm layout scenario with the packaged dtlaunch"
+    ctest --test-dir build --output-on-failure --timeout 600 -L packaged || status=1
   fi
 fi
 

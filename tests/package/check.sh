@@ -45,11 +45,12 @@ rootfs_tar() {
   if [[ -f $tar && -f $tar.stamp && $(cat "$tar.stamp") == "$stamp" ]]; then
     return 0
   fi
-  rm -f "$tar" "$tar.stamp"
+  rm -rf "$tar" "$tar.stamp"
   mkdir -p "$work"
+  # mmdebstrap writes a tar when the target's name ends in .tar.
   mmdebstrap --mode=root --variant=minbase ${include:+--include="$include"} --quiet \
-    "$suite" "$tar.partial" "$mirror" || return 1
-  mv "$tar.partial" "$tar"
+    "$suite" "$work/$1.partial.tar" "$mirror" || return 1
+  mv "$work/$1.partial.tar" "$tar"
   echo "$stamp" >"$tar.stamp"
 }
 
@@ -75,13 +76,13 @@ row() { # NAME RESULT NOTE
 # in_root ROOTFS USER COMMAND: sh -c COMMAND in ROOTFS as USER (root or nobody), with /dev,
 # /proc, /sys and dist/ (read-only, at /dist) mounted in a private mount namespace.
 in_root() {
-  local rootfs=$1 user=$2 cmd=$3 spec=()
-  [[ $user == nobody ]] && spec=(--userspec=65534:65534)
+  local rootfs=$1 user=$2 cmd=$3 spec=() path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  [[ $user == nobody ]] && spec=(--userspec=65534:65534) path=/usr/local/bin:/usr/bin:/bin
   mkdir -p "$rootfs/dist"
   unshare --mount --propagation private bash -c "mount --rbind /dev '$rootfs/dev' &&
     mount -t proc proc '$rootfs/proc' && mount --rbind /sys '$rootfs/sys' &&
     mount --bind -o ro '$dist' '$rootfs/dist' &&
-    exec chroot ${spec[*]} '$rootfs' env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp/home \
+    exec chroot ${spec[*]} '$rootfs' env -i PATH=$path HOME=/tmp/home \
       LANG=C.UTF-8 sh -c \"\$0\"" "$cmd"
 }
 
@@ -105,17 +106,19 @@ out=$(env SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_PROCID=3 SLURM_LOCALID=1 SLURM
   SLURM_STEP_NUM_TASKS=4 SLURM_STEP_NUM_NODES=2 SLURM_STEP_NODELIST="pn[1-2]" \
   SLURM_STEP_TASKS_PER_NODE="2(x2)" SLURM_NTASKS=4 SLURM_DISTRIBUTION=block \
   "$d" --dry-run true 2>&1) || fail "Slurm --dry-run exited $?: $out"
-for want in "RANK=3" "LOCAL_RANK=1" "WORLD_SIZE=4" "MASTER_ADDR=pn1" "MASTER_PORT="; do
-  echo "$out" | grep -q "$want" || fail "Slurm --dry-run has no $want: $out"
+q=$(printf "\047")
+for want in "RANK=${q}3${q}" "LOCAL_RANK=${q}1${q}" "WORLD_SIZE=${q}4${q}" "NODE_RANK=${q}1${q}" \
+  "MASTER_ADDR=${q}pn1${q}" "MASTER_PORT=${q}[0-9]*${q}"; do
+  echo "$out" | grep -qx "export $want" || fail "Slurm --dry-run has no export $want: $out"
 done
 out=$("$d" --nproc-per-node 2 sh -c "echo rank=\$RANK of \$WORLD_SIZE" 2>&1) ||
   fail "local mode exited $?: $out"
-for want in "rank=0 of 2" "rank=1 of 2"; do
-  echo "$out" | grep -q "$want" || fail "local mode printed no \"$want\": $out"
+for want in "[rank 0] rank=0 of 2" "[rank 1] rank=1 of 2"; do
+  echo "$out" | grep -qxF "$want" || fail "local mode printed no \"$want\": $out"
 done
 out=$("$d" --nproc-per-node 2 --cpu-bind numa --dry-run true 2>&1) ||
   fail "--cpu-bind numa --dry-run exited $?: $out"
-echo "$out" | grep -q "cpus" || fail "--cpu-bind numa --dry-run shows no CPUs: $out"
+echo "$out" | grep -q "^# cpus [0-9]" || fail "--cpu-bind numa --dry-run shows no CPUs: $out"
 echo "PASS: $($d --version), hostnames, Slurm dry-run, local mode, --cpu-bind numa"'
 tarball_script=${tarball_script//@V@/$version}
 

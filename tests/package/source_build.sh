@@ -38,9 +38,10 @@ cmake --build consumer/build >>consumer.log 2>&1 || { tail -n 60 consumer.log; f
 tar -xzf "dtlaunch-$version-linux-x86_64.tar.gz"
 OMP_NUM_THREADS=1 timeout 120 "dtlaunch-$version-linux-x86_64/bin/dtlaunch" --nproc-per-node 2 \
   consumer/build/train_min >run.log 2>&1 || { cat run.log; fail "2 ranks in local mode"; }
-# Rank 0 prints "epoch E loss L" for 5 epochs: training must have reduced the loss tenfold.
-first=$(awk '$1 == "epoch" && $2 == 0 { print $4 }' run.log)
-last=$(awk '$1 == "epoch" && $2 == 4 { print $4 }' run.log)
+# Rank 0 prints "epoch E loss L" for 5 epochs (local mode prefixes "[rank 0] "): training
+# must have reduced the loss tenfold.
+first=$(awk '$1 == "[rank" && $2 == "0]" && $3 == "epoch" && $4 == 0 { print $6 }' run.log)
+last=$(awk '$1 == "[rank" && $2 == "0]" && $3 == "epoch" && $4 == 4 { print $6 }' run.log)
 [ -n "$first" ] && [ -n "$last" ] || { cat run.log; fail "no loss lines from rank 0"; }
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 10) }' ||
   fail "loss went from $first to $last, expected a tenfold drop"
