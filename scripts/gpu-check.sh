@@ -8,7 +8,10 @@
 #   3. runs the NCCL backend at world size 1: collectives on CUDA and CPU tensors, DDP training
 #      on the GPU against a one-process reference;
 #   4. runs the example on the GPU;
-#   5. decomposes the training step at world size 1 on the GPU, ours against PyTorch's DDP
+#   5. builds the runtime alone from source into a HOME's .local as docs/install.md says, a
+#      user project against it with find_package(dtlaunch), and runs it with the release
+#      tarball's launcher (dist/, carried here) on the GPU;
+#   6. decomposes the training step at world size 1 on the GPU, ours against PyTorch's DDP
 #      (bench/ddp/run.sh PHASES=1 DEVICE=cuda: data, forward, backward, the wait after
 #      backward, optimizer step), 3 runs per side per bucket size, table in phases-gpu.log;
 # and prints a table of the steps. Bounded by 8 minutes in all (each step has its own limit).
@@ -188,6 +191,45 @@ example() {
     MASTER_PORT=$port DTLAUNCH_CUDA_DEVICE=0 "$exe" --backend nccl "${data[@]}"
 }
 
+# The install path of docs/install.md on this machine: the runtime alone
+# (-DDTLAUNCH_BUILD_LAUNCHER=OFF) built against the wheel's LibTorch and installed into a
+# HOME's .local, docs/ddp.md's minimal program built against it with find_package(dtlaunch),
+# and run by the release tarball's launcher (dist/, from scripts/package.sh: carried to this
+# machine when it is there) in local mode, 1 rank: kAuto picks NCCL on a GPU node.
+install_from_source() {
+  local home=$build/install-home prefix tarball
+  tarball=$(ls "$root"/dist/dtlaunch-*-linux-x86_64.tar.gz 2>/dev/null | head -n 1)
+  [[ -n $tarball ]] || { echo "dtlaunch: no release tarball in dist/ (run scripts/package.sh)"; return 1; }
+  prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
+  rm -rf "$home" && mkdir -p "$home/consumer"
+  local gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  cmake -S "$root" -B "$home/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+    -DDTLAUNCH_BUILD_LAUNCHER=OFF -DCUDAToolkit_ROOT="$cuda_home" >"$home/configure.log" 2>&1 ||
+    { tail -n 30 "$home/configure.log"; echo "FAIL: configure"; return 1; }
+  cmake --build "$home/build" -j "$jobs" >"$home/build.log" 2>&1 ||
+    { tail -n 30 "$home/build.log"; echo "FAIL: build"; return 1; }
+  cmake --install "$home/build" --prefix "$home/.local" >/dev/null || { echo "FAIL: install"; return 1; }
+  local name
+  for name in CMakeLists.txt train_min.cpp; do
+    awk -v marker="<!-- consumer:$name -->" '
+      $0 == marker { state = 1; next }
+      state == 1 && /^```/ { state = 2; next }
+      state == 2 && /^```/ { exit }
+      state == 2 { print }' "$root/docs/ddp.md" >"$home/consumer/$name"
+  done
+  cmake -S "$home/consumer" -B "$home/consumer/build" "${gen[@]}" \
+    -DCMAKE_PREFIX_PATH="$home/.local;$prefix" >"$home/consumer.log" 2>&1 &&
+    cmake --build "$home/consumer/build" >>"$home/consumer.log" 2>&1 ||
+    { tail -n 30 "$home/consumer.log"; echo "FAIL: the user's project"; return 1; }
+  tar -xzf "$tarball" -C "$home"
+  local launcher
+  launcher=$(ls "$home"/dtlaunch-*/bin/dtlaunch)
+  echo "launcher: $("$launcher" --version), $(ldd "$launcher" | wc -l) shared objects; $(ldd --version | head -n 1)"
+  DTLAUNCH_CUDA_DEVICE=0 "$launcher" --nproc-per-node 1 "$home/consumer/build/train_min" || return 1
+  echo "PASS: runtime from source (wheel's LibTorch) into .local, user project, release launcher"
+}
+
 # The step decomposed, world size 1 on the GPU, both sides alternating (docs/benchmarks.md).
 phases() {
   [[ -x $build/bench/ddp/ddp_phases ]] ||
@@ -227,6 +269,7 @@ step configure 150 configure &&
       skip nccl-init-bounded-x2 "rank 1 needs Gloo: set GLOO_INCLUDE_DIR"
     fi
     step example-gpu 150 example
+    step install-from-source 150 install_from_source
     step phases-gpu-x1 150 phases
   }
 
