@@ -366,8 +366,11 @@ std::string render_text(const Verdict& v, const std::string& dir) {
   if (!v.clocks_unknown.empty())
     out += "; not measured for ranks " + ranks_text(v.clocks_unknown) + " (taken as they are)";
   out += "\n";
-  for (const auto& s : v.skipped)
-    out += "skipped: " + core::excerpt(s, 300, core::Quote::kNone) + "\n";
+  for (size_t i = 0; i < v.skipped.size() && i < kSkippedListed; ++i)
+    out += "skipped: " + core::excerpt(v.skipped[i], 300, core::Quote::kNone) + "\n";
+  if (v.skipped.size() > kSkippedListed)
+    out += "... and " + std::to_string(v.skipped.size() - kSkippedListed) +
+           " more skipped files (--format json lists them all)\n";
   for (const auto& s : v.other_runs)
     out += "other run in the directory: " + core::excerpt(s, 200, core::Quote::kNone) + "\n";
   return out;
