@@ -46,27 +46,6 @@ CLI::Option* add_seconds(CLI::App& app, const std::string& flag, T& target,
       ->type_name("SECONDS");
 }
 
-// One of a few words: the names of an enum's values, from the enum's one table of names. A word
-// outside it is refused as numbers are, quoting what the user typed through core's excerpt
-// ("--mode='bogus': expected one of auto, slurm, local").
-template <class Target, class Enum, std::size_t N>
-CLI::Option* add_choice(CLI::App& app, const std::string& flag, Target& target,
-                        const core::Named<Enum> (&choices)[N], const std::string& help) {
-  std::string expected = "expected one of";
-  for (const core::Named<Enum>& choice : choices)
-    expected.append(&choice == choices ? " " : ", ").append(choice.name);
-  return app
-      .add_option_function<std::string>(
-          flag,
-          [&target, &choices, flag, expected](const std::string& word) {
-            const std::optional<Enum> value = core::value_of(word, choices);
-            if (!value) throw core::Error::bad_env(flag, word, expected);
-            target = *value;
-          },
-          help)
-      ->type_name("WORD");
-}
-
 CLI::Option* add_text(CLI::App& app, const std::string& flag, std::optional<std::string>& target,
                       const std::string& help, const std::string& type_name) {
   return app.add_option(flag, target, help)->type_name(type_name);
@@ -86,8 +65,8 @@ void add_check_budgets(CLI::App& app, cli::RunFlags& flags, const std::string& p
 // `dtlaunch doctor`: how long to wait, the report's format, the network test.
 void add_doctor_options(CLI::App& app, cli::RunFlags& flags) {
   flags.check = cli::Check::kDoctor;
-  static constexpr core::Named<bool> kFormats[] = {{false, "table"}, {true, "json"}};
-  add_choice(app, "--format", flags.check_json, kFormats, "report format: table (default) or json");
+  add_choice(app, "--format", flags.check_json, kTableOrJson,
+             "report format: table (default) or json");
   app.add_flag("--network", flags.check_network,
                "after the check-in, measure latency and TCP throughput between the nodes "
                "(ring neighbours and a few random peers) and flag slow ones");
@@ -97,14 +76,14 @@ void add_doctor_options(CLI::App& app, cli::RunFlags& flags) {
 // What a launch does besides starting the program: --dry-run, the preflight checks, --watch.
 void add_run_options(CLI::App& app, cli::RunFlags& flags) {
   app.add_flag("--dry-run", flags.dry_run, "print the environment changes and argv, then exit 0");
-  app.add_option_function<std::string>(
-         "--format",
-         [&flags](const std::string& word) {
-           flags.format = word == "json" ? cli::OutputFormat::kJson : cli::OutputFormat::kShell;
-           flags.check_json = word == "json";
-         },
-         "--dry-run output: shell (export lines) or json")
-      ->check(CLI::IsMember({"shell", "json"}));
+  // json also makes --preflight's report json.
+  add_choice_function(
+      app, "--format", cli::kOutputFormatNames,
+      [&flags](cli::OutputFormat format) {
+        flags.format = format;
+        flags.check_json = format == cli::OutputFormat::kJson;
+      },
+      "--dry-run output: shell (export lines) or json");
   app.add_flag_callback(
       "--preflight", [&flags] { flags.check = cli::Check::kPreflight; },
       "run dtlaunch doctor's checks first; start the program only if they pass (exit 3 "
@@ -225,14 +204,9 @@ CLI::App* add_trace_options(CLI::App& app, TraceCommand& command) {
       "Exit status: 0 the ranks agree and nobody straggles; 3 a problem found; 66 no readable "
       "flight record in DIR; 2 bad input.");
   sub->add_option("DIR", command.dir, "the directory of the rank files")->required();
-  sub->add_option("--format", command.format,
-                  "text (default), json, or chrome (a Chrome-trace / "
-                  "Perfetto timeline on stdout; the verdict on stderr)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, trace::TraceFormat>{{"text", trace::TraceFormat::kText},
-                                                    {"json", trace::TraceFormat::kJson},
-                                                    {"chrome", trace::TraceFormat::kChrome}},
-          CLI::ignore_case));
+  add_choice(*sub, "--format", command.format, trace::kTraceFormatNames,
+             "text (default), json, or chrome (a Chrome-trace / Perfetto timeline on stdout; the "
+             "verdict on stderr)");
   sub->add_option("--html", command.html,
                   "also write a self-contained HTML timeline (one track per rank) to this file");
   sub->add_option("--run", command.run_id,

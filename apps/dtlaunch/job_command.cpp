@@ -87,10 +87,8 @@ CLI::App* add_job_options(CLI::App& app, JobCommand& command) {
                   "--gpu-bind=isolate")
       ->type_name("ARG")
       ->allow_extra_args(false);
-  sub->add_option_function<std::string>(
-         "--format", [&command](const std::string& word) { command.json = word == "json"; },
-         "summary: table (default, on stderr) or json (one line on stdout at the end)")
-      ->check(CLI::IsMember({"table", "json"}));
+  add_choice(*sub, "--format", command.json, kTableOrJson,
+             "summary: table (default, on stderr) or json (one line on stdout at the end)");
   return sub;
 }
 

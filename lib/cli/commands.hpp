@@ -8,12 +8,15 @@
 #include <vector>
 
 #include "core/env_map.hpp"
+#include "core/names.hpp"
 #include "launch/options.hpp"
 #include "trace/trace_dir.hpp"
 
 namespace dtlaunch::cli {
 
 enum class OutputFormat { kShell, kJson };
+inline constexpr core::Named<OutputFormat> kOutputFormatNames[] = {{OutputFormat::kShell, "shell"},
+                                                                   {OutputFormat::kJson, "json"}};
 
 // `dtlaunch doctor` and --preflight (docs/doctor.md): every task reports to rank 0 at
 // MASTER_ADDR:MASTER_PORT before anything starts.

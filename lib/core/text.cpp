@@ -35,8 +35,11 @@ std::size_t utf8_sequence_length(std::string_view text) noexcept {
   return length;
 }
 
-std::string excerpt(std::string_view text, std::size_t max_bytes, char quote_char) {
+std::string excerpt(std::string_view text, std::size_t max_bytes, Quote quote) {
   static constexpr char kHex[] = "0123456789abcdef";
+  const auto is_quote = [quote](char c) {
+    return (quote == Quote::kSingle && c == '\'') || (quote == Quote::kDouble && c == '"');
+  };
   std::string out;
   std::size_t i = 0;
   while (i < text.size() && i < max_bytes) {
@@ -48,13 +51,13 @@ std::string excerpt(std::string_view text, std::size_t max_bytes, char quote_cha
       out += "\\t";
     } else if (c == '\r') {
       out += "\\r";
-    } else if (c == '\\' || c == quote_char) {
-      out.push_back('\\');
-      out.push_back(c);
     } else if (u < 0x20 || u == 0x7f) {
       out += "\\x";
       out.push_back(kHex[u >> 4]);
       out.push_back(kHex[u & 0xf]);
+    } else if (c == '\\' || is_quote(c)) {
+      out.push_back('\\');
+      out.push_back(c);
     } else if (u >= 0x80) {
       const std::size_t length = utf8_sequence_length(text.substr(i));
       if (length == 0) {

@@ -12,10 +12,15 @@
 
 namespace dtlaunch::core {
 
-// `text` with control characters, DEL, backslash and bytes that are not valid UTF-8 escaped
-// (\n, \t, \r, \\, \xNN; `quote_char` too, as \' or \"), valid UTF-8 kept as it is. Texts longer
-// than max_bytes are cut at a character boundary and end in "... (N bytes)".
-std::string excerpt(std::string_view text, std::size_t max_bytes = 80, char quote_char = '\'');
+// The quote an excerpt is put inside, escaped in it. kNone is its own value, not a character
+// ('\0' once meant "no quote" and made a NUL byte the quote, written raw after a backslash).
+enum class Quote { kSingle, kDouble, kNone };
+
+// `text` with control characters (a NUL byte as \x00), DEL, backslash and bytes that are not
+// valid UTF-8 escaped (\n, \t, \r, \\, \xNN; the quote too, as \' or \"), valid UTF-8 kept as it
+// is. Texts longer than max_bytes are cut at a character boundary and end in "... (N bytes)".
+std::string excerpt(std::string_view text, std::size_t max_bytes = 80,
+                    Quote quote = Quote::kSingle);
 
 // Length of the valid UTF-8 sequence that starts text (1-4), or 0 when it is not one: overlong
 // forms, surrogates and code points above U+10FFFF are invalid, as RFC 3629 says.

@@ -77,7 +77,7 @@ bool nat_equal(std::string_view a, std::string_view b) noexcept {
 }
 
 std::string quote(std::string_view text) {
-  return '"' + core::excerpt(text, text.size(), '"') + '"';
+  return '"' + core::excerpt(text, text.size(), core::Quote::kDouble) + '"';
 }
 
 void fail(std::string_view expr, std::size_t offset, Reason reason, std::string_view what) {

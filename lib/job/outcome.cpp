@@ -204,7 +204,8 @@ std::optional<Outcome> preflight_failed(const Evidence& e, const std::vector<std
 std::optional<Outcome> peers_named_lost(const Evidence& e, const std::vector<std::string>& nodes,
                                         int srun_status) {
   if (e.lost_nodes.empty()) return std::nullopt;
-  return stop_with(Verdict::kRestart, srun_status, core::excerpt(e.first_lost_message, 160, '\0'),
+  return stop_with(Verdict::kRestart, srun_status,
+                   core::excerpt(e.first_lost_message, 160, core::Quote::kNone),
                    among(e.lost_nodes, nodes));
 }
 
@@ -319,7 +320,7 @@ std::string summary_table(const std::vector<AttemptRecord>& attempts, std::strin
                   r.outcome.culprits.empty() ? "-" : list(r.outcome.culprits).c_str(),
                   core::duration_text(r.wall).c_str(),
                   r.stop.count() ? core::duration_text(r.stop).c_str() : "-",
-                  core::excerpt(r.outcome.cause, 100, '\0').c_str());
+                  core::excerpt(r.outcome.cause, 100, core::Quote::kNone).c_str());
     out += buf;
   }
   return out;

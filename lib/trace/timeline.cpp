@@ -14,7 +14,7 @@ std::string html_escape(std::string_view text) {
   std::string safe;
   for (size_t from = 0; from <= text.size();) {
     const size_t nl = std::min(text.find('\n', from), text.size());
-    safe += core::excerpt(text.substr(from, nl - from), 4000, '\0');
+    safe += core::excerpt(text.substr(from, nl - from), 4000, core::Quote::kNone);
     if (nl < text.size()) safe += '\n';
     from = nl + 1;
   }

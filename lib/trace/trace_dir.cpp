@@ -173,7 +173,10 @@ const RunKey* choose_run(const Runs& runs, const std::string& run_id) {
 int no_run(const TraceOptions& options, const Runs& runs, const std::vector<std::string>& broken,
            std::ostream& err) {
   const std::string& dir = options.dir;
-  for (const auto& b : broken) err << "dtlaunch trace: skipped " << excerpt(b, 300) << "\n";
+  for (size_t i = 0; i < broken.size() && i < kSkippedListed; ++i)
+    err << "dtlaunch trace: skipped " << excerpt(broken[i], 300) << "\n";
+  if (broken.size() > kSkippedListed)
+    err << "dtlaunch trace: ... and " << broken.size() - kSkippedListed << " more skipped files\n";
   if (!options.run_id.empty() && !runs.empty())
     throw core::Error::usage("trace: no flight record of run " + excerpt(options.run_id) + " in " +
                              excerpt(dir));

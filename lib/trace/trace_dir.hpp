@@ -4,9 +4,13 @@
 #include <iosfwd>
 #include <string>
 
+#include "core/names.hpp"
+
 namespace dtlaunch::trace {
 
 enum class TraceFormat { kText, kJson, kChrome };
+inline constexpr core::Named<TraceFormat> kTraceFormatNames[] = {
+    {TraceFormat::kText, "text"}, {TraceFormat::kJson, "json"}, {TraceFormat::kChrome, "chrome"}};
 
 struct TraceOptions {
   std::string dir;

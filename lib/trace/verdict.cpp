@@ -257,8 +257,8 @@ namespace {
 std::string rank_where(const Verdict& v, int rank) {
   const RankSummary& r = v.ranks[static_cast<size_t>(rank)];
   if (!r.present) return "rank " + std::to_string(rank);
-  return "rank " + std::to_string(rank) + " (" + core::excerpt(r.host, 64, '\0') + ", local rank " +
-         std::to_string(r.local_rank) + ")";
+  return "rank " + std::to_string(rank) + " (" + core::excerpt(r.host, 64, core::Quote::kNone) +
+         ", local rank " + std::to_string(r.local_rank) + ")";
 }
 
 std::string group_text(const Verdict& v, const std::vector<int>& ranks) {
@@ -342,9 +342,9 @@ std::string render_text(const Verdict& v, const std::string& dir) {
   std::string out;
   const auto missing = v.missing();
   size_t present = v.ranks.size() - missing.size();
-  out += "dtlaunch trace: " + core::excerpt(dir, 120, '\0') + ": run " +
-         core::excerpt(v.run_id, 64, '\0') + " attempt " + std::to_string(v.attempt) + ", " +
-         std::to_string(present) + " of " + std::to_string(v.world_size) + " ranks, " +
+  out += "dtlaunch trace: " + core::excerpt(dir, 120, core::Quote::kNone) + ": run " +
+         core::excerpt(v.run_id, 64, core::Quote::kNone) + " attempt " + std::to_string(v.attempt) +
+         ", " + std::to_string(present) + " of " + std::to_string(v.world_size) + " ranks, " +
          std::to_string(v.collectives_seen) + " collectives\n";
   if (!missing.empty())
     out += "missing: " + std::string(missing.size() == 1 ? "rank " : "ranks ") +
@@ -366,9 +366,13 @@ std::string render_text(const Verdict& v, const std::string& dir) {
   if (!v.clocks_unknown.empty())
     out += "; not measured for ranks " + ranks_text(v.clocks_unknown) + " (taken as they are)";
   out += "\n";
-  for (const auto& s : v.skipped) out += "skipped: " + core::excerpt(s, 300, '\0') + "\n";
+  for (size_t i = 0; i < v.skipped.size() && i < kSkippedListed; ++i)
+    out += "skipped: " + core::excerpt(v.skipped[i], 300, core::Quote::kNone) + "\n";
+  if (v.skipped.size() > kSkippedListed)
+    out += "... and " + std::to_string(v.skipped.size() - kSkippedListed) +
+           " more skipped files (--format json lists them all)\n";
   for (const auto& s : v.other_runs)
-    out += "other run in the directory: " + core::excerpt(s, 200, '\0') + "\n";
+    out += "other run in the directory: " + core::excerpt(s, 200, core::Quote::kNone) + "\n";
   return out;
 }
 

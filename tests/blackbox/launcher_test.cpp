@@ -247,6 +247,29 @@ TEST_CASE("blackbox: each bad input is one line, a distinct status, and nothing 
   }
 }
 
+// Issue 36: a bad word for a choice option read as CLI11's own check ("Check bogus value in
+// {chrome->2,json->1,text->0} ... FAILED") where the other choices name the words they take.
+TEST_CASE("blackbox: every choice option refuses a bad word with the words it takes") {
+  const struct {
+    std::vector<std::string> args;
+    std::string needle;
+  } cases[] = {
+      {{"--format", "bogus"}, "--format='bogus': expected one of shell, json"},
+      {{"--mode", "bogus"}, "--mode='bogus': expected one of auto, slurm, local"},
+      {{"--mem-bind", "bogus"}, "--mem-bind='bogus': expected one of "},
+      {{"doctor", "--format", "bogus"}, "--format='bogus': expected one of table, json"},
+      {{"doctor", "--gpu-bind", "bogus"}, "--gpu-bind='bogus': expected one of share, isolate"},
+      {{"job", "--format", "bogus"}, "--format='bogus': expected one of table, json"},
+      {{"trace", "/tmp", "--format", "bogus"},
+       "--format='bogus': expected one of text, json, chrome"},
+      {{"trace", "--format", "x\x1b[2J", "/tmp"}, "--format='x\\x1b[2J': expected one of"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args.front() << " " << c.args.back());
+    check_refused(launch(slurm_step_env(), c.args), 2, c.needle);
+  }
+}
+
 TEST_CASE("blackbox: a program that is missing or not executable gets 127 / 126") {
   check_refused(launch(slurm_step_env(), {"no-such-program-xyz"}), 127,
                 "no-such-program-xyz: command not found in PATH");

@@ -161,7 +161,7 @@ bool Scontrol::available() const {
 }
 
 std::string printable(std::string_view text) {
-  return "\"" + core::excerpt(text, std::string_view::npos, '"') + "\"";
+  return "\"" + core::excerpt(text, std::string_view::npos, core::Quote::kDouble) + "\"";
 }
 
 }  // namespace dtlaunch::hostlist::test

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/env_map.hpp"
@@ -36,6 +37,31 @@ TEST_CASE("excerpt escapes what a terminal would act on and keeps valid UTF-8") 
   for (const Case& c : cases) {
     INFO(c.in);
     CHECK(excerpt(c.in) == c.out);
+  }
+}
+
+// Issue 35 E: '\0' passed as "no quote" made a NUL byte the quote, written raw after a backslash;
+// "no quote" is now Quote::kNone, which no character converts to.
+TEST_CASE("excerpt escapes only the quote it is given, and a NUL byte always") {
+  struct Case {
+    std::string in;
+    Quote quote;
+    std::string out;
+  };
+  const Case cases[] = {
+      {std::string("a\0b", 3), Quote::kNone, "a\\x00b"},
+      {std::string("\0", 1), Quote::kNone, "\\x00"},
+      {"it's \"q\"", Quote::kNone, "it's \"q\""},
+      {std::string("a\0b", 3), Quote::kDouble, "a\\x00b"},
+      {"it's \"q\"", Quote::kDouble, "it's \\\"q\\\""},
+      {std::string("a\0b", 3), Quote::kSingle, "a\\x00b"},
+      {"it's \"q\"", Quote::kSingle, "it\\'s \"q\""},
+      {"back\\slash", Quote::kNone, "back\\\\slash"},
+  };
+  STATIC_REQUIRE(!std::is_convertible_v<char, Quote>);
+  for (const Case& c : cases) {
+    INFO(excerpt(c.in) << " quote " << static_cast<int>(c.quote));
+    CHECK(excerpt(c.in, 80, c.quote) == c.out);
   }
 }
 

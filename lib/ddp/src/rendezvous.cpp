@@ -364,7 +364,7 @@ Error from_failure_record(const std::string& rec) {
 
 // A peer's text as one line of reasonable length, its control characters escaped.
 std::string one_line(const std::string& s) {
-  return core::excerpt(s.substr(0, s.find('\n')), 2000, '"');
+  return core::excerpt(s.substr(0, s.find('\n')), 2000, core::Quote::kDouble);
 }
 
 }  // namespace
@@ -748,7 +748,7 @@ class Rendezvous {
                                            " connected, but the peer there did not answer as a "
                                            "c10d TCPStore (is MASTER_PORT another program's "
                                            "port?): " +
-                                           core::excerpt(first_line(e), 200, '"'));
+                                           core::excerpt(first_line(e), 200, core::Quote::kDouble));
     }
     if (watchdog_->fired())
       return Error(ErrorKind::kTimeout, where_ + " failed on " + me_ +
@@ -766,7 +766,7 @@ class Rendezvous {
                                            ": the peer there sent a reply that is not the c10d "
                                            "TCPStore protocol (is MASTER_PORT another program's "
                                            "port?): " +
-                                           core::excerpt(line, 200, '"'));
+                                           core::excerpt(line, 200, core::Quote::kDouble));
     return Error(ErrorKind::kPeerLost, where_ + " failed on " + me_ + " after " +
                                            std::to_string(arrived_) + " of " +
                                            std::to_string(env_.world_size) +
