@@ -27,8 +27,7 @@ void log_notes(const std::vector<launch::Note>& notes, const std::string& who, b
     if (n.rank0_only && !is_rank0) continue;
     if (n.level != launch::Note::Level::kWarn && !verbose) continue;
     // One write per line, so that the lines of many tasks sharing srun's stderr do not mix.
-    const std::string line =
-        "dtlaunch[" + who + "] " + level_word(n.level) + ": " + n.text + "\n";
+    const std::string line = "dtlaunch[" + who + "] " + level_word(n.level) + ": " + n.text + "\n";
     std::fwrite(line.data(), 1, line.size(), stderr);
   }
 }

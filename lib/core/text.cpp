@@ -170,14 +170,14 @@ std::string signal_text(int sig) {
     const char* name;
   };
   static constexpr std::array<Named, 31> kSignals{{
-      {SIGHUP, "HUP"},     {SIGINT, "INT"},       {SIGQUIT, "QUIT"},     {SIGILL, "ILL"},
-      {SIGTRAP, "TRAP"},   {SIGABRT, "ABRT"},     {SIGBUS, "BUS"},       {SIGFPE, "FPE"},
-      {SIGKILL, "KILL"},   {SIGUSR1, "USR1"},     {SIGSEGV, "SEGV"},     {SIGUSR2, "USR2"},
-      {SIGPIPE, "PIPE"},   {SIGALRM, "ALRM"},     {SIGTERM, "TERM"},     {SIGSTKFLT, "STKFLT"},
-      {SIGCHLD, "CHLD"},   {SIGCONT, "CONT"},     {SIGSTOP, "STOP"},     {SIGTSTP, "TSTP"},
-      {SIGTTIN, "TTIN"},   {SIGTTOU, "TTOU"},     {SIGURG, "URG"},       {SIGXCPU, "XCPU"},
-      {SIGXFSZ, "XFSZ"},   {SIGVTALRM, "VTALRM"}, {SIGPROF, "PROF"},     {SIGWINCH, "WINCH"},
-      {SIGIO, "IO"},       {SIGPWR, "PWR"},       {SIGSYS, "SYS"},
+      {SIGHUP, "HUP"},   {SIGINT, "INT"},       {SIGQUIT, "QUIT"}, {SIGILL, "ILL"},
+      {SIGTRAP, "TRAP"}, {SIGABRT, "ABRT"},     {SIGBUS, "BUS"},   {SIGFPE, "FPE"},
+      {SIGKILL, "KILL"}, {SIGUSR1, "USR1"},     {SIGSEGV, "SEGV"}, {SIGUSR2, "USR2"},
+      {SIGPIPE, "PIPE"}, {SIGALRM, "ALRM"},     {SIGTERM, "TERM"}, {SIGSTKFLT, "STKFLT"},
+      {SIGCHLD, "CHLD"}, {SIGCONT, "CONT"},     {SIGSTOP, "STOP"}, {SIGTSTP, "TSTP"},
+      {SIGTTIN, "TTIN"}, {SIGTTOU, "TTOU"},     {SIGURG, "URG"},   {SIGXCPU, "XCPU"},
+      {SIGXFSZ, "XFSZ"}, {SIGVTALRM, "VTALRM"}, {SIGPROF, "PROF"}, {SIGWINCH, "WINCH"},
+      {SIGIO, "IO"},     {SIGPWR, "PWR"},       {SIGSYS, "SYS"},
   }};
   for (const Named& s : kSignals)
     if (s.number == sig) return std::string("SIG") + s.name;

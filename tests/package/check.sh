@@ -195,7 +195,7 @@ source_build_case() {
   cp "$dist/dtlaunch-$version-linux-x86_64.tar.gz" "$home/"
   chown -R 65534:65534 "$home"
   if in_root "$rootfs" nobody "sh /tmp/home/src/tests/package/source_build.sh '$version'" >"$log" 2>&1; then
-    row source-build ok "$(tail -n 1 "$log" | cut -c1-90)"
+    row source-build ok "$(tail -n 1 "$log" | cut -c7-130)"
   else
     row source-build FAIL "$(grep -m 1 FAIL "$log" | cut -c1-200)"
     tail -n 60 "$log"
