@@ -210,14 +210,7 @@ install_from_source() {
   cmake --build "$home/build" -j "$jobs" >"$home/build.log" 2>&1 ||
     { tail -n 30 "$home/build.log"; echo "FAIL: build"; return 1; }
   cmake --install "$home/build" --prefix "$home/.local" >/dev/null || { echo "FAIL: install"; return 1; }
-  local name
-  for name in CMakeLists.txt train_min.cpp; do
-    awk -v marker="<!-- consumer:$name -->" '
-      $0 == marker { state = 1; next }
-      state == 1 && /^```/ { state = 2; next }
-      state == 2 && /^```/ { exit }
-      state == 2 { print }' "$root/docs/ddp.md" >"$home/consumer/$name"
-  done
+  sh "$root/tests/ddp/consumer_from_docs.sh" "$root/docs/ddp.md" "$home/consumer" || return 1
   cmake -S "$home/consumer" -B "$home/consumer/build" "${gen[@]}" \
     -DCMAKE_PREFIX_PATH="$home/.local;$prefix" >"$home/consumer.log" 2>&1 &&
     cmake --build "$home/consumer/build" >>"$home/consumer.log" 2>&1 ||

@@ -79,23 +79,18 @@ in_chroot() {
     PYTHONDONTWRITEBYTECODE=1 CTEST_OUTPUT_ON_FAILURE=1 bash -c \"\$0\"" "$1"
 }
 
+# shellcheck source=lib/rootfs.sh
+source "$root/scripts/lib/rootfs.sh"
+
 prepare() {
-  if [[ -f $rootfs/.dtlaunch-stamp && $(cat "$rootfs/.dtlaunch-stamp") == "$stamp" ]]; then
-    echo "libtorch2-check: reusing $rootfs ($suite)"
-  else
-    echo "libtorch2-check: making a $suite root filesystem in $rootfs (about 2 minutes)"
-    rm -rf "$rootfs" "$rootfs.partial"
-    mkdir -p "$work"
-    local list
-    list=$(IFS=,; echo "${packages[*]}")
-    # A mirror that is a snapshot serves sid's Release past its Valid-Until date (seen here:
-    # "expired (invalid since 25d)"); the signatures are still checked.
-    mmdebstrap --mode=root --variant=apt --components=main,contrib --include="$list" \
-      --aptopt='Acquire::Check-Valid-Until "false"' --quiet "$suite" "$rootfs.partial" "$mirror"
-    cp /etc/hosts "$rootfs.partial/etc/hosts"
-    mv "$rootfs.partial" "$rootfs"
-    echo "$stamp" >"$rootfs/.dtlaunch-stamp"
-  fi
+  local list
+  list=$(IFS=,; echo "${packages[*]}")
+  echo -n "libtorch2-check: "
+  # A mirror that is a snapshot serves sid's Release past its Valid-Until date (seen here:
+  # "expired (invalid since 25d)"); the signatures are still checked.
+  ensure_rootfs "$rootfs" "$stamp" "$suite" "$mirror" --variant=apt --components=main,contrib \
+    --include="$list" --aptopt='Acquire::Check-Valid-Until "false"'
+  cp /etc/hosts "$rootfs/etc/hosts"
   if [[ ! -f $rootfs$torch_cuda/.unpacked ]]; then
     # Headers only: the CUDA LibTorch itself (1.4 GB, with NVIDIA's libraries) is not needed
     # to compile, and conflicts with libtorch-dev.

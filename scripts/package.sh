@@ -89,21 +89,14 @@ copy_cli11() {
   done <<<"$files"
 }
 
+# shellcheck source=lib/rootfs.sh
+source "$root/scripts/lib/rootfs.sh"
+
 prepare() {
-  if [[ -f $rootfs/.dtlaunch-stamp && $(cat "$rootfs/.dtlaunch-stamp") == "$stamp" ]]; then
-    echo "package: reusing $rootfs"
-    return
-  fi
-  echo "package: making a bullseye root filesystem in $rootfs (about 2 minutes)"
-  rm -rf "$rootfs" "$rootfs.partial"
-  mkdir -p "$work"
   local list
   list=$(IFS=,; echo "${packages[*]}")
-  mmdebstrap --mode=root --variant=apt --include="$list" --quiet bullseye "$rootfs.partial" \
-    "$mirror"
-  rm -rf "$rootfs.partial/var/lib/apt/lists"/* "$rootfs.partial/var/cache/apt"/*.bin
-  mv "$rootfs.partial" "$rootfs"
-  echo "$stamp" >"$rootfs/.dtlaunch-stamp"
+  echo -n "package: "
+  ensure_rootfs "$rootfs" "$stamp" bullseye "$mirror" --variant=apt --include="$list"
 }
 
 build_launcher() {

@@ -22,16 +22,7 @@ done
 headers=$(find "$prefix/include" -type f | wc -l)
 [[ $headers -eq 1 ]] || { echo "FAIL: $headers headers installed, expected 1"; exit 1; }
 
-# Each file follows a marker line "<!-- consumer:NAME -->" and a fence line in the docs.
-mkdir -p "$work/consumer"
-for name in CMakeLists.txt train_min.cpp; do
-  awk -v marker="<!-- consumer:$name -->" '
-    $0 == marker { state = 1; next }
-    state == 1 && /^```/ { state = 2; next }
-    state == 2 && /^```/ { exit }
-    state == 2 { print }' "$docs" >"$work/consumer/$name"
-  [[ -s $work/consumer/$name ]] || { echo "FAIL: no $name block in $docs"; exit 1; }
-done
+sh "$(dirname "$0")/consumer_from_docs.sh" "$docs" "$work/consumer"
 
 # No build type: the quickest torch/torch.h compile (about 12 s rather than 22 s with -O2 -g).
 cmake -S "$work/consumer" -B "$work/consumer/build" -G "$generator" \

@@ -122,46 +122,28 @@ echo "$out" | grep -q "^# cpus [0-9]" || fail "--cpu-bind numa --dry-run shows n
 echo "PASS: $($d --version), hostnames, Slurm dry-run, local mode, --cpu-bind numa"'
 tarball_script=${tarball_script//@V@/$version}
 
-tarball_case() { # SUITE
-  local dir log=$work/tarball-$1.log
-  dir=$(fresh "minbase-$1") || { row "tarball-$1" FAIL "could not unpack the root filesystem"; return; }
-  if in_root "$dir" nobody "$tarball_script" >"$log" 2>&1; then
-    row "tarball-$1" ok "$(tail -n 1 "$log" | cut -c1-90)"
-  else
-    row "tarball-$1" FAIL "$(grep -m 1 FAIL "$log" | cut -c1-200)"
-    cat "$log"
-  fi
-  rm -rf "$dir"
-}
+wheel_script='set -e
+python3 -m venv "$HOME/venv"
+"$HOME/venv/bin/pip" install --no-index --quiet /dist/dtlaunch-*.whl
+out=$(PATH="$HOME/venv/bin:$PATH" dtlaunch hostlist n1 n2 n3)
+[ "$out" = "n[1-3]" ] || { echo "FAIL: dtlaunch hostlist said: $out"; exit 1; }
+echo "PASS: pip install --no-index; $(command -v "$HOME/venv/bin/dtlaunch") hostlist: $out"'
 
-wheel_case() {
-  local dir log=$work/wheel-trixie.log
-  dir=$(fresh venv-trixie) || { row wheel-trixie FAIL "could not unpack the root filesystem"; return; }
-  if in_root "$dir" nobody 'set -e
-    python3 -m venv "$HOME/venv"
-    "$HOME/venv/bin/pip" install --no-index --quiet /dist/dtlaunch-*.whl
-    out=$(PATH="$HOME/venv/bin:$PATH" dtlaunch hostlist n1 n2 n3)
-    [ "$out" = "n[1-3]" ] || { echo "FAIL: dtlaunch hostlist said: $out"; exit 1; }
-    echo "PASS: pip install --no-index; $(command -v "$HOME/venv/bin/dtlaunch") hostlist: $out"' \
-    >"$log" 2>&1; then
-    row wheel-trixie ok "$(tail -n 1 "$log" | cut -c1-90)"
-  else
-    row wheel-trixie FAIL "$(tail -n 1 "$log" | cut -c1-200)"
-    cat "$log"
-  fi
-  rm -rf "$dir"
-}
+deb_script='out=$(/usr/bin/dtlaunch --version) || { echo "FAIL: /usr/bin/dtlaunch --version: $out"; exit 1; }
+ls /usr/share/dtlaunch/sbatch/*.sbatch /usr/share/doc/dtlaunch/README.md >/dev/null || exit 1
+echo "PASS: dpkg -i; $out"'
 
-deb_case() {
-  local dir log=$work/deb-trixie.log
-  dir=$(fresh minbase-trixie) || { row deb-trixie FAIL "could not unpack the root filesystem"; return; }
-  if in_root "$dir" root "dpkg -i /dist/dtlaunch_${version}_amd64.deb" >"$log" 2>&1 &&
-    in_root "$dir" nobody 'out=$(/usr/bin/dtlaunch --version) && echo "PASS: dpkg -i; $out" &&
-      ls /usr/share/dtlaunch/sbatch/*.sbatch /usr/share/doc/dtlaunch/README.md >/dev/null' \
-      >>"$log" 2>&1; then
-    row deb-trixie ok "$(tail -n 1 "$log" | cut -c1-90)"
+# chroot_case NAME ROOTFS ROOT_COMMAND USER_COMMAND: in a fresh tree of ROOTFS (a tar of
+# rootfs_tar), ROOT_COMMAND as root when there is one, then USER_COMMAND as uid 65534. The last
+# line it prints is the row's note; on failure, its first line that starts with FAIL.
+chroot_case() {
+  local name=$1 dir log=$work/$1.log
+  dir=$(fresh "$2") || { row "$name" FAIL "could not unpack the root filesystem"; return; }
+  if { [[ -z $3 ]] || in_root "$dir" root "$3"; } >"$log" 2>&1 &&
+    in_root "$dir" nobody "$4" >>"$log" 2>&1; then
+    row "$name" ok "$(tail -n 1 "$log" | cut -c1-100)"
   else
-    row deb-trixie FAIL "$(tail -n 1 "$log" | cut -c1-200)"
+    row "$name" FAIL "$({ grep -m 1 '^FAIL' "$log" || tail -n 1 "$log"; } | cut -c1-200)"
     cat "$log"
   fi
   rm -rf "$dir"
@@ -212,10 +194,10 @@ fi
 for f in "dtlaunch-$version-linux-x86_64.tar.gz" "dtlaunch_${version}_amd64.deb"; do
   [[ -f $dist/$f ]] || { echo "FAILED: no $dist/$f: run scripts/package.sh first"; exit 1; }
 done
-tarball_case bullseye
-tarball_case trixie
-wheel_case
-deb_case
+chroot_case tarball-bullseye minbase-bullseye "" "$tarball_script"
+chroot_case tarball-trixie minbase-trixie "" "$tarball_script"
+chroot_case wheel-trixie venv-trixie "" "$wheel_script"
+chroot_case deb-trixie minbase-trixie "dpkg -i /dist/dtlaunch_${version}_amd64.deb" "$deb_script"
 golden_case
 [[ ${SKIP_SOURCE_BUILD:-0} == 1 ]] || source_build_case
 

@@ -20,17 +20,8 @@ cmake --install build --prefix "$HOME/.local" >install.log 2>&1 ||
   { cat install.log; fail "cmake --install --prefix ~/.local"; }
 [ -f "$HOME/.local/lib/cmake/dtlaunch/dtlaunchConfig.cmake" ] || fail "no dtlaunchConfig.cmake"
 
-# The user's project: docs/ddp.md's minimal program and its CMakeLists.txt, each after a marker
-# line "<!-- consumer:NAME -->" and a fence (as tests/ddp/install_test.sh reads them).
-mkdir -p consumer
-for name in CMakeLists.txt train_min.cpp; do
-  awk -v marker="<!-- consumer:$name -->" '
-    $0 == marker { state = 1; next }
-    state == 1 && /^```/ { state = 2; next }
-    state == 2 && /^```/ { exit }
-    state == 2 { print }' src/docs/ddp.md >"consumer/$name"
-  [ -s "consumer/$name" ] || fail "no $name block in docs/ddp.md"
-done
+# The user's project: docs/ddp.md's minimal program and its CMakeLists.txt.
+sh src/tests/ddp/consumer_from_docs.sh src/docs/ddp.md consumer || fail "the program in docs/ddp.md"
 cmake -S consumer -B consumer/build -G Ninja -DCMAKE_PREFIX_PATH="$HOME/.local" \
   >consumer.log 2>&1 || { cat consumer.log; fail "configure of the user's project"; }
 cmake --build consumer/build >>consumer.log 2>&1 || { tail -n 60 consumer.log; fail "build of the user's project"; }
