@@ -123,6 +123,19 @@ write_config() {
     for ((k = 1; k <= n; k++)); do echo "$(node_addr "$k") $(node_name "$k")"; done
   } >"$BASE/etc/hosts"
 
+  # srun listens on a port of SrunPortRange for each step. Inside the kernel's ephemeral range
+  # (32768-60999 by default) those ports are also handed to outgoing connections, and after the
+  # thousands of short connections of the tests before it (Gloo ranks, stores) every one of them
+  # could be taken or in TIME_WAIT: seen at the end of a whole suite, "sock_bind_listen_range:
+  # all ports in range (60001, 60999) exhausted". So the range sits just outside the ephemeral
+  # one, as dtlaunch's own MASTER_PORT range does (lib/launch/port.hpp).
+  local eph_lo eph_hi srun_ports
+  read -r eph_lo eph_hi </proc/sys/net/ipv4/ip_local_port_range
+  if ((eph_hi + 1000 <= 65535)); then
+    srun_ports="$((eph_hi + 1))-$((eph_hi + 1000))"
+  else
+    srun_ports="$((eph_lo - 1000))-$((eph_lo - 1))"
+  fi
   local gres="" nodes="${PREFIX}[1-$n]"
   ((n > 1)) || nodes="${PREFIX}1"
   ((GPUS == 0)) || gres="Gres=gpu:$GPUS"
@@ -132,7 +145,7 @@ ClusterName=dtlaunch
 SlurmctldHost=$CTLD_NAME($SUBNET.1)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=6818
-SrunPortRange=60001-60999
+SrunPortRange=$srun_ports
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge

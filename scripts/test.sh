@@ -67,12 +67,13 @@ if ((!fast)); then
     exit $built
   ) >build-libtorch2-trixie/background.log 2>&1 &
   libtorch2_build=$!
-  # The release files: the root filesystems first (downloading), then the launcher's build.
+  # The release files: the root filesystems first (downloading, then unpacking: CPU that build/
+  # would otherwise miss, hence nice 19 too), then the launcher's build.
   mkdir -p build-package
   (
     set -e
-    scripts/package.sh --prepare
-    tests/package/check.sh --prepare
+    nice -n 19 scripts/package.sh --prepare
+    nice -n 19 tests/package/check.sh --prepare
     nice -n 19 scripts/package.sh
     echo "release files built in the background, done at $((SECONDS - start))s"
   ) >build-package/background.log 2>&1 &
