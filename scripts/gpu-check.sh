@@ -204,12 +204,15 @@ install_from_source() {
   rm -rf "$home" && mkdir -p "$home/consumer"
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
+  local cuda=(-DCUDAToolkit_ROOT="$cuda_home")
+  [[ -x $cuda_home/bin/nvcc ]] && cuda+=(-DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc")
   cmake -S "$root" -B "$home/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-    -DDTLAUNCH_BUILD_LAUNCHER=OFF -DCUDAToolkit_ROOT="$cuda_home" >"$home/configure.log" 2>&1 ||
+    -DDTLAUNCH_BUILD_LAUNCHER=OFF "${cuda[@]}" >"$home/configure.log" 2>&1 ||
     { tail -n 30 "$home/configure.log"; echo "FAIL: configure"; return 1; }
+  grep -A3 'dtlaunch: ' "$home/configure.log"
   cmake --build "$home/build" -j "$jobs" >"$home/build.log" 2>&1 ||
     { tail -n 30 "$home/build.log"; echo "FAIL: build"; return 1; }
-  cmake --install "$home/build" --prefix "$home/.local" >/dev/null || { echo "FAIL: install"; return 1; }
+  cmake --install "$home/build" --prefix "$home/.local" || { echo "FAIL: install"; return 1; }
   sh "$root/tests/ddp/consumer_from_docs.sh" "$root/docs/ddp.md" "$home/consumer" || return 1
   cmake -S "$home/consumer" -B "$home/consumer/build" "${gen[@]}" \
     -DCMAKE_PREFIX_PATH="$home/.local;$prefix" >"$home/consumer.log" 2>&1 &&
