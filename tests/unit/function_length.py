@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""No function of lib/ or apps/ is over 80 lines, checked on their source text.
+"""No function of lib/ or apps/ is over 80 lines, no class or struct over 300, and no source
+file of lib/ over 800, checked on their source text.
 
 A function that long holds several steps in one piece; it is cut into named steps instead
 (issue 25). A function's length counts its lines from the one that names it (where its
 parameter list opens) to the one that closes its body, both included, as ctags's line and end
 fields do; a lambda counts in the function around it and on its own.
 
-Usage: function_length.py SOURCE_DIR. Prints one line per function over the limit
+A class's or struct's length counts from the line of its key word to the one that closes its
+body, as ctags's line and end fields do for kinds c and s (member functions defined outside the
+body do not count): a class that long does several jobs (issue 36).
+
+Usage: function_length.py SOURCE_DIR. Prints one line per function or class over its limit
 ("FILE:LINE: N lines, over 80") and exits 1, or prints how many bodies it read and the longest,
 and exits 0. It reads the text, not the grammar: a body is a '{' whose code before it (comments,
 strings and qualifiers such as const, noexcept or "-> T" aside) ends with a ')' that closes
@@ -20,6 +25,13 @@ import re
 import sys
 
 LIMIT = 80
+CLASS_LIMIT = 300
+FILE_LIMIT = 800  # lines of a source file of lib/
+# The head of a class or struct body (not an enum's): the key word, an export macro, the name,
+# template arguments of a specialization, then "final" or base classes.
+CLASS_HEAD = re.compile(r"(?:^|[;{}]|(?<!enum)\s)(class|struct)\s+(?:alignas\s*\([^)]*\)\s*)?"
+                        r"(?:[A-Z][A-Z0-9_]*\s+)?"
+                        r"[A-Za-z_]\w*(?:\s*<[^;{}]*>)?(?:\s+final)?(?:\s*:[^;{}()]*(?:<[^;{}]*>)?[^;{}()]*)?\s*$")
 WINDOW = 4000  # characters before a brace that can belong to its signature
 SOURCES = (".cpp", ".hpp", ".h", ".cc")
 NOT_A_FUNCTION = {"if", "for", "while", "switch", "catch"}
@@ -132,9 +144,19 @@ def parameter_list_of(code_before: str):
     return None
 
 
+def class_head_start(code_before: str):
+    """Where the key word stands when the '{' after `code_before` opens a class's or struct's
+    body, else None."""
+    match = CLASS_HEAD.search(code_before[-1000:])
+    if match is None:
+        return None
+    return len(code_before) - len(code_before[-1000:]) + match.start(1)
+
+
 def bodies(text: str):
-    """(first line, line count) of every function or lambda body; raises ValueError on a file
-    whose braces do not pair up."""
+    """(first line, line count, kind) of every function or lambda body (kind "function") and
+    every class or struct body (kind "class"); raises ValueError on a file whose braces do not
+    pair up."""
     code = blank_out(text)
     line_starts = [0] + [m.end() for m in re.finditer("\n", code)]
 
@@ -147,46 +169,57 @@ def bodies(text: str):
             # What decides is just before the brace: a signature and its member initializers.
             window = max(0, match.start() - WINDOW)
             start = parameter_list_of(code[window:match.start()])
-            open_braces.append(None if start is None else window + start)
+            if start is not None:
+                open_braces.append((window + start, "function"))
+                continue
+            start = class_head_start(code[window:match.start()])
+            open_braces.append(None if start is None else (window + start, "class"))
             continue
         if not open_braces:
             raise ValueError(f"a '}}' on line {line_of(match.start())} closes nothing")
-        start = open_braces.pop()
-        if start is not None:
-            first = line_of(start)
-            found.append((first, line_of(match.start()) - first + 1))
+        opened = open_braces.pop()
+        if opened is not None:
+            first = line_of(opened[0])
+            found.append((first, line_of(match.start()) - first + 1, opened[1]))
     if open_braces:
         raise ValueError("a '{' is never closed")
     return found
 
 
 def check(root: pathlib.Path):
-    """The problems (functions over the limit, files that cannot be read) and every body's
-    (length, "FILE:LINE")."""
-    problems, lengths = [], []
+    """The problems (functions and classes over their limits, files that cannot be read), every
+    function body's and every class body's (length, "FILE:LINE")."""
+    problems, lengths, classes = [], [], []
     for path in sorted(p for top in ("lib", "apps") for p in (root / top).rglob("*")
                        if p.suffix in SOURCES and p.is_file()):
         name = path.relative_to(root)
+        text = path.read_text(errors="replace")
+        if name.parts[0] == "lib" and text.count("\n") > FILE_LIMIT:
+            problems.append(f"{name}: {text.count(chr(10))} lines, over {FILE_LIMIT} for a file")
         try:
-            found = bodies(path.read_text(errors="replace"))
+            found = bodies(text)
         except ValueError as e:
             problems.append(f"{name}: cannot be read for function lengths: {e}")
             continue
-        lengths += [(count, f"{name}:{line}") for line, count in found]
-        problems += [f"{name}:{line}: {count} lines, over {LIMIT}" for line, count in found
-                     if count > LIMIT]
-    return problems, lengths
+        lengths += [(count, f"{name}:{line}") for line, count, kind in found if kind == "function"]
+        classes += [(count, f"{name}:{line}") for line, count, kind in found if kind == "class"]
+        problems += [f"{name}:{line}: {count} lines, over {LIMIT}" for line, count, kind in found
+                     if kind == "function" and count > LIMIT]
+        problems += [f"{name}:{line}: class of {count} lines, over {CLASS_LIMIT}"
+                     for line, count, kind in found if kind == "class" and count > CLASS_LIMIT]
+    return problems, lengths, classes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source_dir", type=pathlib.Path, help="the repository's root")
     root = parser.parse_args().source_dir.resolve()
-    problems, lengths = check(root)
-    if not lengths:
-        problems.append(f"no function bodies found under {root}: wrong SOURCE_DIR?")
+    problems, lengths, classes = check(root)
+    if not lengths or not classes:
+        problems.append(f"no function or class bodies found under {root}: wrong SOURCE_DIR?")
     print("\n".join(problems) if problems else
-          "%d function bodies read; the longest, %d lines, at %s" % (len(lengths), *max(lengths)))
+          "%d function bodies read; the longest, %d lines, at %s; %d class bodies, the longest, "
+          "%d lines, at %s" % (len(lengths), *max(lengths), len(classes), *max(classes)))
     return 1 if problems else 0
 
 if __name__ == "__main__":
