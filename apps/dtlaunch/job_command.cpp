@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/parse.hpp"
 #include "job/driver.hpp"
+#include "job/job.hpp"
 
 namespace dtlaunch {
 
@@ -76,6 +77,14 @@ CLI::App* add_job_options(CLI::App& app, JobCommand& command) {
          "seconds after the first failure before a step that does not end is aborted, then "
          "cancelled with scancel (default 30)")
       ->type_name("SECONDS");
+  sub->add_option_function<std::string>(
+         "--no-retry-exit",
+         [&o](const std::string& text) {
+           o.no_retry_exits = job::parse_exit_statuses("--no-retry-exit", text);
+         },
+         "the program's exit statuses that a restart cannot fix, e.g. 3,10-12: a task that "
+         "exits with one ends the job with that status")
+      ->type_name("CODES");
   sub->add_flag("--watch", o.watch,
                 "run each task as dtlaunch --watch PROGRAM (programs without dtlaunch's runtime, "
                 "Python included)");

@@ -325,9 +325,10 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
     if (nodes.size() < sizes.min_nodes) {
       result = "stopped: " + std::to_string(nodes.size()) + " healthy node(s) left (" +
                hostlist::compress(std::vector<std::string>(excluded.begin(), excluded.end())) +
-               " excluded), " + std::to_string(sizes.min_nodes) +
-               " needed; the spares are used up (--min-nodes lets a program that can change its "
-               "world size go on with fewer)";
+               " excluded), " + std::to_string(sizes.min_nodes) + " needed; the spares are used up";
+      // Advice only where it can help: not when --min-nodes was given, nor already at 1.
+      if (!options.min_nodes && sizes.min_nodes > 1)
+        result += " (--min-nodes lets a program that can change its world size go on with fewer)";
       break;
     }
     for (const auto& [name, value] : attempt_environment(restart))
@@ -339,7 +340,7 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
     AttemptRecord record;
     record.attempt = restart + 1;
     record.nodes = nodes;
-    record.outcome = classify(run.evidence, nodes, run.status);
+    record.outcome = classify(run.evidence, nodes, run.status, options.no_retry_exits);
     record.wall = run.wall;
     record.stop = run.stop;
     status = record.outcome.exit_status;
@@ -362,6 +363,10 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
     if (restart == options.max_restarts) {
       result = "stopped: the restart budget (--max-restarts " +
                std::to_string(options.max_restarts) + ") is spent";
+      break;
+    }
+    if (const auto why = repeated_failure(attempts)) {
+      result = "stopped: " + *why;
       break;
     }
     excluded.insert(record.outcome.culprits.begin(), record.outcome.culprits.end());

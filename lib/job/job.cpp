@@ -5,6 +5,7 @@
 #include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "core/parse.hpp"
+#include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
 #include "launch/tasks_per_node.hpp"
 
@@ -59,6 +60,25 @@ Allocation read_allocation(const core::EnvMap& env) {
     a.cpus_per_task = *cpus;
   }
   return a;
+}
+
+std::set<int> parse_exit_statuses(std::string_view flag, std::string_view text) {
+  std::set<int> statuses;
+  for (std::string_view rest = text;;) {
+    const auto comma = rest.find(',');
+    const std::string_view part = rest.substr(0, comma);
+    const auto dash = part.find('-');
+    const auto first = core::parse_uint(part.substr(0, dash), 255);
+    const auto last = dash == std::string_view::npos ? first : core::parse_uint(part.substr(dash + 1), 255);
+    if (!first || !last || *first < 1 || *last < *first)
+      throw Error::bad_env(flag, text,
+                           "'" + core::excerpt(part, 40, core::Quote::kNone) +
+                               "' is not an exit status or a range of them: expected statuses in "
+                               "1..255, comma-separated, ranges as 10-12");
+    for (auto status = *first; status <= *last; ++status) statuses.insert(static_cast<int>(status));
+    if (comma == std::string_view::npos) return statuses;
+    rest.remove_prefix(comma + 1);
+  }
 }
 
 Sizes decide_sizes(const Allocation& allocation, const JobOptions& options) {

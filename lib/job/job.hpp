@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/env_map.hpp"
@@ -37,10 +38,17 @@ struct JobOptions {
   std::optional<std::uint32_t> tasks_per_node;  // --ntasks-per-node: default the allocation's
   std::chrono::milliseconds stop_grace{std::chrono::seconds(30)};  // --stop-grace
   bool watch = false;                                              // run dtlaunch --watch PROGRAM
+  // --no-retry-exit: the program's exit statuses that mean "a restart cannot help" (a corrupt
+  // dataset, a config error): an attempt in which a task exits with one of them ends the job.
+  std::set<int> no_retry_exits;
   std::vector<std::string> srun_args;    // --srun-arg, verbatim, before dtlaunch
   std::vector<std::string> launch_args;  // options for each task's dtlaunch
   std::vector<std::string> program;      // PROGRAM ARGS
 };
+
+// --no-retry-exit's value: exit statuses 1-255, comma-separated, ranges allowed ("3,10-12").
+// Throws Error (bad input, 2) naming `flag` and the part that is wrong.
+std::set<int> parse_exit_statuses(std::string_view flag, std::string_view text);
 
 // The sizes the job runs with; throws Error (2) when they do not fit the allocation.
 struct Sizes {

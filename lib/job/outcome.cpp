@@ -260,12 +260,58 @@ std::optional<Outcome> silent_nodes(const Evidence& e, const std::vector<std::st
       "the others lost their peers (exit 76) and " + list(silent) + " reported nothing", silent);
 }
 
+// --no-retry-exit: the first task srun saw exit with one of the user's statuses.
+std::optional<Outcome> not_worth_retrying(const Evidence& e, const std::set<int>& no_retry_exits) {
+  for (const auto& f : e.failures) {
+    if (f.status < 1 || f.status > 255 || !no_retry_exits.count(f.status)) continue;
+    return stop_with(Verdict::kPermanent, f.status,
+                     "tasks " + f.tasks + " on " + f.node + " exited " +
+                         std::to_string(f.status) + ", one of --no-retry-exit's statuses",
+                     {f.node});
+  }
+  return std::nullopt;
+}
+
+// The culprits' own statuses (not 75 or 76, which follow another's end) and the collective the
+// first lost rank was last in, as the runtime wrote it ("last in all_reduce #9").
+std::string signature_of(const Evidence& e, const Outcome& o) {
+  std::set<int> statuses;
+  for (const auto& f : e.failures)
+    if (o.culprits.count(f.node) && f.status > 0 && f.status != kPeerLostStatus &&
+        f.status != kPreemptedStatus)
+      statuses.insert(f.status);
+  std::string signature;
+  for (int status : statuses) signature += (signature.empty() ? "" : ", ") + status_text(status);
+  constexpr std::string_view kLastIn = "last in ";
+  const std::string_view lost = e.first_lost_message;
+  if (const auto at = lost.find(kLastIn); at != std::string_view::npos) {
+    const std::string_view where = lost.substr(at + kLastIn.size());
+    const auto end = where.find_first_of(";,)");
+    signature += (signature.empty() ? "" : ", ") + std::string(where.substr(0, end));
+  }
+  return signature;
+}
+
 }  // namespace
 
-// The evidence in the order of docs/resilience.md's table: the first step that has something
-// to go by decides.
-Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int srun_status) {
+std::optional<std::string> repeated_failure(const std::vector<AttemptRecord>& attempts) {
+  if (attempts.size() < 2) return std::nullopt;
+  const auto& last = attempts.back().outcome;
+  const auto& before = attempts[attempts.size() - 2].outcome;
+  if (last.verdict != Verdict::kRestart || before.verdict != Verdict::kRestart ||
+      last.signature.empty() || last.signature != before.signature)
+    return std::nullopt;
+  return "attempts " + std::to_string(attempts.size() - 1) + " and " +
+         std::to_string(attempts.size()) + " failed the same way (" + last.signature +
+         ") on different nodes: a restart is not helping; the program's output above says why";
+}
+
+namespace {
+
+Outcome classify_without_signature(const Evidence& e, const std::vector<std::string>& nodes,
+                                   int srun_status, const std::set<int>& no_retry_exits) {
   if (srun_status == 0 && !e.cancelled) return stop_with(Verdict::kSucceeded, 0, "completed");
+  if (auto o = not_worth_retrying(e, no_retry_exits)) return *o;
   if (auto o = preempted(e)) return *o;
   if (auto o = preflight_failed(e, nodes)) return *o;
   if (auto o = peers_named_lost(e, nodes, srun_status)) return *o;
@@ -276,6 +322,17 @@ Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int s
                    (e.cancelled ? "the step did not end and was cancelled"
                                 : "srun ended with " + status_text(srun_status)) +
                        "; no node to blame");
+}
+
+}  // namespace
+
+// The evidence in the order of docs/resilience.md's table: the first step that has something
+// to go by decides.
+Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int srun_status,
+                 const std::set<int>& no_retry_exits) {
+  Outcome o = classify_without_signature(e, nodes, srun_status, no_retry_exits);
+  if (o.verdict == Verdict::kRestart) o.signature = signature_of(e, o);
+  return o;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -47,10 +48,17 @@ struct Outcome {
   std::set<std::string> culprits;  // to exclude
   std::string cause;               // one line
   int exit_status = 0;             // what the job exits with if it stops here
+  // How it failed, without where: the culprits' own statuses ("exit 3", "signal 11") and the
+  // collective the lost rank was last in when the runtime named it ("all_reduce #799"). Empty
+  // when nothing says how (a node that went silent): two attempts that failed the same way
+  // stop the job (repeated_failure).
+  std::string signature;
 };
 
-// `nodes` are the attempt's nodes; `srun_status` srun's exit status (128+N for a signal).
-Outcome classify(const Evidence& evidence, const std::vector<std::string>& nodes, int srun_status);
+// `nodes` are the attempt's nodes; `srun_status` srun's exit status (128+N for a signal);
+// `no_retry_exits` --no-retry-exit's statuses: a task that exits with one ends the job.
+Outcome classify(const Evidence& evidence, const std::vector<std::string>& nodes, int srun_status,
+                 const std::set<int>& no_retry_exits = {});
 
 // One attempt, for the per-attempt line and the summary.
 struct AttemptRecord {
@@ -61,6 +69,11 @@ struct AttemptRecord {
   // From the first failure srun reported to the step's end (0 when none): how long stopping took.
   std::chrono::milliseconds stop{0};
 };
+
+// Why to stop rather than restart after the last of `attempts` failed: it and the one before
+// failed the same way (the same signature), so a restart on other nodes is not helping (the
+// restart loops of Megatron-LM #5281). nullopt to go on.
+std::optional<std::string> repeated_failure(const std::vector<AttemptRecord>& attempts);
 
 std::string attempt_line(const AttemptRecord& record);
 std::string summary_table(const std::vector<AttemptRecord>& attempts, std::string_view result);

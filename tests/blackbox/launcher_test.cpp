@@ -517,3 +517,11 @@ TEST_CASE("blackbox: subcommands take arguments verbatim, and are subcommands on
       check_refused(r, c.status, c.out);
   }
 }
+
+// Issue 35: `dtlaunch job --no-retry-exit` names the part of its value that is not a status.
+TEST_CASE("blackbox: dtlaunch job --no-retry-exit refuses what is not a list of exit statuses") {
+  check_refused(launch(slurm_step_env(), {"job", "--no-retry-exit", "3,x", "--", kChild}), 2,
+                "--no-retry-exit='3,x': 'x' is not an exit status");
+  check_refused(launch(slurm_step_env(), {"job", "--no-retry-exit", "0", "--", kChild}), 2,
+                "expected statuses in 1..255");
+}

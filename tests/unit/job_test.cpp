@@ -2,6 +2,7 @@
 // command line and what an attempt's output says about the culprit.
 #include "job/job.hpp"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -287,4 +288,81 @@ TEST_CASE("job: the attempt line and the summary name the culprit and the cause"
   const std::string json = summary_json({r}, "done", 0);
   CHECK(json.find("\"culprits\": [\"cn2\"]") != std::string::npos);
   CHECK(json.find("\"nodes\": \"cn[1-3]\"") != std::string::npos);
+}
+
+TEST_CASE("job: --no-retry-exit's statuses end the job, other statuses still restart") {
+  const std::set<int> no_retry = parse_exit_statuses("--no-retry-exit", "3,10-12");
+  CHECK(no_retry == std::set<int>{3, 10, 11, 12});
+  const auto crash = evidence_of({"srun: error: cn2: task 3: Exited with exit code 11",
+                                  "srun: error: cn1: tasks 0-1: Exited with exit code 76"});
+  const Outcome stopped = classify(crash, kNodes, 1, no_retry);
+  CHECK(stopped.verdict == Verdict::kPermanent);
+  CHECK(stopped.exit_status == 11);
+  CHECK(stopped.cause.find("--no-retry-exit") != std::string::npos);
+  CHECK(classify(crash, kNodes, 1, {1, 2}).verdict == Verdict::kRestart);
+  CHECK(classify(crash, kNodes, 1).verdict == Verdict::kRestart);
+  // 76 is the survivors' "peer lost", never the listed status of the culprit.
+  CHECK(classify(crash, kNodes, 1, {76}).verdict == Verdict::kPermanent);
+}
+
+TEST_CASE("job: --no-retry-exit's value is checked") {
+  for (const char* bad : {"", "0", "256", "3,", "a", "12-10", "3-", "-3", "1,,2", "3 4"}) {
+    INFO(bad);
+    CHECK(status_of([&] { parse_exit_statuses("--no-retry-exit", bad); }) == 2);
+  }
+  try {
+    parse_exit_statuses("--no-retry-exit", "3,x");
+    FAIL("no error");
+  } catch (const core::Error& e) {
+    CHECK(std::string(e.what()).find("--no-retry-exit") != std::string::npos);
+    CHECK(std::string(e.what()).find("'x'") != std::string::npos);
+  }
+  CHECK(parse_exit_statuses("--no-retry-exit", "255") == std::set<int>{255});
+}
+
+TEST_CASE("job: two attempts that fail the same way stop the job") {
+  const auto attempt = [](std::uint32_t n, const std::vector<std::string>& lines) {
+    AttemptRecord r;
+    r.attempt = n;
+    r.nodes = kNodes;
+    r.outcome = classify(evidence_of(lines), kNodes, 1);
+    return r;
+  };
+  const auto exit1_on = [&](std::uint32_t n, const std::string& node) {
+    return attempt(n, {"srun: error: " + node + ": task 3: Exited with exit code 1"});
+  };
+  const std::string lost_at_9 =
+      "dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) exited (its "
+      "connection closed), seen by rank 1, last in all_reduce #9";
+  struct Case {
+    const char* name;
+    std::vector<AttemptRecord> attempts;
+    bool stops;
+  };
+  const Case cases[] = {
+      {"one attempt", {exit1_on(1, "cn2")}, false},
+      {"exit 1 twice, on different nodes", {exit1_on(1, "cn2"), exit1_on(2, "cn3")}, true},
+      {"exit 1, then exit 4",
+       {exit1_on(1, "cn2"), attempt(2, {"srun: error: cn3: task 3: Exited with exit code 4"})},
+       false},
+      {"the same collective twice", {attempt(1, {lost_at_9}), attempt(2, {lost_at_9})}, true},
+      {"lost at different collectives",
+       {attempt(1, {lost_at_9}), attempt(2, {lost_at_9.substr(0, lost_at_9.size() - 1) + "42"})},
+       false},
+      {"silent nodes say nothing of how",
+       {attempt(1, {"srun: error: cn1: tasks 0-1: Exited with exit code 76"}),
+        attempt(2, {"srun: error: cn1: tasks 0-1: Exited with exit code 76"})},
+       false},
+      {"a loop is the last two, not any two",
+       {exit1_on(1, "cn2"), attempt(2, {lost_at_9}), exit1_on(3, "cn1")},
+       false},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    const auto why = repeated_failure(c.attempts);
+    CHECK(why.has_value() == c.stops);
+    if (why) CHECK(why->find("failed the same way") != std::string::npos);
+  }
+  CHECK(exit1_on(1, "cn2").outcome.signature == "exit 1");
+  CHECK(attempt(1, {lost_at_9}).outcome.signature == "all_reduce #9");
 }
