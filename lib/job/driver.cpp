@@ -323,12 +323,7 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
   for (std::uint32_t restart = 0;; ++restart) {
     auto nodes = choose_nodes(allocation.nodes, excluded, sizes.nodes);
     if (nodes.size() < sizes.min_nodes) {
-      result = "stopped: " + std::to_string(nodes.size()) + " healthy node(s) left (" +
-               hostlist::compress(std::vector<std::string>(excluded.begin(), excluded.end())) +
-               " excluded), " + std::to_string(sizes.min_nodes) + " needed; the spares are used up";
-      // Advice only where it can help: not when --min-nodes was given, nor already at 1.
-      if (!options.min_nodes && sizes.min_nodes > 1)
-        result += " (--min-nodes lets a program that can change its world size go on with fewer)";
+      result = out_of_nodes(nodes.size(), excluded, sizes, options);
       break;
     }
     for (const auto& [name, value] : attempt_environment(restart))

@@ -110,6 +110,18 @@ Sizes decide_sizes(const Allocation& allocation, const JobOptions& options) {
   return s;
 }
 
+std::string out_of_nodes(std::size_t left, const std::set<std::string>& excluded,
+                         const Sizes& sizes, const JobOptions& options) {
+  std::string line =
+      "stopped: " + std::to_string(left) + " healthy node(s) left (" +
+      hostlist::compress(std::vector<std::string>(excluded.begin(), excluded.end())) +
+      " excluded), " + std::to_string(sizes.min_nodes) + " needed; the spares are used up";
+  // Not when --min-nodes was given (the user chose), nor when one node is already enough.
+  if (!options.min_nodes && sizes.min_nodes > 1)
+    line += " (--min-nodes lets a program that can change its world size go on with fewer)";
+  return line;
+}
+
 std::vector<std::string> choose_nodes(const std::vector<std::string>& allocation,
                                       const std::set<std::string>& excluded, std::uint32_t want) {
   std::vector<std::string> chosen;

@@ -59,6 +59,11 @@ struct Sizes {
 };
 Sizes decide_sizes(const Allocation& allocation, const JobOptions& options);
 
+// The stop line when fewer than --min-nodes healthy nodes are left (`left` of them, `excluded`
+// excluded); it advises --min-nodes only where that can help.
+std::string out_of_nodes(std::size_t left, const std::set<std::string>& excluded,
+                         const Sizes& sizes, const JobOptions& options);
+
 // The nodes of the next attempt: the first `want` nodes of the allocation that are not
 // excluded, so the nodes of the last attempt that were not excluded (its victims) are kept and
 // spares fill the gaps in allocation order. Fewer when not enough are left; the caller decides.

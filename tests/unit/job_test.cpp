@@ -366,3 +366,20 @@ TEST_CASE("job: two attempts that fail the same way stop the job") {
   CHECK(exit1_on(1, "cn2").outcome.signature == "exit 1");
   CHECK(attempt(1, {lost_at_9}).outcome.signature == "all_reduce #9");
 }
+
+TEST_CASE("job: out of nodes, --min-nodes is advised only where it can help") {
+  Sizes sizes;
+  sizes.nodes = 3;
+  sizes.min_nodes = 3;
+  JobOptions options;
+  const std::string advice = "--min-nodes lets";
+  const std::string line = out_of_nodes(2, {"cn2"}, sizes, options);
+  CHECK(line.find("2 healthy node(s) left (cn2 excluded), 3 needed") != std::string::npos);
+  CHECK(line.find(advice) != std::string::npos);
+  options.min_nodes = 2;
+  sizes.min_nodes = 2;
+  CHECK(out_of_nodes(1, {"cn2", "cn3"}, sizes, options).find(advice) == std::string::npos);
+  options.min_nodes.reset();
+  sizes.nodes = sizes.min_nodes = 1;
+  CHECK(out_of_nodes(0, {"cn1", "cn2"}, sizes, options).find(advice) == std::string::npos);
+}
