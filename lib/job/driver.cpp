@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,9 +36,16 @@ using std::chrono::milliseconds;
 volatile sig_atomic_t g_srun_pid = 0;
 volatile sig_atomic_t g_stop_signal = 0;
 
+// SIGUSR1 and SIGUSR2 go to srun, which passes them to the tasks. SIGTERM, SIGINT and SIGHUP
+// do not: srun answers SIGTERM with "forcing job termination" (the tasks are SIGKILLed, and a
+// program that checkpoints on SIGTERM never sees it) and a single SIGINT with a status line.
+// They stop the job, and the main loop delivers them to the step's tasks (deliver_to_tasks).
 void forward_signal(int sig) {
+  if (sig == SIGUSR1 || sig == SIGUSR2) {
+    if (g_srun_pid > 0) ::kill(static_cast<pid_t>(g_srun_pid), sig);
+    return;
+  }
   g_stop_signal = sig;
-  if (g_srun_pid > 0) ::kill(static_cast<pid_t>(g_srun_pid), sig);
 }
 
 void install_forwarding() {
@@ -71,6 +79,50 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) throw core::Error::system("cannot start " + argv[0], rc);
+  return pid;
+}
+
+// srun dies with the driver: a SIGKILL of `dtlaunch job` (the OOM killer, a hard kill of the
+// batch step) would otherwise leave the step running with nobody to stop it. SIGTERM, not
+// SIGKILL: srun answers it by ending the step, where a killed srun leaves its step to run on.
+// Forked, not posix_spawn'ed, for PR_SET_PDEATHSIG; an exec failure comes back through a
+// close-on-exec pipe as errno.
+pid_t spawn_srun(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) throw core::Error::system("cannot create a pipe", errno);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    throw core::Error::system("cannot start " + argv[0], e);
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // the driver died before prctl
+    ::dup2(out_fd, STDOUT_FILENO);
+    ::dup2(err_fd, STDERR_FILENO);
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+    ::execvp(args[0], args.data());
+    const int e = errno;
+    [[maybe_unused]] const ssize_t n = ::write(report[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  ::close(report[1]);
+  int exec_errno = 0;
+  ssize_t n;
+  while ((n = ::read(report[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    throw core::Error::system("cannot start " + argv[0], exec_errno);
+  }
   return pid;
 }
 
@@ -193,19 +245,21 @@ void pump_ready(Stream (&streams)[2], proc::Console& console, Evidence& evidence
   for (int fd : {STDOUT_FILENO, STDERR_FILENO}) console.flush(fd);
 }
 
-// Ends a step that does not end after a failure (a cut-off node's slurmstepd does not answer):
-// `grace` after the first failure srun's own abort (SIGINT twice), 5 s later scancel of the
-// job's running steps, 10 s after that SIGKILL of srun.
+// Ends a step that does not end after a failure (a cut-off node's slurmstepd does not answer) or
+// after the operator's signal: `grace` after it srun's own abort (SIGINT twice), 5 s later
+// scancel of the job's running steps, 10 s after that SIGKILL of srun.
 class StepStopper {
  public:
   StepStopper(pid_t srun, std::string job_id, milliseconds grace)
       : srun_(srun), job_id_(std::move(job_id)), grace_(grace) {}
 
-  void advance(Clock::time_point first_failure, Evidence& evidence, std::ostream& err) {
+  // `since`: when the step was first asked to end; `after_what` says by what, for the log.
+  void advance(Clock::time_point since, std::string_view after_what, Evidence& evidence,
+               std::ostream& err) {
     const auto now = Clock::now();
-    if (stage_ == Stage::kWaiting && now - first_failure > grace_) {
-      err << "dtlaunch job: the step has not ended " << core::duration_text(grace_)
-          << " after the first failure: asking srun to abort it" << std::endl;
+    if (stage_ == Stage::kWaiting && now - since > grace_) {
+      err << "dtlaunch job: the step has not ended " << core::duration_text(grace_) << " after "
+          << after_what << ": asking srun to abort it" << std::endl;
       ::kill(srun_, SIGINT);
       ::usleep(200 * 1000);
       ::kill(srun_, SIGINT);  // twice within a second: srun cancels the step
@@ -236,6 +290,15 @@ class StepStopper {
   Clock::time_point since_{};
 };
 
+// The operator's SIGTERM, SIGINT or SIGHUP, delivered to the tasks of the job's steps (not to
+// the batch script: scancel leaves the batch step out unless told), so that a program that
+// checkpoints on SIGTERM and exits 75 gets its grace; srun stays to report how they ended.
+void deliver_to_tasks(const std::string& job_id, int sig, std::ostream& err) {
+  err << "dtlaunch job: got " << core::signal_text(sig) << ": passing it to the tasks (scancel "
+      << "--signal=" << sig << " " << job_id << "); nothing is restarted" << std::endl;
+  capture({"scancel", "--signal=" + std::to_string(sig), job_id});
+}
+
 AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& job_id,
                        milliseconds grace, proc::Console& console, std::ostream& err) {
   AttemptRun run;
@@ -243,13 +306,13 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
     throw core::Error::system("cannot create a pipe for srun", errno);
   const auto start = Clock::now();
-  const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1]);
+  const pid_t pid = spawn_srun(argv, out_pipe[1], err_pipe[1]);
   g_srun_pid = pid;
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   Stream streams[2] = {{out_pipe[0], STDOUT_FILENO, {}}, {err_pipe[0], STDERR_FILENO, {}}};
   StepStopper stopper(pid, job_id, grace);
-  std::optional<Clock::time_point> first_failure;
+  std::optional<Clock::time_point> first_failure, signalled;
   int wstatus = 0;
   bool reaped = false;
   const auto since = [](Clock::time_point t) {
@@ -268,9 +331,16 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
       if (since(start) > run.wall + milliseconds(2000)) break;
       continue;
     }
+    if (const int sig = g_stop_signal; sig && !signalled) {
+      signalled = Clock::now();
+      deliver_to_tasks(job_id, sig, err);
+    }
     const bool failing = !run.evidence.failures.empty() || !run.evidence.lost_nodes.empty();
     if (failing && !first_failure) first_failure = Clock::now();
-    if (first_failure) stopper.advance(*first_failure, run.evidence, err);
+    if (signalled && (!first_failure || *signalled < *first_failure))
+      stopper.advance(*signalled, "the signal", run.evidence, err);
+    else if (first_failure)
+      stopper.advance(*first_failure, "the first failure", run.evidence, err);
   }
   for (auto& s : streams)
     if (s.fd >= 0) ::close(s.fd);
@@ -336,6 +406,12 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
     record.attempt = restart + 1;
     record.nodes = nodes;
     record.outcome = classify(run.evidence, nodes, run.status, options.no_retry_exits);
+    // The tasks that ended on the operator's signal are nobody's fault.
+    if (g_stop_signal && record.outcome.verdict == Verdict::kRestart) {
+      record.outcome.culprits.clear();
+      record.outcome.signature.clear();
+      record.outcome.cause = "stopped by " + core::signal_text(g_stop_signal);
+    }
     record.wall = run.wall;
     record.stop = run.stop;
     status = record.outcome.exit_status;
