@@ -48,7 +48,7 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
   // process when the disk fills (its destructor throws), and would write through a device node.
   std::ostringstream payload;
   archive.save_to(payload);
-  replace_file(path, seal_checkpoint(payload.str()));
+  replace_file(path, seal_checkpoint(payload.str()), /*keep_previous=*/true);
 }
 
 void check_progress(const std::string& path, const Progress& p, const RunShape& shape) {

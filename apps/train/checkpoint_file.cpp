@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "error.hpp"
@@ -129,7 +130,43 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes) {
   return out;
 }
 
-void replace_file(const std::string& path, const std::string& bytes) {
+std::string previous_checkpoint(const std::string& path) {
+  return path + ".prev";
+}
+
+namespace {
+
+// previous_checkpoint(path) becomes what `path` is now when that passes its check (nothing when
+// `path` is absent; a corrupt one leaves the older previous in place: what is kept is verified).
+// Checking reads the file once more, about 1 MB for this model. A failure costs only the
+// fallback, never the new checkpoint: it is said and training goes on.
+void keep_as_previous(const std::string& path) {
+  const std::string prev = previous_checkpoint(path);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  try {
+    unseal_checkpoint(path, read_regular_file(path, std::size_t{1} << 31));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtlaunch-train: %s: not kept as the previous checkpoint\n", e.what());
+    return;
+  }
+  if (::unlink(prev.c_str()) != 0 && errno != ENOENT) {
+    std::fprintf(stderr, "dtlaunch-train: cannot replace %s (%s): the previous checkpoint is not kept\n",
+                 prev.c_str(), std::strerror(errno));
+    return;
+  }
+  if (::link(path.c_str(), prev.c_str()) == 0) return;
+  // No hard links here (some file systems): a copy, written the same careful way.
+  try {
+    replace_file(prev, read_regular_file(path, std::size_t{1} << 31));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtlaunch-train: the previous checkpoint is not kept: %s\n", e.what());
+  }
+}
+
+}  // namespace
+
+void replace_file(const std::string& path, const std::string& bytes, bool keep_previous) {
   refuse_unless_regular_or_absent("--checkpoint", path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   auto fail = [&](int err) {
@@ -151,6 +188,7 @@ void replace_file(const std::string& path, const std::string& bytes) {
   const int fd = f.fd;
   f.fd = -1;
   if (::close(fd) != 0) throw fail(errno);
+  if (keep_previous) keep_as_previous(path);
   if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail(errno);
   // The rename itself reaches the disk with the directory.
   const std::filesystem::path p(path);

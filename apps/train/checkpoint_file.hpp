@@ -31,6 +31,12 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes);
 // renamed over `path`. On failure the temporary file is removed, `path` is left as it was, and
 // Error (status 1) says "cannot write checkpoint PATH: <strerror>"; a target that is not a regular
 // file is refused with status 2 before anything is written.
-void replace_file(const std::string& path, const std::string& bytes);
+// With keep_previous, the file `path` held until now stays as previous_checkpoint(path): a hard
+// link made once the new bytes are safely on disk, just before the rename (a copy where the file
+// system has no hard links), so there is no moment without a checkpoint at `path`.
+void replace_file(const std::string& path, const std::string& bytes, bool keep_previous = false);
+
+// Where the checkpoint before `path`'s newest is kept: PATH.prev.
+std::string previous_checkpoint(const std::string& path);
 
 }  // namespace dtlaunch::train

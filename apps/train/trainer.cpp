@@ -12,9 +12,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "checkpoint.hpp"
+#include "checkpoint_file.hpp"
 #include "config.hpp"
 #include "dataset_cache.hpp"
 #include "error.hpp"
@@ -186,24 +191,79 @@ SampleOrder sample_order(const TrainConfig& cfg, const ddp::ProcessGroup& pg) {
   return {static_cast<std::uint64_t>(pg.size()), cfg.batch_size, cfg.seed};
 }
 
-// Every rank must see the same file, or the ranks would start from different places.
-std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg,
-                                     std::uint64_t steps_per_epoch) {
-  if (!cfg.resume) return std::nullopt;
-  // lstat: a dangling symbolic link is there too, and is refused by the load, not ignored.
+// How many ranks see `path` (lstat: a dangling symbolic link is there too, and is refused by the
+// load, not ignored).
+int ranks_seeing(const std::string& path, ddp::ProcessGroup& pg) {
   struct stat st {};
-  bool here = ::lstat(cfg.checkpoint.c_str(), &st) == 0;
-  at::Tensor seen = at::tensor({here ? 1.0f : 0.0f});
+  at::Tensor seen = at::tensor({::lstat(path.c_str(), &st) == 0 ? 1.0f : 0.0f});
   pg.all_reduce(seen, ddp::ReduceOp::kSum);
-  auto ranks_seeing = static_cast<int>(seen.item<float>());
-  if (ranks_seeing == 0) return std::nullopt;
-  if (ranks_seeing != pg.size())
-    throw Error(ExitCode::kBadInput, "--checkpoint " + cfg.checkpoint + " exists on " +
-                                         std::to_string(ranks_seeing) + " of " +
-                                         std::to_string(pg.size()) +
-                                         " ranks: it must be on a file system every rank shares");
+  return static_cast<int>(seen.item<float>());
+}
+
+// Every rank must see the same file, or the ranks would start from different places. Seen by
+// some ranks only, it is looked at again: a file that another process created in between (a
+// second job given the same --checkpoint) is not a file system that some ranks lack.
+void check_seen_by_all(const std::string& path, int seeing, ddp::ProcessGroup& pg) {
+  if (seeing == pg.size()) return;
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int again = ranks_seeing(path, pg);
+  const std::string where = "--checkpoint " + path + " exists on " + std::to_string(seeing) +
+                            " of " + std::to_string(pg.size()) + " ranks";
+  if (again == pg.size())
+    throw Error(ExitCode::kBadInput,
+                where + ", and on every rank a second later: it appeared while this job was "
+                        "starting. Is another job writing the same --checkpoint? Give each job "
+                        "its own path");
+  throw Error(ExitCode::kBadInput, where + ": it must be on a file system every rank shares");
+}
+
+// Loads `path` on every rank; the status the worst rank got (0 loaded, 2 bad input, 1 other),
+// agreed by all, and this rank's own error.
+std::pair<int, std::string> load_everywhere(const std::string& path, Model& model,
+                                            ddp::ProcessGroup& pg, const RunShape& shape,
+                                            Progress& progress) {
+  int status = 0;
+  std::string error;
+  try {
+    progress = load_checkpoint(path, *model.net, model.opt, shape);
+  } catch (const Error& e) {
+    status = e.exit_status();
+    error = e.what();
+  }
+  at::Tensor worst = at::tensor({static_cast<float>(status)});
+  pg.all_reduce(worst, ddp::ReduceOp::kMax);
+  return {static_cast<int>(worst.item<float>()), error};
+}
+
+// The newest checkpoint, or, when it fails its check on any rank (a corrupt file), the previous
+// one that save_checkpoint kept (checkpoint_file.hpp), on every rank alike, said in one line.
+std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg,
+                                     std::uint64_t steps_per_epoch, const Rank0Log& log) {
+  if (!cfg.resume) return std::nullopt;
+  const int seeing = ranks_seeing(cfg.checkpoint, pg);
+  if (seeing == 0) return std::nullopt;
+  check_seen_by_all(cfg.checkpoint, seeing, pg);
   const RunShape shape{sample_order(cfg, pg), cfg.epochs, steps_per_epoch};
-  return load_checkpoint(cfg.checkpoint, *model.net, model.opt, shape);
+  Progress progress;
+  const auto [newest, newest_error] = load_everywhere(cfg.checkpoint, model, pg, shape, progress);
+  if (newest == 0) return progress;
+  const auto fail = [&, newest = newest, newest_error = newest_error](const std::string& more) {
+    const ExitCode code = newest == 2 ? ExitCode::kBadInput : ExitCode::kFailure;
+    if (!newest_error.empty()) throw Error(code, newest_error + more);
+    throw Error(code, "rank " + std::to_string(pg.rank()) + ": --checkpoint " + cfg.checkpoint +
+                          " failed its check on another rank (see that rank's error)" + more);
+  };
+  const std::string prev = previous_checkpoint(cfg.checkpoint);
+  if (ranks_seeing(prev, pg) != pg.size()) fail("");
+  const auto [previous, previous_error] = load_everywhere(prev, model, pg, shape, progress);
+  if (previous != 0)
+    fail("; the previous checkpoint " + prev + " did not load either" +
+         (previous_error.empty() ? std::string() : " (" + previous_error + ")"));
+  log("%s; resuming from the previous checkpoint %s instead",
+      newest_error.empty() ? ("--checkpoint " + cfg.checkpoint + " failed its check on a rank").c_str()
+                           : newest_error.c_str(),
+      prev.c_str());
+  return progress;
 }
 
 // Where this run starts: the checkpoint's progress with --resume when there is one, else step
@@ -211,7 +271,7 @@ std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::
 Progress starting_point(const TrainConfig& cfg, Model& model, ddp::ProcessGroup& pg,
                         std::uint64_t steps_per_epoch, const Rank0Log& log) {
   Progress start;
-  if (auto resumed = maybe_resume(cfg, model, pg, steps_per_epoch)) {
+  if (auto resumed = maybe_resume(cfg, model, pg, steps_per_epoch, log)) {
     start = *resumed;
     log("resumed from %s at epoch %llu step %llu (global step %llu)", cfg.checkpoint.c_str(),
         static_cast<unsigned long long>(start.epoch + 1),

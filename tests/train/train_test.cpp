@@ -409,6 +409,44 @@ TEST_CASE("train: checkpoints that are corrupt, do not fit, or are not regular f
           std::string::npos);
   }
 
+  // Issue 35 D: the previous verified checkpoint is kept, and a corrupt newest one falls back to
+  // it with one line instead of ending the job with status 2.
+  SECTION("a corrupt newest checkpoint resumes from the previous one, said in one line") {
+    const std::string ckpt = tmp / "fallback.ckpt";
+    const std::string prev = ckpt + ".prev";
+    write_bytes(ckpt, clean);
+    {
+      const auto [status, log] = run({"--checkpoint", ckpt, "--resume"}, "fb-save", true);
+      INFO(log);
+      REQUIRE(status == 0);
+    }
+    REQUIRE(std::filesystem::exists(prev));
+    CHECK(file_bytes(prev) == clean);
+    std::string newest = file_bytes(ckpt);
+    REQUIRE(newest != clean);
+    newest[newest.size() / 2] = static_cast<char>(newest[newest.size() / 2] ^ 0x01);
+    write_bytes(ckpt, newest);
+    {
+      const auto [status, log] = run({"--checkpoint", ckpt, "--resume"}, "fb-resume", true);
+      INFO(log);
+      CHECK(status == 0);
+      CHECK(log.find(ckpt + ": the checkpoint is corrupt (") != std::string::npos);
+      CHECK(log.find("resuming from the previous checkpoint " + prev + " instead") !=
+            std::string::npos);
+      CHECK(log.find("at epoch 1 step 3") != std::string::npos);
+    }
+    // The run's own checkpoint then replaced the corrupt one, which was not kept as previous.
+    CHECK(file_bytes(prev) == clean);
+    // Both corrupt: status 2, and the line says the previous one failed too.
+    write_bytes(ckpt, newest);
+    write_bytes(prev, clean.substr(0, clean.size() - 1000));
+    const auto [status, log] = run({"--checkpoint", ckpt, "--resume"}, "fb-both", true);
+    INFO(log);
+    CHECK(status == 2);
+    CHECK(log.find("the previous checkpoint " + prev + " did not load either") !=
+          std::string::npos);
+  }
+
   SECTION("every field of the progress record is range-checked behind a valid checksum") {
     struct Row {
       int field;
