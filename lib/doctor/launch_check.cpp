@@ -8,7 +8,10 @@
 #include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "doctor/checks.hpp"
-#include "doctor/network.hpp"
+#include "doctor/client.hpp"
+#include "doctor/network_agent.hpp"
+#include "doctor/probe.hpp"
+#include "doctor/server.hpp"
 #include "doctor/software.hpp"
 #include "launch/build_spec.hpp"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/env_map.hpp"
-#include "doctor/probe.hpp"
+#include "doctor/network_test.hpp"
 #include "doctor/report.hpp"
 #include "launch/plan.hpp"
 

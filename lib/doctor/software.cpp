@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 
@@ -24,6 +25,8 @@
 
 namespace dtlaunch::doctor {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // The families of variables compared across nodes, declared as "NCCL_*" and so on.
 constexpr std::array<const contract::Setting*, 5> kComparedFamilies = {

@@ -1,9 +1,9 @@
-// The doctor's TCP exchange. Rank 0 serves every task from one epoll loop (a thread per client
-// does not scale to thousands of tasks, nor does a poll() set rebuilt on every wake-up); the
-// tasks retry with jittered back-off, because a listen backlog that overflows at scale is a
-// known failure of rendezvous servers.
+// Rank 0's side of the doctor's exchange: every task is served from one epoll loop (a thread
+// per client does not scale to thousands of tasks, nor does a poll() set rebuilt on every
+// wake-up).
+#include "doctor/server.hpp"
+
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -16,78 +16,18 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <memory>
-#include <random>
-#include <set>
-#include <thread>
 
 #include "core/error.hpp"
 #include "core/file.hpp"
-#include "core/socket.hpp"
 #include "core/text.hpp"
-#include "doctor/network.hpp"
 #include "doctor/probe.hpp"
+#include "doctor/wire.hpp"
 #include "proc/fd.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
 
-constexpr std::string_view kReportMagic = "DTLAUNCH-DOCTOR 1 report\n";
-constexpr std::string_view kVerdictMagic = "DTLAUNCH-DOCTOR 1 verdict\n";
-constexpr std::string_view kPlanMagic = "DTLAUNCH-DOCTOR 1 network plan\n";
-constexpr std::string_view kResultMagic = "DTLAUNCH-DOCTOR 1 network result\n";
-constexpr std::size_t kMaxFrame = 64 * 1024;
-
 using Fd = proc::UniqueFd;
-
-int millis_until(Clock::time_point deadline, int cap_ms) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<std::int64_t>(left, 0, cap_ms));
-}
-
-std::string frame(std::string_view magic, std::string_view body) {
-  const std::string payload = std::string(magic) + std::string(body);
-  const auto n = static_cast<std::uint32_t>(payload.size());
-  std::string out = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                     static_cast<char>(n >> 8), static_cast<char>(n)};
-  return out + payload;
-}
-
-// Takes one complete frame off the front of `buffer`, if there is one. Throws on a frame that
-// is too large or does not begin with `magic`: the peer does not speak this protocol.
-std::optional<std::string> take_frame(std::string& buffer, std::string_view magic) {
-  if (buffer.size() < 4) return std::nullopt;
-  const auto byte = [&](int i) {
-    return static_cast<std::uint32_t>(static_cast<unsigned char>(buffer[i]));
-  };
-  const std::uint32_t n = byte(0) << 24 | byte(1) << 16 | byte(2) << 8 | byte(3);
-  if (n > kMaxFrame || n < magic.size()) throw std::runtime_error("not a dtlaunch doctor frame");
-  if (buffer.size() < 4 + n) return std::nullopt;
-  std::string payload = buffer.substr(4, n);
-  buffer.erase(0, 4 + n);
-  if (!payload.starts_with(magic)) throw std::runtime_error("not a dtlaunch doctor frame");
-  return payload.substr(magic.size());
-}
-
-bool send_all(int fd, std::string_view data, Clock::time_point deadline) {
-  while (!data.empty()) {
-    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n > 0) {
-      data.remove_prefix(static_cast<std::size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, millis_until(deadline, 1000)) <= 0 && Clock::now() >= deadline)
-        return false;
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
 
 Fd listen_on(std::uint16_t port, int& error) {
   // Every interface, as PyTorch's TCPStore binds: the program will listen the same way.
@@ -220,151 +160,6 @@ Problem listen_problem(std::uint16_t port, const std::string& host, int error) {
           {host},
           "rank 0 cannot listen" + where + " (the program's rendezvous would fail the same way)"};
 }
-
-std::string describe_connect_error(int error) {
-  switch (error) {
-    case ECONNREFUSED:
-      return "connection refused";
-    case ETIMEDOUT:
-      return "timed out";
-    case EHOSTUNREACH:
-    case ENETUNREACH:
-      return "no route to host";
-    case EACCES:
-    case EPERM:
-      return "blocked by a firewall or route rule";
-    default:
-      return std::strerror(error);
-  }
-}
-
-// A node of the network test: the report that carries its agent's port, and the connection
-// its plan goes out on (-1: rank 0's own agent, run in a thread).
-struct TestedNode {
-  std::size_t report;
-  int fd;
-};
-
-// One node per node rank among those with an agent, in node rank order.
-std::vector<TestedNode> tested_nodes(const std::vector<TaskReport>& reports,
-                                     const std::vector<std::pair<std::size_t, std::size_t>>& agents,
-                                     bool own_agent) {
-  std::vector<TestedNode> nodes;
-  std::set<std::uint32_t> node_ranks;
-  if (own_agent && !reports.empty() && reports.front().network_port != 0) {
-    nodes.push_back({0, -1});
-    node_ranks.insert(reports.front().contract.node_rank);
-  }
-  for (const auto& [fd, report] : agents)
-    if (node_ranks.insert(reports[report].contract.node_rank).second)
-      nodes.push_back({report, static_cast<int>(fd)});
-  std::sort(nodes.begin(), nodes.end(), [&](const TestedNode& a, const TestedNode& b) {
-    return reports[a.report].contract.node_rank < reports[b.report].contract.node_rank;
-  });
-  return nodes;
-}
-
-// Each node's peers and its time slot per peer, within the budget.
-std::vector<NetworkPlan> network_plans(const std::vector<TestedNode>& nodes,
-                                       const std::vector<TaskReport>& reports,
-                                       const NetworkOptions& network) {
-  const auto n = static_cast<std::uint32_t>(nodes.size());
-  const auto peers = plan_peers(n, network.random_peers);
-  std::size_t rounds = 1;
-  for (const auto& p : peers) rounds = std::max(rounds, p.size());
-  const auto slot = std::chrono::duration_cast<std::chrono::milliseconds>(network.budget / rounds);
-  auto address_of = [&](const TestedNode& node) {
-    const TaskReport& r = reports[node.report];
-    return node.fd < 0 ? r.contract.master_addr : r.local_addr;  // where its check-in came from
-  };
-  std::vector<NetworkPlan> plans(n);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    plans[i] = {i, slot, {}};
-    for (std::uint32_t j : peers[i])
-      plans[i].peers.push_back({j, address_of(nodes[j]), reports[nodes[j].report].network_port});
-  }
-  return plans;
-}
-
-// The results the nodes whose plan went out send back by `gather_end`; a node speaks for
-// itself only.
-std::vector<LinkResult> gather_results(const std::vector<TestedNode>& nodes,
-                                       std::vector<bool> pending, Clock::time_point gather_end) {
-  const auto n = static_cast<std::uint32_t>(nodes.size());
-  std::vector<LinkResult> results;
-  std::vector<std::string> in(n);
-  std::vector<pollfd> polled;
-  while (std::count(pending.begin(), pending.end(), true) > 0 && Clock::now() < gather_end) {
-    polled.clear();
-    for (std::uint32_t i = 0; i < n; ++i)
-      polled.push_back({pending[i] ? nodes[i].fd : -1, POLLIN, 0});
-    if (::poll(polled.data(), polled.size(), millis_until(gather_end, 200)) < 0 && errno != EINTR)
-      break;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      if (!pending[i] || !(polled[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buffer[4096];
-      const ssize_t got = ::recv(nodes[i].fd, buffer, sizeof buffer, 0);
-      if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (got <= 0) {
-        pending[i] = false;
-        continue;
-      }
-      in[i].append(buffer, static_cast<std::size_t>(got));
-      try {
-        if (auto body = take_frame(in[i], kResultMagic)) {
-          pending[i] = false;
-          for (LinkResult& r : decode_results(*body))
-            if (r.from == i) results.push_back(std::move(r));
-        }
-      } catch (const std::exception&) {
-        pending[i] = false;
-      }
-    }
-  }
-  return results;
-}
-
-// The network test, after the check-in: every node's agent gets its plan, all test at once, and
-// rank 0 gathers the results within the budget (and 2 s for them to arrive).
-std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& summary,
-                                  const std::vector<TaskReport>& reports,
-                                  const std::vector<std::pair<std::size_t, std::size_t>>& agents,
-                                  const NetworkOptions& network, const NetworkAgent* own_agent) {
-  const std::vector<TestedNode> nodes = tested_nodes(reports, agents, own_agent != nullptr);
-  if (nodes.size() < 2) return {};
-  const auto n = static_cast<std::uint32_t>(nodes.size());
-  const std::vector<NetworkPlan> plans = network_plans(nodes, reports, network);
-  const auto start = Clock::now();
-  const auto end = start + network.budget;
-  std::vector<bool> pending(n, false);
-  for (std::uint32_t i = 0; i < n; ++i)
-    if (nodes[i].fd >= 0)
-      pending[i] = send_all(nodes[i].fd, frame(kPlanMagic, encode_plan(plans[i])),
-                            start + std::chrono::seconds(1));
-  std::vector<LinkResult> own_results;
-  std::thread own;
-  for (std::uint32_t i = 0; i < n; ++i)
-    if (nodes[i].fd < 0) own = std::thread([&, i] { own_results = own_agent->run(plans[i], end); });
-  std::vector<LinkResult> results =
-      gather_results(nodes, std::move(pending), end + std::chrono::seconds(2));
-  if (own.joinable()) own.join();
-  results.insert(results.end(), own_results.begin(), own_results.end());
-  std::vector<std::string> hosts;
-  std::vector<std::uint32_t> ranks;
-  for (const TestedNode& node : nodes) {
-    hosts.push_back(reports[node.report].host);
-    ranks.push_back(reports[node.report].contract.rank);
-  }
-  for (const LinkResult& r : results)
-    links.push_back(
-        {hosts[r.from], hosts[r.to], r.rtt_us, r.up_bytes_per_s, r.down_bytes_per_s, r.error});
-  summary = summarize_network(results, n);
-  return judge_network(results, hosts, ranks);
-}
-
-}  // namespace
-
-namespace {
 
 // Rank 0's check-in: every task's reports over one epoll set for the listener and every client
 // (poll() rebuilt and scanned every client on every wake-up: quadratic at 100k tasks). A client
@@ -667,170 +462,6 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   verdict.network_summary = std::move(summary);
   check_in.answer(verdict);
   return verdict;
-}
-
-namespace {
-
-// "ring.RANK=ADDRESS PORT HOST" lines after the verdict's status (--watch).
-void read_ring(const std::string& body, std::map<std::uint32_t, std::string>& ring) {
-  std::size_t at = 0;
-  while ((at = body.find("\nring.", at)) != std::string::npos) {
-    const std::size_t eq = body.find('=', at);
-    const std::size_t end = body.find('\n', at + 1);
-    if (eq == std::string::npos || end == std::string::npos || eq > end) break;
-    ring[static_cast<std::uint32_t>(std::stoul(body.substr(at + 6, eq - at - 6)))] =
-        body.substr(eq + 1, end - eq - 1);
-    at = end;
-  }
-}
-
-// One task's side of the exchange, on one address of rank 0.
-class Reporter {
- public:
-  Reporter(const std::string& where, std::uint32_t rank, const NetworkAgent* agent,
-           std::map<std::uint32_t, std::string>* ring)
-      : where_(where), rank_(rank), agent_(agent), ring_(ring) {}
-
-  // Sends the reports on a connected socket; false when the connection was lost.
-  bool send(int fd, std::vector<TaskReport>& mine, Clock::time_point answer_deadline) const {
-    // Connected: the address the connection left from is this node's route to rank 0.
-    sockaddr_storage local{};
-    socklen_t length = sizeof local;
-    std::string local_addr;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0)
-      local_addr = numeric_host(reinterpret_cast<sockaddr*>(&local), length);
-    std::string out;
-    for (TaskReport& r : mine) {
-      r.local_addr = local_addr;
-      r.sent_unix_ms = unix_ms();
-      out += frame(kReportMagic, encode(r));
-    }
-    return send_all(fd, out, answer_deadline);
-  }
-
-  // Reads until the verdict, running the network test plan that may come before it; returns
-  // the status rank 0 decided. Throws Error(kProblem) when none comes.
-  int await_verdict(int fd, Clock::time_point answer_deadline) const {
-    std::string in;
-    for (;;) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, millis_until(answer_deadline, 1000)) <= 0) {
-        if (Clock::now() < answer_deadline) continue;
-        throw failure(": connected to " + where_ +
-                      " but no verdict came from rank 0 by the deadline");
-      }
-      char buffer[4096];
-      const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (n <= 0)
-        throw failure(": " + where_ +
-                      " closed the connection without a verdict: is something other than "
-                      "dtlaunch doctor listening there?");
-      in.append(buffer, static_cast<std::size_t>(n));
-      try {
-        if (take_plan(fd, in, answer_deadline)) continue;
-        if (auto body = take_frame(in, kVerdictMagic)) {
-          if (ring_) read_ring(*body, *ring_);
-          return body->find("status=0") == 0 ? 0 : 3;
-        }
-      } catch (const std::exception&) {
-        throw failure(": " + where_ +
-                      " does not speak dtlaunch doctor's protocol (another program on that "
-                      "port?)");
-      }
-    }
-  }
-
-  core::Error failure(const std::string& what) const {
-    return core::Error(core::ExitCode::kProblem, "rank " + std::to_string(rank_) + what);
-  }
-
- private:
-  // Before the verdict, a node's agent may get its network test plan: runs it and sends the
-  // results, and the verdict is then awaited that much longer. True when `in` began with a plan.
-  bool take_plan(int fd, std::string& in, Clock::time_point& answer_deadline) const {
-    if (!agent_ || in.size() < 4 + kPlanMagic.size() ||
-        std::string_view(in).substr(4, kPlanMagic.size()) != kPlanMagic)
-      return false;
-    if (auto body = take_frame(in, kPlanMagic)) {
-      const NetworkPlan plan = decode_plan(*body);
-      const Clock::time_point end =
-          Clock::now() + plan.slot * static_cast<std::int64_t>(plan.peers.size());
-      send_all(fd, frame(kResultMagic, encode_results(agent_->run(plan, end))),
-               end + std::chrono::seconds(2));
-      answer_deadline = std::max(answer_deadline, end + std::chrono::seconds(5));
-    }
-    return true;
-  }
-
-  std::string where_;
-  std::uint32_t rank_;
-  const NetworkAgent* agent_;
-  std::map<std::uint32_t, std::string>* ring_;
-};
-
-}  // namespace
-
-int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
-                    Clock::time_point deadline, const NetworkAgent* agent,
-                    Clock::duration network_budget, std::map<std::uint32_t, std::string>* ring) {
-  const std::string where = addr + ":" + std::to_string(port);
-  const Reporter reporter(where, mine.front().contract.rank, agent, ring);
-  std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().contract.rank));
-  auto pause = std::chrono::milliseconds(20);
-  std::string last_failure = "no attempt was made";
-  for (;;) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found);
-    const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
-    if (rc != 0) last_failure = "name not resolved (" + std::string(::gai_strerror(rc)) + ")";
-    for (const addrinfo* a = rc == 0 ? found : nullptr; a; a = a->ai_next) {
-      const int connected = core::connect_until(*a, deadline);
-      std::string resolved = numeric_host(a->ai_addr, a->ai_addrlen);
-      if (resolved.empty()) resolved = addr;
-      if (connected < 0) {
-        last_failure =
-            describe_connect_error(-connected) + " at " + resolved + ":" + std::to_string(port);
-        continue;
-      }
-      const Fd fd(connected);
-      // Rank 0 may have started later than this task: wait for its verdict a little past our
-      // own deadline, since it judges at its own.
-      const auto answer_deadline = deadline + std::chrono::seconds(5) + network_budget;
-      if (!reporter.send(fd.get(), mine, answer_deadline)) {
-        last_failure = "connection lost while sending to " + resolved;
-        continue;
-      }
-      return reporter.await_verdict(fd.get(), answer_deadline);
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) break;
-    std::uniform_int_distribution<int> spread(50, 150);
-    std::this_thread::sleep_for(
-        std::min<Clock::duration>(pause * spread(jitter) / 100, deadline - now));
-    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
-  }
-  throw reporter.failure(" on " + mine.front().host + " cannot reach rank 0 at " + where + ": " +
-                         last_failure);
-}
-
-}  // namespace dtlaunch::doctor
-
-namespace dtlaunch::doctor {
-
-std::string report_frames(const std::vector<TaskReport>& reports) {
-  std::string out;
-  for (const TaskReport& r : reports) out += frame(kReportMagic, encode(r));
-  return out;
-}
-
-std::optional<int> take_verdict(std::string& buffer) {
-  auto body = take_frame(buffer, kVerdictMagic);
-  if (!body) return std::nullopt;
-  return body->find("status=0") == 0 ? 0 : 3;
 }
 
 }  // namespace dtlaunch::doctor
