@@ -44,15 +44,16 @@ std::string describe_connect_error(int error) {
   }
 }
 
-// "ring.RANK=ADDRESS PORT HOST" lines after the verdict's status (--watch).
-void read_ring(const std::string& body, std::map<std::uint32_t, std::string>& ring) {
+// The relayed "ring.RANK=TEXT" lines after the verdict's status (wire.hpp's Relay).
+void read_relayed(const std::string& body, std::map<std::uint32_t, std::string>& received) {
+  const std::string start = "\n" + std::string(kRelayedLine);
   std::size_t at = 0;
-  while ((at = body.find("\nring.", at)) != std::string::npos) {
+  while ((at = body.find(start, at)) != std::string::npos) {
     const std::size_t eq = body.find('=', at);
     const std::size_t end = body.find('\n', at + 1);
     if (eq == std::string::npos || end == std::string::npos || eq > end) break;
-    ring[static_cast<std::uint32_t>(std::stoul(body.substr(at + 6, eq - at - 6)))] =
-        body.substr(eq + 1, end - eq - 1);
+    received[static_cast<std::uint32_t>(std::stoul(body.substr(
+        at + start.size(), eq - at - start.size())))] = body.substr(eq + 1, end - eq - 1);
     at = end;
   }
 }
@@ -61,8 +62,8 @@ void read_ring(const std::string& body, std::map<std::uint32_t, std::string>& ri
 class Reporter {
  public:
   Reporter(const std::string& where, std::uint32_t rank, const NetworkAgent* agent,
-           std::map<std::uint32_t, std::string>* ring)
-      : where_(where), rank_(rank), agent_(agent), ring_(ring) {}
+           const Relay& relay)
+      : where_(where), rank_(rank), agent_(agent), relay_(relay) {}
 
   // Sends the reports on a connected socket; false when the connection was lost.
   bool send(int fd, std::vector<TaskReport>& mine, Clock::time_point answer_deadline) const {
@@ -76,7 +77,8 @@ class Reporter {
     for (TaskReport& r : mine) {
       r.local_addr = local_addr;
       r.sent_unix_ms = unix_ms();
-      out += frame(kReportMagic, encode(r));
+      const bool relays = out.empty() && !relay_.text.empty();  // with the first report
+      out += frame(kReportMagic, encode(r) + (relays ? encode_line(kRelayKey, relay_.text) : ""));
     }
     return send_all(fd, out, answer_deadline);
   }
@@ -103,7 +105,7 @@ class Reporter {
       try {
         if (take_plan(fd, in, answer_deadline)) continue;
         if (auto body = take_frame(in, kVerdictMagic)) {
-          if (ring_) read_ring(*body, *ring_);
+          if (relay_.received) read_relayed(*body, *relay_.received);
           return body->find("status=0") == 0 ? 0 : 3;
         }
       } catch (const std::exception&) {
@@ -135,16 +137,16 @@ class Reporter {
   std::string where_;
   std::uint32_t rank_;
   const NetworkAgent* agent_;
-  std::map<std::uint32_t, std::string>* ring_;
+  const Relay& relay_;
 };
 
 }  // namespace
 
 int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
                     Clock::time_point deadline, const NetworkAgent* agent,
-                    Clock::duration network_budget, std::map<std::uint32_t, std::string>* ring) {
+                    Clock::duration network_budget, const Relay& relay) {
   const std::string where = addr + ":" + std::to_string(port);
-  const Reporter reporter(where, mine.front().contract.rank, agent, ring);
+  const Reporter reporter(where, mine.front().contract.rank, agent, relay);
   std::mt19937 jitter(std::random_device{}() ^ static_cast<unsigned>(mine.front().contract.rank));
   auto pause = std::chrono::milliseconds(20);
   std::string last_failure = "no attempt was made";

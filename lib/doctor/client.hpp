@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -18,11 +17,9 @@ class NetworkAgent;
 // Error(kProblem) whose one line says why, with the address it tried.
 // `agent`: this node's network test agent, which runs the plan rank 0 may send; the verdict is
 // then awaited `network_budget` longer.
-// `ring`, when given, receives the heartbeat endpoints rank 0 sent back with the verdict
-// (--watch): rank -> "ADDRESS PORT HOST", the successors of this task's ranks.
+// `relay`: what the check-in relays (wire.hpp); what rank 0 hands back goes to relay.received.
 int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<TaskReport> mine,
                     Clock::time_point deadline, const NetworkAgent* agent = nullptr,
-                    Clock::duration network_budget = {},
-                    std::map<std::uint32_t, std::string>* ring = nullptr);
+                    Clock::duration network_budget = {}, const Relay& relay = {});
 
 }  // namespace dtlaunch::doctor

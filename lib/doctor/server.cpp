@@ -16,6 +16,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/file.hpp"
@@ -166,13 +168,15 @@ Problem listen_problem(std::uint16_t port, const std::string& host, int error) {
 // keeps its slot until it is dropped, so epoll's data is the slot; freed slots are reused.
 class CheckIn {
  public:
-  CheckIn(const Expectation& expected, std::vector<TaskReport> own, Fd listener)
+  CheckIn(const Expectation& expected, std::vector<TaskReport> own, Fd listener, const Relay& relay)
       : limits_(serve_limits(expected)),
         world_(expected.world_size),
+        relay_(relay),
         listener_(std::move(listener)),
         reports_(std::move(own)),
         seen_(expected.world_size, false) {
     for (const TaskReport& r : reports_) count(r);
+    if (!relay.text.empty()) relayed_[reports_.front().contract.rank] = relay.text;
     if (epoll_.get() < 0) throw core::Error::system("doctor: epoll_create1", errno);
     epoll_event listen_event{EPOLLIN, {.u64 = kListener}};
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &listen_event) != 0)
@@ -198,6 +202,15 @@ class CheckIn {
   }
 
   std::vector<TaskReport> take_reports() { return std::move(reports_); }
+
+  // The texts the relay hands back to `rank` (wire.hpp's Relay), by rank, in the order wanted.
+  std::vector<std::pair<std::uint32_t, const std::string*>> relayed_to(std::uint32_t rank) const {
+    std::vector<std::pair<std::uint32_t, const std::string*>> out;
+    if (!relay_.wanted) return out;
+    for (const std::uint32_t r : relay_.wanted(rank, world_))
+      if (const auto it = relayed_.find(r); it != relayed_.end()) out.emplace_back(r, &it->second);
+    return out;
+  }
   std::vector<Problem> trouble(std::uint16_t port) const { return trouble_.problems(port); }
 
   // The nodes whose agent takes part in the network test: (its descriptor, its report).
@@ -214,11 +227,10 @@ class CheckIn {
   void answer(const Verdict& verdict) {
     listener_.reset();
     const std::string status = "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n";
-    const HeartbeatRing ring(verdict.reports, world_);
     const auto send_deadline = Clock::now() + std::chrono::seconds(2);
     for (Client& c : clients_)
       if (c.fd.get() >= 0)
-        send_all(c.fd.get(), frame(kVerdictMagic, status + ring.lines(c.ranks)), send_deadline);
+        send_all(c.fd.get(), frame(kVerdictMagic, status + relayed_lines(c.ranks)), send_deadline);
     for (Client& c : clients_) {
       if (c.fd.get() < 0) continue;
       pollfd p{c.fd.get(), POLLIN, 0};
@@ -240,33 +252,18 @@ class CheckIn {
     std::uint64_t bytes = 0;
     std::uint64_t generation = 0;
     std::size_t network_report = std::string::npos;  // its report with a network test port
-    std::vector<std::uint32_t> ranks;                // of its reports (--watch's ring)
+    std::vector<std::uint32_t> ranks;                // of its reports with a relayed text
   };
 
-  // --watch: each task gets the heartbeat endpoints of the next kHeartbeatWindow ranks after
-  // each of its own, and nothing else (O(1) per task).
-  class HeartbeatRing {
-   public:
-    HeartbeatRing(const std::vector<TaskReport>& reports, std::uint32_t world)
-        : world_(world), endpoint_of_(world, nullptr) {
-      for (const TaskReport& r : reports)
-        if (!r.heartbeat.empty() && r.contract.rank < world)
-          endpoint_of_[r.contract.rank] = &r.heartbeat;
-    }
-    std::string lines(const std::vector<std::uint32_t>& ranks) const {
-      std::string lines;
-      for (const std::uint32_t mine : ranks)
-        for (std::uint32_t i = 1; i <= std::min(kHeartbeatWindow, world_ - 1); ++i) {
-          const std::uint32_t r = (mine + i) % world_;
-          if (endpoint_of_[r]) lines += "ring." + std::to_string(r) + "=" + *endpoint_of_[r] + "\n";
-        }
-      return lines;
-    }
-
-   private:
-    std::uint32_t world_;
-    std::vector<const std::string*> endpoint_of_;
-  };
+  // What the relay hands back to a connection's `ranks`, as "ring.RANK=TEXT" lines: only what
+  // each of them wants (O(1) per task for --watch).
+  std::string relayed_lines(const std::vector<std::uint32_t>& ranks) const {
+    std::string lines;
+    for (const std::uint32_t mine : ranks)
+      for (const auto& [r, text] : relayed_to(mine))
+        lines += std::string(kRelayedLine) + std::to_string(r) + "=" + *text + "\n";
+    return lines;
+  }
 
   void count(const TaskReport& r) {
     if (r.contract.rank < seen_.size() && !seen_[r.contract.rank]) {
@@ -318,11 +315,15 @@ class CheckIn {
         throw std::runtime_error("the reports of all connections passed rank 0's bound (" +
                                  std::to_string(limits_.all.frames) + " reports, " +
                                  std::to_string(limits_.all.bytes >> 20) + " MiB)");
+      std::optional<std::string> relayed = take_line(*body, kRelayKey);
       TaskReport r = decode(*body);
       r.received_unix_ms = unix_ms();
       count(r);
       if (r.network_port != 0) c.network_report = reports_.size();
-      if (!r.heartbeat.empty()) c.ranks.push_back(r.contract.rank);
+      if (relayed && !relayed->empty()) {
+        c.ranks.push_back(r.contract.rank);
+        relayed_[r.contract.rank] = std::move(*relayed);
+      }
       reports_.push_back(std::move(r));
     }
     if (c.bytes > limits_.per_connection.bytes)
@@ -413,6 +414,8 @@ class CheckIn {
 
   const ServeLimits limits_;
   const std::uint32_t world_;
+  const Relay& relay_;
+  std::map<std::uint32_t, std::string> relayed_;  // each rank's text, when it sent one
   Fd listener_;
   Fd reserve_{::open("/dev/null", O_RDONLY | O_CLOEXEC)};
   const Fd epoll_{::epoll_create1(EPOLL_CLOEXEC)};
@@ -432,7 +435,7 @@ class CheckIn {
 
 Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
               Clock::time_point deadline, const NetworkOptions& network,
-              const NetworkAgent* own_agent) {
+              const NetworkAgent* own_agent, const Relay& relay) {
   // Rank 0's own reports arrive now, on rank 0's clock: the time they were probed is not
   // when they were sent (probing takes seconds on a loaded node, which read as clock skew).
   const std::int64_t now_ms = unix_ms();
@@ -446,7 +449,8 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
     verdict.problems.push_back(listen_problem(port, r0.host, error));
     return verdict;
   }
-  CheckIn check_in(expected, std::move(own), std::move(listener));
+  const std::uint32_t own_rank = own.front().contract.rank;
+  CheckIn check_in(expected, std::move(own), std::move(listener), relay);
   check_in.run(deadline);
   std::vector<Problem> found = check_in.trouble(port);
   std::vector<TaskReport> reports = check_in.take_reports();
@@ -461,6 +465,8 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   verdict.network = std::move(links);
   verdict.network_summary = std::move(summary);
   check_in.answer(verdict);
+  if (relay.received && !relay.text.empty())
+    for (const auto& [r, text] : check_in.relayed_to(own_rank)) (*relay.received)[r] = *text;
   return verdict;
 }
 

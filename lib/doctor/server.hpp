@@ -9,7 +9,6 @@
 #include "doctor/network_test.hpp"
 #include "doctor/report.hpp"
 #include "doctor/wire.hpp"
-#include "heartbeat/ring.hpp"
 
 namespace dtlaunch::doctor {
 
@@ -20,12 +19,9 @@ class NetworkAgent;
 // judges them, tells every task the verdict and closes the listener before returning.
 // With network.enabled, the nodes' agents (those whose report has a network_port; rank 0's own
 // is `own_agent`) then run the network test (network_test.hpp) before the verdict.
+// `relay`: what the check-in relays (wire.hpp); rank 0's own share goes to relay.received.
 Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
               Clock::time_point deadline, const NetworkOptions& network = {},
-              const NetworkAgent* own_agent = nullptr);
-
-// How many ranks ahead on the ring rank 0 sends each --watch task the heartbeat endpoints of:
-// the ring skips up to this many lost ranks in a row. O(1) per task. The heartbeat's own window.
-inline constexpr std::uint32_t kHeartbeatWindow = heartbeat::kEndpointWindow;
+              const NetworkAgent* own_agent = nullptr, const Relay& relay = {});
 
 }  // namespace dtlaunch::doctor

@@ -5,6 +5,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +27,21 @@ inline constexpr std::size_t kMaxFrame = 64 * 1024;
 
 // The milliseconds left until `deadline`, between 0 and `cap_ms`: a poll()'s timeout.
 int millis_until(Clock::time_point deadline, int cap_ms);
+
+// Text that another module sends through the check-in, opaque to the doctor: --watch's heartbeat
+// endpoints (lib/watch), which need a rendezvous before the program's and have this one. Each
+// launcher's text goes to rank 0 with its first report; rank 0 hands every connection back, with
+// the verdict, the texts of the ranks that `wanted` names for its ranks.
+struct Relay {
+  std::string text;  // this launcher's; "" relays nothing
+  // Rank 0's: whose texts `rank` of a job of `world` ranks gets back.
+  std::function<std::vector<std::uint32_t>(std::uint32_t rank, std::uint32_t world)> wanted;
+  std::map<std::uint32_t, std::string>* received = nullptr;  // what came back, by rank
+};
+// On the wire: a line of the first report's frame, and lines after the verdict's status
+// ("ring.RANK=TEXT"). Their names are those of the wire format's first use, --watch's.
+inline constexpr std::string_view kRelayKey = "heartbeat";
+inline constexpr std::string_view kRelayedLine = "ring.";
 
 // A frame: 4 bytes of big-endian length, then the magic and the body.
 std::string frame(std::string_view magic, std::string_view body);
