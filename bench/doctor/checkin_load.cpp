@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "doctor/probe.hpp"
+#include "doctor/server.hpp"
 #include "launch/system.hpp"
 
 using namespace dtlaunch::doctor;

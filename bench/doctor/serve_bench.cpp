@@ -10,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "doctor/client.hpp"
 #include "doctor/probe.hpp"
+#include "doctor/server.hpp"
 #include "launch/system.hpp"
 
 using namespace dtlaunch::doctor;

@@ -7,7 +7,6 @@
 
 #include "affinity/apply.hpp"
 #include "cli/log.hpp"
-#include "cli/watch.hpp"
 #include "contract/contract.hpp"
 #include "contract/settings.hpp"
 #include "core/error.hpp"
@@ -19,6 +18,7 @@
 #include "launch/worker_env.hpp"
 #include "proc/exec.hpp"
 #include "proc/supervisor.hpp"
+#include "watch/watch.hpp"
 
 namespace dtlaunch::cli {
 
@@ -31,23 +31,21 @@ class DryRunSystem final : public launch::LiveSystem {
 };
 
 // The doctor's options from the command line's (lib/doctor builds and judges the reports).
-doctor::LaunchCheckOptions check_options(const RunFlags& flags, WatchJoin* watch) {
+doctor::LaunchCheckOptions check_options(const RunFlags& flags, watch::WatchJoin* watch) {
   doctor::LaunchCheckOptions options;
   options.preflight = flags.check != Check::kDoctor;
   options.verbose = flags.verbose;
   options.json = flags.check_json;
   options.timeout = flags.check_timeout;
   options.network = {flags.check_network, flags.network_budget};
-  if (watch) {
-    options.heartbeat = watch->endpoint();
-    options.ring = &watch->ring();
-  }
+  if (watch) options.relay = {watch->endpoint(), watch::ring_successors, &watch->ring()};
   return options;
 }
 
 // --watch under Slurm: the heartbeat endpoints go through the preflight's check-in, so
 // --watch implies --preflight (set in `flags`).
-std::unique_ptr<WatchJoin> join_watch(const launch::LaunchPlan& launch_plan, RunFlags& flags) {
+std::unique_ptr<watch::WatchJoin> join_watch(const launch::LaunchPlan& launch_plan,
+                                             RunFlags& flags) {
   if (!flags.watch) return nullptr;
   if (launch_plan.mode != launch::Mode::kSlurm)
     throw core::Error(
@@ -62,8 +60,8 @@ std::unique_ptr<WatchJoin> join_watch(const launch::LaunchPlan& launch_plan, Run
                           ": below " + core::duration_text(kShortestWatchTimeout) +
                           " a loaded node's heartbeat may be late (docs/cli.md)");
   if (flags.check == Check::kNone) flags.check = Check::kPreflight;
-  return std::make_unique<WatchJoin>(launch_plan.spec.master.addr, launch_plan.workers.front().rank,
-                                     launch_plan.spec.world_size);
+  return std::make_unique<watch::WatchJoin>(
+      launch_plan.spec.master.addr, launch_plan.workers.front().rank, launch_plan.spec.world_size);
 }
 
 }  // namespace
@@ -76,7 +74,7 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
   const launch::LaunchSpec& spec = launch_plan.spec;
   log_notes(spec.notes, launch_plan.who, launch_plan.speaks_for_job, flags.verbose);
   RunFlags checked = flags;
-  const std::unique_ptr<WatchJoin> watch = join_watch(launch_plan, checked);
+  const std::unique_ptr<watch::WatchJoin> watch = join_watch(launch_plan, checked);
   if (checked.check != Check::kNone && !flags.dry_run) {
     const int status =
         doctor::check_launch(launch_plan, env, check_options(checked, watch.get()), out);

@@ -8,7 +8,10 @@
 #include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "doctor/checks.hpp"
-#include "doctor/network.hpp"
+#include "doctor/client.hpp"
+#include "doctor/network_agent.hpp"
+#include "doctor/probe.hpp"
+#include "doctor/server.hpp"
 #include "doctor/software.hpp"
 #include "launch/build_spec.hpp"
 
@@ -110,16 +113,13 @@ Expectation expectation_of(const launch::LaunchPlan& launch_plan) {
 
 namespace {
 
-// Rank 0's side: serve, hand the --watch ring back, print.
+// Rank 0's side: serve, print.
 int judge(const launch::LaunchPlan& launch_plan, std::vector<TaskReport> mine,
           Clock::time_point deadline, const LaunchCheckOptions& options, const NetworkAgent* agent,
           std::ostream& out) {
-  const Verdict verdict = serve(expectation_of(launch_plan), std::move(mine),
-                                launch_plan.spec.master.port, deadline, options.network, agent);
-  if (options.ring)
-    for (const TaskReport& r : verdict.reports)
-      if (!r.heartbeat.empty() && r.contract.rank != 0 && r.contract.rank <= kHeartbeatWindow)
-        (*options.ring)[r.contract.rank] = r.heartbeat;
+  const Verdict verdict =
+      serve(expectation_of(launch_plan), std::move(mine), launch_plan.spec.master.port, deadline,
+            options.network, agent, options.relay);
   const std::string report = options.json ? render_json(verdict) : render_table(verdict);
   if (!options.preflight) {
     out << report;
@@ -142,7 +142,6 @@ int check_launch(const launch::LaunchPlan& launch_plan, const core::EnvMap& env,
     agent = NetworkAgent::start();
     if (agent) mine.front().network_port = agent->port();
   }
-  mine.front().heartbeat = options.heartbeat;
   if (launch_plan.workers.front().rank == 0)
     return judge(launch_plan, std::move(mine), deadline, options, agent.get(), out);
   try {
@@ -150,7 +149,7 @@ int check_launch(const launch::LaunchPlan& launch_plan, const core::EnvMap& env,
         launch_plan.spec.master.addr, launch_plan.spec.master.port, std::move(mine), deadline,
         agent.get(),
         options.network.enabled ? options.network.budget : std::chrono::milliseconds(0),
-        options.ring);
+        options.relay);
   } catch (const core::Error& e) {
     std::cerr << "dtlaunch doctor: " << e.what() << "\n";
     return static_cast<int>(core::ExitCode::kProblem);

@@ -7,13 +7,13 @@
 #include <chrono>
 #include <cstdint>
 #include <iosfwd>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "core/env_map.hpp"
-#include "doctor/probe.hpp"
+#include "doctor/network_test.hpp"
 #include "doctor/report.hpp"
+#include "doctor/wire.hpp"
 #include "launch/plan.hpp"
 
 namespace dtlaunch::doctor {
@@ -27,10 +27,8 @@ struct LaunchCheckOptions {
   bool json = false;  // --format json
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   NetworkOptions network;
-  // --watch: this task's heartbeat endpoint goes with its report, and rank 0 hands back the
-  // endpoints of its ring successors into *ring (rank -> "ADDRESS PORT HOST").
-  std::string heartbeat;
-  std::map<std::uint32_t, std::string>* ring = nullptr;
+  // What else the check-in carries between the launchers (--watch's heartbeat endpoints).
+  Relay relay;
 };
 
 // The reports of this launcher's workers, as the plan tells them and as their node is: probed

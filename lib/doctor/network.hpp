@@ -2,20 +2,18 @@
 // node (its lowest local rank) measures latency and TCP throughput to a few peers, its ring
 // neighbour and a few chosen at random with a fixed seed, within a fixed budget. O(nodes)
 // traffic in all, never all-to-all. Rank 0 plans who tests whom, gathers the results and flags
-// the nodes whose links are outliers against the median (judge_network, pure).
+// the nodes whose links are outliers against the median (judge_network). This header is the
+// test's pure part; the sockets and threads are the agent's (network_agent.hpp), the exchange
+// with rank 0 is network_test.hpp's.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <vector>
 
 #include "doctor/checks.hpp"
-#include "doctor/probe.hpp"
 
 namespace dtlaunch::doctor {
 
@@ -87,33 +85,5 @@ struct Spread {
   double sigma = 0;
 };
 Spread robust_spread(std::vector<double> values);
-
-// A node's test agent: listens on an ephemeral port of every interface from start() (before the
-// check-in, so the port goes into the report) and answers other nodes' tests from its own thread
-// until it is destroyed; run() makes this node's own tests.
-class NetworkAgent {
- public:
-  static std::unique_ptr<NetworkAgent> start();  // nullptr when no port could be opened
-  ~NetworkAgent();
-  NetworkAgent(const NetworkAgent&) = delete;
-  NetworkAgent& operator=(const NetworkAgent&) = delete;
-
-  std::uint16_t port() const { return port_; }
-  // Tests the plan's peers one after the other, each within its slot, all within `end`.
-  std::vector<LinkResult> run(const NetworkPlan& plan, Clock::time_point end) const;
-
- private:
-  NetworkAgent(int listener, std::uint16_t port);
-  void serve();
-  void answer(int fd);
-
-  int listener_;
-  std::uint16_t port_;
-  std::atomic<bool> stopping_{false};
-  std::mutex mutex_;
-  std::vector<int> open_;  // connections being answered, shut down on destruction
-  std::vector<std::thread> answering_;
-  std::thread server_;
-};
 
 }  // namespace dtlaunch::doctor

@@ -274,7 +274,6 @@ std::string encode(const TaskReport& r) {
   put_node_facts(w, r);
   put_software(w, r);
   if (r.network_port != 0) w.num("network_port", r.network_port);
-  if (!r.heartbeat.empty()) w.put("heartbeat", r.heartbeat);
   return w.take();
 }
 
@@ -286,8 +285,26 @@ TaskReport decode(std::string_view text) {
   read_software(in, r);
   if (in.has("network_port") && !in.text("network_port").empty())
     r.network_port = static_cast<std::uint16_t>(in.number("network_port", 65535));
-  r.heartbeat = in.text("heartbeat");  // absent from an older dtlaunch, and without --watch
   return r;
+}
+
+std::string encode_line(std::string_view key, std::string_view value) {
+  Writer w;
+  w.put(key, value);
+  return w.take();
+}
+
+std::optional<std::string> take_line(std::string& text, std::string_view key) {
+  const std::string start = std::string(key) + "=";
+  // Values are escaped, so a line can only begin at the start or after a newline.
+  std::size_t at = text.starts_with(start) ? 0 : text.find("\n" + start);
+  if (at == std::string::npos) return std::nullopt;
+  if (at != 0) ++at;
+  const std::size_t end = std::min(text.find('\n', at), text.size());
+  std::string value =
+      unescape(std::string_view(text).substr(at + start.size(), end - at - start.size()));
+  text.erase(at, end + 1 - at);
+  return value;
 }
 
 Expectation slurm_expectation(const std::vector<std::string>& hosts,

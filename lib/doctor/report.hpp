@@ -1,6 +1,6 @@
 // What one task of a job tells rank 0 when `dtlaunch doctor` (or --preflight) runs, and the
-// layout rank 0 expects. Plain values: gathered by probe.cpp, sent by exchange.cpp, judged by
-// checks.cpp, so the judgement is a pure function tested on hand-made reports.
+// layout rank 0 expects. Plain values: gathered by probe.cpp, sent by client.cpp to server.cpp,
+// judged by checks.cpp, so the judgement is a pure function tested on hand-made reports.
 #pragma once
 
 #include <cstdint>
@@ -79,9 +79,6 @@ struct TaskReport {
   std::string kernel;  // uname -r
   // The network test (network.hpp): the port this node's test listens on, 0 when it does not.
   std::uint16_t network_port = 0;
-  // `dtlaunch --watch`: this task's heartbeat endpoint (heartbeat::format_endpoint), "" without.
-  // Rank 0 hands each task back the endpoints of its ring successors with the verdict.
-  std::string heartbeat;
 
   bool operator==(const TaskReport&) const = default;
 };
@@ -96,6 +93,12 @@ struct ClientFailure {
 // ignored so that a newer dtlaunch can talk to an older one. parse throws Error (bad input).
 std::string encode(const TaskReport& report);
 TaskReport decode(std::string_view text);
+
+// One more "key=value" line of the wire form, for what the exchange adds to a report's frame
+// (wire.hpp's Relay); take_line removes the line of `key` from `text` and returns its value,
+// nullopt when there is none.
+std::string encode_line(std::string_view key, std::string_view value);
+std::optional<std::string> take_line(std::string& text, std::string_view key);
 
 // Where rank R should run, derived from the launch layout alone.
 struct ExpectedRank {

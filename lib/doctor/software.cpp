@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "contract/settings.hpp"
@@ -24,6 +25,8 @@
 
 namespace dtlaunch::doctor {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // The families of variables compared across nodes, declared as "NCCL_*" and so on.
 constexpr std::array<const contract::Setting*, 5> kComparedFamilies = {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "doctor/probe.hpp"
+#include "doctor/server.hpp"
 #include "dtlaunch_catch.hpp"
 #include "launch/system.hpp"
 

@@ -14,6 +14,7 @@
 
 #include "doctor/launch_check.hpp"
 #include "doctor/probe.hpp"
+#include "doctor/server.hpp"
 #include "dtlaunch_catch.hpp"
 #include "harness.hpp"
 #include "launch/system.hpp"

@@ -1,4 +1,4 @@
-// `dtlaunch --watch`'s parent and heartbeat (cli/watch.hpp) without Slurm, for the proc tests:
+// `dtlaunch --watch`'s parent and heartbeat (watch/watch.hpp) without Slurm, for the proc tests:
 //   watch_driver RANK WORLD DIR GRACE_MS TIMEOUT_MS PROGRAM [ARGS...]
 // writes this task's heartbeat endpoint to DIR/endpoint.RANK, waits for every other task's
 // (the check-in's part, through files here), then runs PROGRAM as --watch does and exits with
@@ -13,9 +13,9 @@
 #include <sstream>
 #include <thread>
 
-#include "cli/watch.hpp"
 #include "core/env_map.hpp"
 #include "core/error.hpp"
+#include "watch/watch.hpp"
 
 extern char** environ;
 
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[3];
   const std::chrono::milliseconds grace(std::atol(argv[4])), timeout(std::atol(argv[5]));
   try {
-    dtlaunch::cli::WatchJoin join("127.0.0.1", rank, world);
+    dtlaunch::watch::WatchJoin join("127.0.0.1", rank, world);
     {
       const std::string tmp = dir + "/.endpoint." + std::to_string(rank);
       std::ofstream(tmp) << join.endpoint();

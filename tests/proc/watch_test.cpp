@@ -1,4 +1,4 @@
-// `dtlaunch --watch`'s parent and its heartbeat (cli/watch.hpp, proc/watch.hpp) with real
+// `dtlaunch --watch`'s parent and its heartbeat (watch/watch.hpp, proc/watch.hpp) with real
 // processes, signals and sockets on loopback: watch_driver is the launcher without Slurm's
 // check-in. Each test checks that nothing of its process trees is left (the test is a child
 // subreaper, so a program orphaned by its launcher's death would be re-parented here).

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "doctor/network.hpp"
+#include "doctor/network_agent.hpp"
 #include "dtlaunch_catch.hpp"
 
 using namespace dtlaunch::doctor;

@@ -24,7 +24,7 @@ LAYERS = [
     ["core"],  # errors, the environment snapshot, parsing, text: the standard library only
     ["contract", "hostlist", "affinity", "heartbeat"],  # values and pure algorithms over core
     ["launch", "proc", "ddp"],  # the plan, the processes, the runtime
-    ["doctor", "trace", "job"],  # the logic of the dtlaunch commands beyond launching
+    ["doctor", "trace", "job", "watch"],  # the logic of the dtlaunch commands beyond launching
     ["cli"],  # what each command does: dispatch and rendering
     ["apps"],  # the programs: parse the command line, call lib/
 ]

@@ -1,6 +1,7 @@
 // `dtlaunch --watch` on the Slurm path: the heartbeat between the tasks' launchers around
-// proc/watch.hpp's parent. The endpoints travel through the preflight's check-in at
-// MASTER_ADDR:MASTER_PORT (doctor/probe.hpp), which is closed again before the program starts.
+// proc/watch.hpp's parent. The endpoints need a rendezvous before the program's: lib/cli has the
+// preflight's check-in at MASTER_ADDR:MASTER_PORT relay them (doctor/wire.hpp's Relay), which is
+// closed again before the program starts.
 #pragma once
 
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "proc/supervisor.hpp"
 
@@ -15,7 +17,11 @@ namespace dtlaunch::heartbeat {
 class Listener;
 }  // namespace dtlaunch::heartbeat
 
-namespace dtlaunch::cli {
+namespace dtlaunch::watch {
+
+// Whose heartbeat endpoints `rank` of a job of `world` ranks needs: the next ranks on the ring,
+// as many as it may skip lost in a row (heartbeat::kEndpointWindow). O(1) per task.
+std::vector<std::uint32_t> ring_successors(std::uint32_t rank, std::uint32_t world);
 
 class WatchJoin {
  public:
@@ -26,9 +32,9 @@ class WatchJoin {
   WatchJoin(const WatchJoin&) = delete;
   WatchJoin& operator=(const WatchJoin&) = delete;
 
-  // "ADDRESS PORT HOST", for the check-in report.
+  // "ADDRESS PORT HOST", for the check-in.
   const std::string& endpoint() const { return endpoint_; }
-  // The successors' endpoints, as rank 0 handed them back.
+  // The endpoints of ring_successors(rank), as the check-in handed them back.
   std::map<std::uint32_t, std::string>& ring() { return ring_; }
 
   // Starts the heartbeat and the program, waits (proc/watch.hpp). `tag`: the job's identity.
@@ -42,4 +48,4 @@ class WatchJoin {
   std::map<std::uint32_t, std::string> ring_;
 };
 
-}  // namespace dtlaunch::cli
+}  // namespace dtlaunch::watch

@@ -1,17 +1,19 @@
-#include "cli/watch.hpp"
+#include "watch/watch.hpp"
 
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <mutex>
 
 #include "core/error.hpp"
 #include "heartbeat/node.hpp"
+#include "heartbeat/ring.hpp"
 #include "proc/fd.hpp"
 #include "proc/watch.hpp"
 
-namespace dtlaunch::cli {
+namespace dtlaunch::watch {
 
 namespace {
 
@@ -23,6 +25,15 @@ std::string short_host() {
 }
 
 }  // namespace
+
+std::vector<std::uint32_t> ring_successors(std::uint32_t rank, std::uint32_t world) {
+  std::vector<std::uint32_t> successors;
+  if (world < 2) return successors;
+  const auto window = static_cast<std::uint32_t>(heartbeat::kEndpointWindow);
+  for (std::uint32_t i = 1; i <= std::min(window, world - 1); ++i)
+    successors.push_back((rank + i) % world);
+  return successors;
+}
 
 WatchJoin::WatchJoin(const std::string& master_addr, std::uint32_t rank, std::uint32_t world)
     : host_(short_host()), rank_(rank), world_(world) {
@@ -99,4 +110,4 @@ int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds
   return proc::watch_program(program, w, std::cerr);
 }
 
-}  // namespace dtlaunch::cli
+}  // namespace dtlaunch::watch
