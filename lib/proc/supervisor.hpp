@@ -25,7 +25,8 @@ struct WorkerProcess {
   std::string program_path;  // already resolved and checked executable by the caller
   std::vector<std::string> argv;
   core::EnvMap env;
-  // CPUs and memory policy, applied in the child between fork and exec (--cpu-bind).
+  // CPUs and memory policy (--cpu-bind, --mem-bind), applied where the program starts: in the
+  // child between fork and exec, or by exec_worker (proc/exec.hpp) just before its exec.
   std::shared_ptr<const affinity::PreparedBinding> binding;
 };
 
