@@ -1,15 +1,18 @@
-// dtlaunch's options, bound with CLI11 straight to what lib/ takes (launch/options.hpp,
-// cli/commands.hpp). Each option is declared, checked and converted once, here.
+// What every subcommand of dtlaunch parses its command line with: CLI11 options bound straight
+// to what lib/ takes, each declared, checked and converted once, through lib's parsers, so that
+// an error quotes what the user typed; the usage error's one line; the program's argv.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
-#include "cli/commands.hpp"
 #include "core/error.hpp"
 #include "core/names.hpp"
+#include "core/parse.hpp"
 
 namespace dtlaunch {
 
@@ -47,22 +50,67 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, Target& target,
 // The --format of doctor's report and of job's summary: a table, or json when true.
 inline constexpr core::Named<bool> kTableOrJson[] = {{false, "table"}, {true, "json"}};
 
-struct LaunchCommand {
-  launch::LaunchOptions options;
-  cli::RunFlags flags;
+// Numbers are taken as text and converted by lib's parser, so that an error quotes what the
+// user typed ("--master-port='99999999999999999999': expected an integer in 1..65535").
+template <class T>
+struct Number {
+  using type = T;
+};
+template <class T>
+struct Number<std::optional<T>> {
+  using type = T;
 };
 
-// The options of a launch (`dtlaunch ...`) or of `dtlaunch doctor ...`, which share all but
-// --dry-run, --preflight and the meaning of --format and the timeout. The app must have
-// prefix_command() set: everything from the program on is left for program_argv.
-void add_launch_options(CLI::App& app, LaunchCommand& command, bool doctor);
+template <class T>
+CLI::Option* add_count(CLI::App& app, const std::string& flag, T& target, std::uint64_t min,
+                       std::uint64_t max, const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&target, flag, min, max](const std::string& text) {
+            target = static_cast<typename Number<T>::type>(core::parse_count(flag, text, min, max));
+          },
+          help)
+      ->type_name("N");
+}
 
-// `dtlaunch trace DIR [--format text|json|chrome] [--html FILE] [--run ID]`.
-using TraceCommand = trace::TraceOptions;
-CLI::App* add_trace_options(CLI::App& app, TraceCommand& command);
+template <class T>
+CLI::Option* add_seconds(CLI::App& app, const std::string& flag, T& target,
+                         const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&target, flag](const std::string& text) {
+            target = core::parse_seconds(flag, text, 86400);
+          },
+          help)
+      ->type_name("SECONDS");
+}
+
+// CLI11 reports bad usage with its own exit codes (100+); ours is 2, with one line on stderr.
+int usage_error(std::string what);
 
 // The program and its arguments after a parse: what follows "--", or the first positional on.
 // Throws Error (usage) for an unknown option that CLI11 would hand over as the program name.
 std::vector<std::string> program_argv(const CLI::App& app);
+
+// A subcommand that takes its arguments verbatim, as scontrol does (hostnames, hostlist): run
+// before CLI11 parses, which would take a first "--" as its own and leave no argument, read
+// "[1-3]" as a vector or "-n1" as an option (Slurm's hostlists begin with '[' and may begin
+// with '-').
+struct VerbatimCommand {
+  const char* name;
+  const char* summary;     // its line in dtlaunch --help
+  const char* help;        // dtlaunch NAME --help
+  const char* none_given;  // the usage error when no argument is given
+  int (*run)(const std::vector<std::string>& args, std::ostream& out);
+};
+
+// `command`'s status when argv names it (argv[1]), nullopt for any other command line.
+std::optional<int> run_verbatim(const VerbatimCommand& command, int argc, char** argv);
+
+// A subcommand whose arguments CLI11 leaves unparsed (prefix_command()), for its line in --help
+// (a verbatim command) or to check them itself (env-table).
+CLI::App* add_verbatim(CLI::App& app, const std::string& name, const std::string& help);
 
 }  // namespace dtlaunch

@@ -1,33 +1,20 @@
-#include "job_command.hpp"
-
+// `dtlaunch job [OPTIONS] [--] PROGRAM [ARGS...]`: the restart driver's command line (lib/job,
+// docs/resilience.md).
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <iostream>
 
-#include "command_line.hpp"
 #include "core/env_map.hpp"
 #include "core/error.hpp"
-#include "core/parse.hpp"
 #include "job/driver.hpp"
 #include "job/job.hpp"
+#include "subcommands.hpp"
 
 namespace dtlaunch {
 
 namespace {
-
-CLI::Option* add_count(CLI::App& app, const std::string& flag, std::optional<std::uint32_t>& target,
-                       std::uint64_t min, std::uint64_t max, const std::string& help) {
-  return app
-      .add_option_function<std::string>(
-          flag,
-          [&target, flag, min, max](const std::string& text) {
-            target = static_cast<std::uint32_t>(core::parse_count(flag, text, min, max));
-          },
-          help)
-      ->type_name("N");
-}
 
 // The tasks run the same dtlaunch as the driver: the batch script's, on a shared file system.
 std::string own_path() {
@@ -39,7 +26,7 @@ std::string own_path() {
 
 }  // namespace
 
-CLI::App* add_job_options(CLI::App& app, JobCommand& command) {
+CLI::App* add_job_command(CLI::App& app, JobCommand& command) {
   CLI::App* sub = app.add_subcommand(
       "job",
       "Run PROGRAM on N nodes of the batch job's allocation and keep K as spares: after a "
@@ -59,24 +46,14 @@ CLI::App* add_job_options(CLI::App& app, JobCommand& command) {
   add_count(*sub, "--min-nodes", o.min_nodes, 1, 1 << 20,
             "go on with fewer nodes, down to N, when the spares are used up (only for programs "
             "that can change their world size; default: --nodes)");
-  sub->add_option_function<std::string>(
-         "--max-restarts",
-         [&o](const std::string& text) {
-           o.max_restarts =
-               static_cast<std::uint32_t>(core::parse_count("--max-restarts", text, 0, 1000));
-         },
-         "restarts for the whole job, all nodes together (default 3)")
+  add_count(*sub, "--max-restarts", o.max_restarts, 0, 1000,
+            "restarts for the whole job, all nodes together (default 3)")
       ->type_name("R");
   add_count(*sub, "--ntasks-per-node", o.tasks_per_node, 1, 4096,
             "tasks on each node (default: the allocation's)");
-  sub->add_option_function<std::string>(
-         "--stop-grace",
-         [&o](const std::string& text) {
-           o.stop_grace = core::parse_seconds("--stop-grace", text, 86400);
-         },
-         "seconds after the first failure before a step that does not end is aborted, then "
-         "cancelled with scancel (default 30)")
-      ->type_name("SECONDS");
+  add_seconds(*sub, "--stop-grace", o.stop_grace,
+              "seconds after the first failure or a signal before a step that does not end is "
+              "aborted, then cancelled with scancel (default 30)");
   sub->add_option_function<std::string>(
          "--no-retry-exit",
          [&o](const std::string& text) {

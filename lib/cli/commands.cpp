@@ -64,6 +64,19 @@ std::unique_ptr<watch::WatchJoin> join_watch(const launch::LaunchPlan& launch_pl
       launch_plan.spec.master.addr, launch_plan.workers.front().rank, launch_plan.spec.world_size);
 }
 
+// What proc starts for a planned worker: its binding is applied where the program starts, by
+// proc (in the child between fork and exec, or by this process just before its own exec).
+proc::WorkerProcess worker_process(const launch::LaunchSpec& spec,
+                                   const launch::PlannedWorker& worker) {
+  return {worker.rank,
+          worker.local_rank,
+          spec.program_path,
+          spec.argv,
+          worker.env,
+          worker.binding ? std::make_shared<const affinity::PreparedBinding>(*worker.binding)
+                         : nullptr};
+}
+
 }  // namespace
 
 int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, const core::EnvMap& env,
@@ -88,44 +101,29 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
     return 0;
   }
 
+  const std::chrono::milliseconds grace = options.grace.value_or(proc::kDefaultGrace);
   if (launch_plan.mode == launch::Mode::kSlurm) {
     out.flush();
-    // On dtlaunch itself: the program inherits both across exec, before its first allocation.
-    const launch::PlannedWorker& self = launch_plan.workers.front();
-    if (self.binding)
-      if (const int e = affinity::PreparedBinding(*self.binding).apply())
-        throw core::Error::system("binding rank " + std::to_string(self.rank) + " to CPUs " +
-                                      self.binding->cpus.to_list() +
-                                      " (sched_setaffinity, set_mempolicy)",
-                                  e);
+    const proc::WorkerProcess self = worker_process(spec, launch_plan.workers.front());
     if (watch) {
-      const proc::WorkerProcess program{self.rank,
-                                        self.local_rank,
-                                        spec.program_path,
-                                        spec.argv,
-                                        contract::apply_env(env, self.changes),
-                                        nullptr};
       // The job's identity on the heartbeat's connections: MASTER_PORT is the job's own.
       const std::uint64_t tag =
           std::hash<std::string>{}(spec.master.addr + ":" + std::to_string(spec.master.port) + "/" +
                                    std::to_string(spec.world_size));
-      return watch->run(program, flags.watch_timeout,
-                        options.grace.value_or(std::chrono::seconds(30)), tag);
+      return watch->run(self, flags.watch_timeout, grace, tag);
     }
-    proc::exec_program(spec.program_path, spec.argv, contract::apply_env(env, self.changes));
+    proc::exec_worker(self);
   }
 
   proc::SupervisorOptions supervision;
-  if (options.grace) supervision.grace = *options.grace;
+  supervision.grace = grace;
   supervision.log_dir = options.log_dir;
   supervision.max_restarts = options.max_restarts;
   supervision.descendant_marker = *launch_plan.descendant_marker;
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<proc::WorkerProcess> processes;
-    for (launch::PlannedWorker& w : launch::plan_workers(launch_plan, env, restart_count))
-      processes.push_back(
-          {w.rank, w.local_rank, spec.program_path, spec.argv, contract::apply_env(env, w.changes),
-           w.binding ? std::make_shared<const affinity::PreparedBinding>(*w.binding) : nullptr});
+    for (const launch::PlannedWorker& w : launch::plan_workers(launch_plan, env, restart_count))
+      processes.push_back(worker_process(spec, w));
     return processes;
   };
   out.flush();  // nothing of ours may come out after the workers' output

@@ -91,7 +91,7 @@ std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan,
     probe_node(reports.front());
     // The node's software once, by its lowest local rank, with that worker's environment.
     if (w.local_rank == 0) {
-      const core::EnvMap seen = contract::apply_env(env, w.changes);
+      const core::EnvMap& seen = w.env;
       probe_software(reports.front(),
                      contract::read_text(seen, contract::setting::kDoctorLibraryPath).value_or(""),
                      contract::read_text(seen, contract::setting::kDoctorPath).value_or(""));
@@ -99,7 +99,7 @@ std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan,
   }
   mark_cpus_far_from_gpu(launch_plan, reports);
   probe_exec(reports, launch_plan.spec.program_path, launch_plan.spec.argv,
-             contract::apply_env(env, launch_plan.workers.front().changes));
+             launch_plan.workers.front().env);
   return reports;
 }
 

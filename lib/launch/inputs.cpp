@@ -59,6 +59,7 @@ LaunchInputs read_inputs(const core::EnvMap& env, Mode mode) {
   in.topology_root =
       contract::read_text(env, s::kTopologyRoot).value_or(std::string(s::kTopologyRoot.fallback));
   in.path = contract::read_text(env, s::kPath);
+  in.restart_count = contract::read_text(env, s::kRestartCount);
   return in;
 }
 

@@ -37,6 +37,8 @@ struct LaunchInputs {
   std::optional<std::string> slurm_cpu_bind_type;  // SLURM_CPU_BIND_TYPE
   std::string topology_root = "/";                 // DTLAUNCH_TOPOLOGY_ROOT (tests' fixtures)
   std::optional<std::string> path;                 // PATH, for the program's lookup
+  // DTLAUNCH_RESTART_COUNT: under Slurm, the attempt that `dtlaunch job` runs.
+  std::optional<std::string> restart_count;
 };
 
 // Under Slurm or with --nproc-per-node: the mode this launch runs in (never kAuto), from the

@@ -45,7 +45,7 @@ struct LaunchOptions {
   std::optional<std::uint32_t> nnodes;
   std::optional<std::uint32_t> node_rank;
   std::uint32_t max_restarts = 0;
-  std::optional<std::chrono::milliseconds> grace;  // default: SupervisorOptions::grace
+  std::optional<std::chrono::milliseconds> grace;  // default: proc::kDefaultGrace
   std::optional<std::string> log_dir;
 
   std::vector<std::string> argv;  // the program and its arguments, untouched

@@ -10,20 +10,22 @@ namespace dtlaunch::launch {
 namespace {
 
 PlannedWorker planned(const LaunchSpec& spec, const WorkerInfo& worker, const core::EnvMap& env) {
-  std::optional<affinity::Binding> binding;
-  if (const affinity::Binding* b = spec.affinity.of(worker.local_rank)) binding = *b;
-  contract::WorkerContract contract = worker_contract(spec, worker);
-  contract::EnvDelta changes = contract::to_env(contract, env);
-  return {worker.rank, worker.local_rank, std::move(changes), binding, std::move(contract)};
+  PlannedWorker p;
+  p.rank = worker.rank;
+  p.local_rank = worker.local_rank;
+  if (const affinity::Binding* b = spec.affinity.of(worker.local_rank)) p.binding = *b;
+  p.contract = worker_contract(spec, worker);
+  p.changes = contract::to_env(p.contract, env);
+  p.env = contract::apply_env(env, p.changes);
+  return p;
 }
 
 // Under Slurm the restarts are counted by `dtlaunch job` (docs/resilience.md), which runs each
 // attempt as a new step and says which one it is.
-std::uint32_t slurm_restart_count(const core::EnvMap& env) {
-  const auto value = contract::read_text(env, contract::setting::kRestartCount);
-  if (!value) return 0;
-  return static_cast<std::uint32_t>(
-      core::parse_count(contract::setting::kRestartCount.name, *value, 0, UINT32_MAX));
+std::uint32_t slurm_restart_count(const LaunchInputs& inputs) {
+  if (!inputs.restart_count) return 0;
+  return static_cast<std::uint32_t>(core::parse_count(contract::setting::kRestartCount.name,
+                                                      *inputs.restart_count, 0, UINT32_MAX));
 }
 
 }  // namespace
@@ -46,7 +48,7 @@ LaunchPlan plan(const LaunchOptions& options, const core::EnvMap& env, const Sys
     p.who = "node " + std::to_string(p.spec.node_rank);
     p.speaks_for_job = p.spec.node_rank == 0;
   }
-  p.workers = plan_workers(p, env, p.mode == Mode::kSlurm ? slurm_restart_count(env) : 0);
+  p.workers = plan_workers(p, env, p.mode == Mode::kSlurm ? slurm_restart_count(p.inputs) : 0);
   return p;
 }
 

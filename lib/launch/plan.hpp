@@ -7,14 +7,28 @@
 #include <string>
 #include <vector>
 
+#include "affinity/plan.hpp"
+#include "contract/contract.hpp"
 #include "core/env_map.hpp"
 #include "launch/inputs.hpp"
 #include "launch/options.hpp"
-#include "launch/render.hpp"
 #include "launch/spec.hpp"
 #include "launch/system.hpp"
 
 namespace dtlaunch::launch {
+
+// One worker as the plan decided it: what --dry-run prints (launch/render.hpp), what the doctor
+// reports, and what is exec'd or spawned.
+struct PlannedWorker {
+  std::uint32_t rank = 0;
+  std::uint32_t local_rank = 0;
+  contract::EnvDelta changes;                // to_env(contract, the inherited environment)
+  std::optional<affinity::Binding> binding;  // --cpu-bind / --mem-bind, when on
+  contract::WorkerContract contract;  // what the worker is told (worker_contract), for the doctor
+  // The program's whole environment: the inherited one with `changes` applied, computed here
+  // once so that what is exec'd and what the doctor probes cannot differ.
+  core::EnvMap env{};
+};
 
 struct LaunchPlan {
   Mode mode = Mode::kSlurm;  // never kAuto

@@ -4,17 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "launch/worker_env.hpp"
+#include "launch/plan.hpp"
 
 namespace dtlaunch::launch {
-
-struct PlannedWorker {
-  std::uint32_t rank = 0;
-  std::uint32_t local_rank = 0;
-  contract::EnvDelta changes;                // to_env(contract, the inherited environment)
-  std::optional<affinity::Binding> binding;  // --cpu-bind / --mem-bind, when on
-  contract::WorkerContract contract;  // what the worker is told (worker_contract), for the doctor
-};
 
 // Shell: "export NAME='value'" / "unset NAME" lines, then "exec 'prog' 'arg'...". Pasting it into
 // a shell reproduces the launch. Several workers (local mode) are separated by "# rank N" lines.

@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <csignal>
 
+#include "core/error.hpp"
 #include "core/exec_error.hpp"
+#include "proc/supervisor.hpp"
 
 namespace dtlaunch::proc {
 
@@ -36,6 +38,15 @@ void exec_program(const std::string& program_path, const std::vector<std::string
   ::execve(program_path.c_str(), arguments.argv(), arguments.envp());
   // Local mode's workers fail through the same mapping (proc/spawn.cpp).
   throw core::exec_error(program_path, errno);
+}
+
+void exec_worker(const WorkerProcess& worker) {
+  if (worker.binding)
+    if (const int e = worker.binding->apply())
+      throw core::Error::system("binding rank " + std::to_string(worker.rank) +
+                                    " (--cpu-bind/--mem-bind: sched_setaffinity, set_mempolicy)",
+                                e);
+  exec_program(worker.program_path, worker.argv, worker.env);
 }
 
 std::optional<int> trial_exec(const std::string& program_path, const std::vector<std::string>& argv,

@@ -31,6 +31,13 @@ class ExecArguments {
 [[noreturn]] void exec_program(const std::string& program_path,
                                const std::vector<std::string>& argv, const core::EnvMap& env);
 
+struct WorkerProcess;  // proc/supervisor.hpp
+
+// The Slurm path's last step: `worker`'s --cpu-bind/--mem-bind applied to this process (both
+// survive execve, so the program's first thread and allocation land right), then exec_program.
+// Throws as exec_program does, or Error::system when the kernel refuses the binding.
+[[noreturn]] void exec_worker(const WorkerProcess& worker);
+
 // What execve(program_path, argv, env) would do, without running any of the program: a child
 // asks to be traced and execs; the kernel stops it before the program's first instruction
 // (then it is killed) or execve fails (its errno comes back). The very system call the launch

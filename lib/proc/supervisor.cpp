@@ -93,6 +93,26 @@ struct Worker {
   Worker(WorkerProcess s, std::size_t tail_lines) : spec(std::move(s)), tail(tail_lines) {}
 };
 
+// How a reaped worker ended, for the report. stop_signal and grace: what it was sent before the
+// SIGKILL that ended it, when dtlaunch sent that SIGKILL at the grace period's end.
+WorkerFailure failure_of(const Worker& w, int stop_signal, std::chrono::milliseconds grace) {
+  WorkerFailure f;
+  f.rank = w.spec.rank;
+  f.local_rank = w.spec.local_rank;
+  if (WIFSIGNALED(w.wait_status)) {
+    f.signal = WTERMSIG(w.wait_status);
+    f.core_dumped = WCOREDUMP(w.wait_status);
+  } else {
+    f.exit_code = WEXITSTATUS(w.wait_status);
+  }
+  f.last_lines = w.tail.lines();
+  if (w.killed_after_grace && f.signal == SIGKILL) {
+    f.ignored_signal = stop_signal;
+    f.grace = grace;
+  }
+  return f;
+}
+
 struct AttemptResult {
   std::optional<WorkerFailure> failure;
   bool terminated = false;  // dtlaunch got SIGINT, SIGTERM or SIGHUP during the attempt
@@ -139,24 +159,8 @@ class Attempt {
     finish();
     AttemptResult result;
     result.terminated = terminated_;
-    if (first_failure_) {
-      const Worker& w = workers_[*first_failure_];
-      WorkerFailure f;
-      f.rank = w.spec.rank;
-      f.local_rank = w.spec.local_rank;
-      if (WIFSIGNALED(w.wait_status)) {
-        f.signal = WTERMSIG(w.wait_status);
-        f.core_dumped = WCOREDUMP(w.wait_status);
-      } else {
-        f.exit_code = WEXITSTATUS(w.wait_status);
-      }
-      f.last_lines = w.tail.lines();
-      if (w.killed_after_grace && f.signal == SIGKILL) {
-        f.ignored_signal = stop_signal_;
-        f.grace = options_.grace;
-      }
-      result.failure = std::move(f);
-    }
+    if (first_failure_)
+      result.failure = failure_of(workers_[*first_failure_], stop_signal_, options_.grace);
     return result;
   }
 

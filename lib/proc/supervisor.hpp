@@ -25,14 +25,19 @@ struct WorkerProcess {
   std::string program_path;  // already resolved and checked executable by the caller
   std::vector<std::string> argv;
   core::EnvMap env;
-  // CPUs and memory policy, applied in the child between fork and exec (--cpu-bind).
+  // CPUs and memory policy (--cpu-bind, --mem-bind), applied where the program starts: in the
+  // child between fork and exec, or by exec_worker (proc/exec.hpp) just before its exec.
   std::shared_ptr<const affinity::PreparedBinding> binding;
 };
+
+// --grace's default: between the SIGTERM that stops a program and its SIGKILL, in local mode
+// and under --watch alike.
+inline constexpr std::chrono::milliseconds kDefaultGrace = std::chrono::seconds(30);
 
 struct SupervisorOptions {
   // After the first failure (or a SIGINT/SIGTERM/SIGHUP to dtlaunch) the other workers get
   // SIGTERM, and SIGKILL once this much time has passed.
-  std::chrono::milliseconds grace{30000};
+  std::chrono::milliseconds grace = kDefaultGrace;
   // Also write each rank's output, unprefixed, to <log_dir>/rank-<R>.log (created if missing,
   // truncated when run_workers starts, appended across restarts).
   std::optional<std::string> log_dir;

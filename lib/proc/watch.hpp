@@ -15,7 +15,7 @@ namespace dtlaunch::proc {
 
 struct WatchOptions {
   // After a loss: SIGTERM (and SIGCONT, so that a stopped program sees it), SIGKILL after this.
-  std::chrono::milliseconds grace{30000};
+  std::chrono::milliseconds grace = kDefaultGrace;
   // Readable once a peer is lost (the heartbeat's verdict callback writes to it).
   int lost_fd = -1;
   // The one line printed on a loss, asked for once lost_fd is readable.

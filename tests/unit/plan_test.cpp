@@ -3,6 +3,7 @@
 
 #include "dtlaunch_catch.hpp"
 #include "fake_system.hpp"
+#include "launch/render.hpp"
 #include "slurm_env.hpp"
 
 using namespace dtlaunch;
