@@ -92,8 +92,8 @@ std::string chrome_rank(const Verdict& v, const RankFile& f, int64_t t0_us, bool
     const char* state = e.state == EntryState::kCompleted ? "completed"
                         : e.state == EntryState::kFailed  ? "failed"
                                                           : "in flight at the dump";
-    out += ",\n{\"ph\": \"X\", \"pid\": 0, \"tid\": " + tid +
-           ", \"name\": " + core::json_quote(e.op + " #" + std::to_string(e.seq)) +
+    out += ",\n{\"ph\": \"X\", \"pid\": 0, \"tid\": " + tid + ", \"name\": " +
+           core::json_quote(std::string(flight::op_name(e.op)) + " #" + std::to_string(e.seq)) +
            ", \"cat\": \"collective\", \"ts\": " + std::to_string(begin - t0_us) +
            ", \"dur\": " + std::to_string(end - begin) +
            ", \"args\": {\"signature\": " + core::json_quote(signature_text(e)) +
@@ -249,7 +249,8 @@ std::string Timeline::svg_row(int r, int row_px, int width, const TimeScale& x) 
       svg += "<rect x=\"" + num(x(from)) + "\" y=\"" + std::to_string(y + pad) + "\" width=\"" +
              num(w) + "\" height=\"" + std::to_string(row_px - 2 * pad) + "\" fill=\"" + colour +
              "\"><title>" +
-             html_escape(e.op + " #" + std::to_string(e.seq) + " " + signature_text(e)) +
+             html_escape(std::string(flight::op_name(e.op)) + " #" + std::to_string(e.seq) + " " +
+                         signature_text(e)) +
              "</title></rect>\n";
     };
     if (all_in > e.enqueue_us) bar(e.enqueue_us, all_in, "#f5a623");

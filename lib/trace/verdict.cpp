@@ -20,18 +20,12 @@ using core::json_quote;
 
 namespace {
 
-bool same_signature(const Entry& a, const Entry& b) {
-  if (a.op != b.op || a.dtype != b.dtype || a.numel != b.numel || a.root != b.root) return false;
-  return !a.shape || !b.shape || *a.shape == *b.shape;
-}
-
 // What differs between two signatures: "operation", "dtype", "shape", "root".
 std::string differences(const Entry& a, const Entry& b) {
   std::vector<std::string> what;
   if (a.op != b.op) what.push_back("operation");
-  if (a.op == b.op && a.dtype != b.dtype) what.push_back("dtype");
-  if (a.op == b.op && (a.numel != b.numel || (a.shape && b.shape && *a.shape != *b.shape)))
-    what.push_back("shape");
+  if (a.op == b.op && std::string_view(a.dtype) != b.dtype) what.push_back("dtype");
+  if (a.op == b.op && (a.numel != b.numel || !flight::same_shape(a, b))) what.push_back("shape");
   if (a.op == b.op && a.root != b.root) what.push_back("root");
   return core::join(what, ", ");
 }
@@ -120,8 +114,9 @@ void Merger::add(const std::string& file, const RankFile& f) {
     CollectiveSummary& c = seqs_[e.seq];
     ++c.entered;
     if (e.state == EntryState::kCompleted) ++c.completed;
-    auto g = std::find_if(c.signatures.begin(), c.signatures.end(),
-                          [&](const SignatureGroup& s) { return same_signature(s.example, e); });
+    auto g = std::find_if(c.signatures.begin(), c.signatures.end(), [&](const SignatureGroup& s) {
+      return flight::same_signature(s.example, e);
+    });
     if (g == c.signatures.end()) {
       c.signatures.push_back({e, {}, 0});
       g = c.signatures.end() - 1;

@@ -22,7 +22,9 @@ import sys
 # Lowest first. Each layer may include only the layers before it.
 LAYERS = [
     ["core"],  # errors, the environment snapshot, parsing, text: the standard library only
-    ["contract", "hostlist", "affinity", "heartbeat"],  # values and pure algorithms over core
+    # values and pure algorithms over core; flight: the flight record, which ddp writes and trace
+    # reads
+    ["contract", "hostlist", "affinity", "heartbeat", "flight"],
     ["launch", "proc", "ddp"],  # the plan, the processes, the runtime
     ["doctor", "trace", "job", "watch"],  # the logic of the dtlaunch commands beyond launching
     ["cli"],  # what each command does: dispatch and rendering
