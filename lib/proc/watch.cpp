@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "proc/footprint.hpp"
+#include "proc/reaper.hpp"
 #include "proc/signal_pipe.hpp"
 #include "proc/spawn.hpp"
 
@@ -51,10 +52,20 @@ int millis_left(std::chrono::steady_clock::time_point until) {
   return left.count() < 0 ? 0 : static_cast<int>(left.count()) + 1;
 }
 
+// The program has been reaped: what it left behind goes as in local mode (supervisor.cpp's
+// finish). A child that kept the task's stdout open would otherwise hold the srun step long after
+// the program ended (64 s in issue 35's probe); as a subreaper this process also has the ones that
+// left the program's group (setsid), re-parented to it.
+void sweep_leftovers(pid_t program_group) {
+  ::kill(-program_group, SIGKILL);
+  kill_all_children();
+}
+
 }  // namespace
 
 int watch_program(const WorkerProcess& program, const WatchOptions& options, std::ostream& err) {
   SignalPipe signals(kForwarded);
+  SubreaperScope subreaper;
   const StartedWorker started = start_inheriting(program);
   const pid_t pid = started.pid;
   if (started.exec_errno != 0) {
@@ -83,6 +94,7 @@ int watch_program(const WorkerProcess& program, const WatchOptions& options, std
       }
     }
     if (const auto status = reap(pid)) {
+      sweep_leftovers(pid);
       if (options.before_return) options.before_return();
       return kill_at ? static_cast<int>(core::ExitCode::kPeerLost) : *status;
     }

@@ -130,3 +130,18 @@ TEST_CASE("watch: a peer whose program ends normally says goodbye: no loss", "[w
   CHECK(out_of(dir, "0.err").empty());
   CHECK(settle(5s).empty());
 }
+
+// Issue 35 E: children that keep the task's stdout open held the srun step 64 s after the
+// program exited 0. --watch now sweeps them as local mode does: those in the program's group
+// and those that left it (setsid), which come back to dtlaunch as a subreaper.
+TEST_CASE("watch: what the program left running is killed when it exits", "[watch]") {
+  become_subreaper();
+  TempDir dir;
+  const auto started = std::chrono::steady_clock::now();
+  Child leaves(task(0, 1, dir, 500,
+                    {"/bin/sh", "-c", "sleep 60 & setsid sleep 61 & sleep 0.3; exit 0"}),
+               at(dir, "a.out"), at(dir, "a.err"));
+  CHECK(leaves.wait_for(20s) == 0);
+  CHECK(std::chrono::steady_clock::now() - started < 15s);
+  CHECK(settle(5s).empty());
+}
