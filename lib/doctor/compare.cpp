@@ -199,7 +199,17 @@ bool cured_by_exclusion(const Problem& p) {
          p.kind != "duplicate-rank" && p.kind != "gpu-shared";
 }
 
+// A name that can stand in a hostlist and on a terminal as it is: what Slurm's node names are
+// made of (letters, digits, '-', '_', '.'). A reported name with anything else (a control byte
+// that resets the terminal, a bracket, a comma) is quoted escaped in the table and kept off the
+// exclude list, whose line is meant to be pasted into --exclude.
 bool writable_host(const std::string& host) {
+  if (host.empty() || host.size() > 255 ||
+      !std::all_of(host.begin(), host.end(), [](unsigned char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '-' || c == '_' || c == '.';
+      }))
+    return false;
   try {
     hostlist::compress({host});
     return !host.empty();

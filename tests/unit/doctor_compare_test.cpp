@@ -179,6 +179,15 @@ TEST_CASE("doctor compare: the exclude list is every cured node, in the job's or
       {"program-differs", Severity::kError, {6}, {"node7"}, ""},
   };
   CHECK(exclude_list(eight, problems) == "node[3,7]");
+  // Issue 35 E: a reported host name with a control byte (ESC c resets the terminal) or hostlist
+  // syntax never reaches the exclude line; the table shows it escaped.
+  for (const std::string bad : {"node\x1b" "c", "node[1-4]", "a,b", "n 1", "nöde"}) {
+    INFO(bad);
+    CHECK(exclude_list(eight, {{"unreachable", Severity::kError, {2}, {bad}, ""},
+                               {"unreachable", Severity::kError, {3}, {"node4"}, ""}}) ==
+          "node4");
+  }
+  CHECK(hosts_text({"node\x1b" "c"}).find('\x1b') == std::string::npos);
   // Local mode names nodes "node rank N": no host name, nothing to exclude.
   CHECK(exclude_list(local_expectation(2, 1),
                      {{"missing-rank", Severity::kError, {1}, {"node rank 1"}, ""}})
