@@ -22,12 +22,12 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/fd.hpp"
 #include "core/file.hpp"
 #include "core/socket.hpp"
 #include "core/text.hpp"
 #include "doctor/network.hpp"
 #include "doctor/probe.hpp"
-#include "proc/fd.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
@@ -38,7 +38,7 @@ constexpr std::string_view kPlanMagic = "DTLAUNCH-DOCTOR 1 network plan\n";
 constexpr std::string_view kResultMagic = "DTLAUNCH-DOCTOR 1 network result\n";
 constexpr std::size_t kMaxFrame = 64 * 1024;
 
-using Fd = proc::UniqueFd;
+using Fd = core::UniqueFd;
 
 int millis_until(Clock::time_point deadline, int cap_ms) {
   const auto left =

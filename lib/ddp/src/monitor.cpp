@@ -25,6 +25,8 @@
 #include <tuple>
 
 #include "contract/settings.hpp"
+#include "core/fd.hpp"
+#include "core/host.hpp"
 #include "core/names.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
@@ -48,12 +50,6 @@ int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
 }
 
 }  // namespace
@@ -434,7 +430,7 @@ std::string checkin_key(int rank) {
 }
 
 std::string checkin_record(const WorkerEnv& env) {
-  return hostname() + "\n" + std::to_string(env.local_rank) + "\n" +
+  return core::host_name("?") + "\n" + std::to_string(env.local_rank) + "\n" +
          std::to_string(now_us() / 1000);
 }
 
@@ -444,7 +440,7 @@ Monitor::Monitor(const WorkerEnv& env, c10::intrusive_ptr<c10d::Store> store, mi
       store_(std::move(store)),
       timeout_(timeout),
       settings_(std::move(settings)),
-      host_(hostname()),
+      host_(core::host_name("?")),
       recorder_(std::make_shared<FlightRecorder>(settings_.trace_entries)),
       watcher_(std::make_shared<WatcherState>()),
       clock_(std::make_shared<ClockAlignment>()) {
@@ -521,18 +517,6 @@ void Monitor::dump_on_signal() const {
 
 namespace {
 
-// Writes all of `data` to fd; false with errno set on failure (ENOSPC on a full filesystem).
-bool write_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 constexpr core::Named<DumpKind> kDumpKindNames[] = {{DumpKind::kError, "error"},
                                                     {DumpKind::kRequest, "request"},
                                                     {DumpKind::kSignal, "signal"},
@@ -565,12 +549,12 @@ bool write_record(int fd, std::string head, const std::vector<CollectiveRecord>&
   for (size_t i = 0; i < entries.size(); ++i) {
     out += (i ? ",\n" : "\n") + json_entry(entries[i]);
     if (out.size() >= (1u << 16)) {
-      if (!write_all(fd, out)) return false;
+      if (!core::write_all(fd, out)) return false;
       out.clear();
     }
   }
   out += "\n ]}\n";
-  return write_all(fd, out);
+  return core::write_all(fd, out);
 }
 
 // Gives the written file `tmp` its name and returns it, or "" with `why` set (tmp removed either
