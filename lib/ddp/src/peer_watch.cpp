@@ -123,7 +123,7 @@ void PeerWatch::join(c10d::Store& store) {
   std::string address = heartbeat::local_address_towards(env_.master_addr);
   if (address.empty()) address = host_;
   const std::string record = heartbeat::format_endpoint({address, port, host_});
-  store.set(store_keys::heartbeat::endpoint(env_.rank),
+  store.set(store_keys::Heartbeat::endpoint(env_.rank),
             std::vector<uint8_t>(record.begin(), record.end()));
 }
 
@@ -135,8 +135,8 @@ void PeerWatch::fetch_endpoints(c10d::Store& store, bool all_published) {
     const int r = (env_.rank + fetched_ahead_ + 1) % env_.world_size;
     // The ring's order: a rank further ahead is watched only once the nearer ones are lost, and
     // they are watched only once known, so one request per poll is enough.
-    if (!all_published && !store.check({store_keys::heartbeat::endpoint(r)})) break;
-    const auto bytes = store.get(store_keys::heartbeat::endpoint(r));
+    if (!all_published && !store.check({store_keys::Heartbeat::endpoint(r)})) break;
+    const auto bytes = store.get(store_keys::Heartbeat::endpoint(r));
     try {
       found[r] = heartbeat::parse_endpoint(std::string(bytes.begin(), bytes.end()));
     } catch (const std::invalid_argument& e) {

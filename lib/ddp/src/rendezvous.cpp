@@ -47,7 +47,7 @@
 namespace dtlaunch::ddp::detail {
 namespace {
 
-namespace keys = store_keys::rdzv;
+using keys = store_keys::Rendezvous;
 
 // The first line of an identity record: a peer's key that lacks it was not written by this
 // protocol.

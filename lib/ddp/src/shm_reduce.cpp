@@ -578,9 +578,9 @@ std::vector<Identity> exchange_identities(const WorkerEnv& env, bool enabled, c1
   me.start_ticks = own_start_ticks();
   std::vector<Identity> ids(static_cast<size_t>(env.world_size));
   try {
-    store.set(store_keys::shm::id(env.rank), bytes(me.record()));
+    store.set(store_keys::Shm::id(env.rank), bytes(me.record()));
     for (int r = 0; r < env.world_size; ++r)
-      ids[r] = Identity::parse(text(store.get(store_keys::shm::id(r))));
+      ids[r] = Identity::parse(text(store.get(store_keys::Shm::id(r))));
   } catch (const std::exception& e) {
     const std::string line = first_line(e);
     throw Error(
@@ -652,13 +652,13 @@ class SegmentSetup {
       header->nonce = nonce_;
       header->magic = kMagic;
     }
-    store_.set(store_keys::shm::segment(),
+    store_.set(store_keys::Shm::segment(),
                bytes(problem_.empty() ? "ok\n" + name_ + "\n" + std::to_string(nonce_)
                                       : "no\n" + problem_));
   }
 
   void open_segment() {
-    std::istringstream rec(from_peer(store_keys::shm::segment(), 0));
+    std::istringstream rec(from_peer(store_keys::Shm::segment(), 0));
     std::string status, nonce_text;
     std::getline(rec, status);
     std::getline(rec, name_);
@@ -677,9 +677,9 @@ class SegmentSetup {
   }
 
   bool all_mapped() {
-    store_.set(store_keys::shm::mapped(rank_), bytes(problem_.empty() ? "ok" : problem_));
+    store_.set(store_keys::Shm::mapped(rank_), bytes(problem_.empty() ? "ok" : problem_));
     std::vector<std::string> verdicts;
-    for (int r = 0; r < world_; ++r) verdicts.push_back(from_peer(store_keys::shm::mapped(r), r));
+    for (int r = 0; r < world_; ++r) verdicts.push_back(from_peer(store_keys::Shm::mapped(r), r));
     // Every rank has mapped it (or given up): the name goes now, so that nothing is left in
     // /dev/shm whatever happens to the ranks later. Each rank tries; all but one get ENOENT.
     if (!name_.empty()) ::shm_unlink(name_.c_str());
