@@ -20,12 +20,12 @@
 #include "doctor/network_test.hpp"
 #include "doctor/probe.hpp"
 #include "doctor/wire.hpp"
-#include "proc/fd.hpp"
+#include "core/fd.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
 
-using Fd = proc::UniqueFd;
+using Fd = core::UniqueFd;
 
 std::string describe_connect_error(int error) {
   switch (error) {

@@ -21,6 +21,7 @@
 
 #include "core/error.hpp"
 #include "core/exec_error.hpp"
+#include "core/host.hpp"
 #include "core/text.hpp"
 #include "proc/exec.hpp"
 
@@ -120,9 +121,7 @@ void probe_exec(std::vector<TaskReport>& reports, const std::string& program_pat
 }
 
 void probe_node(TaskReport& r) {
-  char host[256] = "";
-  ::gethostname(host, sizeof host - 1);
-  r.host = host;
+  r.host = core::host_name();
   r.host_resolves_to = resolve(r.host);
   r.master_resolves_to = resolve(r.contract.master_addr);
   if (r.cpus.empty()) r.cpus = cpulist_of_this_task();  // unless a --cpu-bind plan says

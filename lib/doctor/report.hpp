@@ -32,7 +32,7 @@ struct TaskReport {
   // Who, and what it is told: the contract worker_contract() computed for this rank, the very
   // value a real launch exports (contract/contract.hpp). The rest are facts about its node.
   contract::WorkerContract contract;
-  std::string host;  // gethostname()
+  std::string host;  // core::host_name()
   // Network, as this node sees it.
   std::vector<std::string> master_resolves_to;  // addresses MASTER_ADDR resolves to here
   std::vector<std::string> host_resolves_to;    // addresses this host's own name resolves to

@@ -24,12 +24,12 @@
 #include "core/text.hpp"
 #include "doctor/probe.hpp"
 #include "doctor/wire.hpp"
-#include "proc/fd.hpp"
+#include "core/fd.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
 
-using Fd = proc::UniqueFd;
+using Fd = core::UniqueFd;
 
 Fd listen_on(std::uint16_t port, int& error) {
   // Every interface, as PyTorch's TCPStore binds: the program will listen the same way.

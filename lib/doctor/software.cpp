@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "contract/settings.hpp"
+#include "core/fd.hpp"
 #include "core/file.hpp"
 #include "core/text.hpp"
 #include "doctor/probe.hpp"
@@ -158,7 +159,7 @@ std::vector<std::pair<std::string, std::string>> compared_env(
 }
 
 std::optional<std::string> elf_interpreter(const std::string& path) {
-  proc::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  core::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return std::nullopt;
   auto read_at = [&](void* into, std::size_t size, std::uint64_t offset) {
     return ::pread(fd.get(), into, size, static_cast<off_t>(offset)) == static_cast<ssize_t>(size);

@@ -18,6 +18,8 @@
 #include <system_error>
 #include <utility>
 
+#include "core/fd.hpp"
+#include "core/socket.hpp"
 #include "heartbeat/wire.hpp"
 
 namespace dtlaunch::heartbeat {
@@ -100,8 +102,9 @@ std::string local_address_towards(const std::string& peer) {
 
 namespace {
 
+// A connection to or from another rank: the watched rank's (outgoing), or a watcher's.
 struct Link {
-  int fd = -1;
+  core::UniqueFd fd;
   int rank = -1;  // -1 until its hello
   bool outgoing = false;
   bool connecting = false;
@@ -109,45 +112,34 @@ struct Link {
   std::vector<uint8_t> in;
 };
 
-// A non-blocking connect() to `e`; -1 with errno set when it failed at once.
-int start_connect(const Endpoint& e, int& immediate_errno) {
+// The one probe under way: a connect() whose only answer is whether `rank` accepts it.
+struct PendingProbe {
+  core::UniqueFd fd;
+  int rank = -1;
+  TimePoint deadline{};
+};
+
+// A non-blocking connect() to `e` (with TCP_NODELAY): the descriptor, connected or connecting,
+// or -errno when it failed at once (-EHOSTUNREACH for an address that does not resolve).
+int start_connect(const Endpoint& e) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string port = std::to_string(e.port);
-  if (::getaddrinfo(e.address.c_str(), port.c_str(), &hints, &found) != 0) {
-    immediate_errno = EHOSTUNREACH;
-    return -1;
-  }
+  if (::getaddrinfo(e.address.c_str(), port.c_str(), &hints, &found) != 0) return -EHOSTUNREACH;
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
-  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    immediate_errno = errno;
-    return -1;
-  }
+  const int fd = core::start_connect(*found);
   int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
-    immediate_errno = errno;
-    ::close(fd);
-    return -1;
-  }
-  immediate_errno = 0;
+  if (fd >= 0) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return fd;
 }
 
 // How a non-blocking connect() on `fd` ended: 0 (connected) or an errno once poll() reported it
 // or the deadline passed; -1 while it is still under way.
 int connect_result(int fd, short revents, TimePoint now, TimePoint deadline) {
-  int err = -1;
-  if (revents) {
-    socklen_t len = sizeof err;
-    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-  } else if (now >= deadline) {
-    err = ETIMEDOUT;
-  }
-  return err;
+  if (revents) return core::connect_error(fd);
+  return now >= deadline ? ETIMEDOUT : -1;
 }
 
 // A reset is a refusal too: a connection still in the backlog of a listener that closes is reset.
@@ -163,6 +155,24 @@ bool send_frame(int fd, const Frame& f) {
   if (n == static_cast<ssize_t>(f.size())) return true;
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
   return false;  // an error, or a partial frame that would desynchronise the stream
+}
+
+Frame verdict_frame(const Verdict& v) {
+  Message m;
+  m.type = FrameType::kVerdict;
+  m.rank = v.rank;
+  m.position = v.last;
+  m.verdict = v;
+  return encode(m);
+}
+
+Frame hello_frame(const NodeOptions& o) {
+  Message m;
+  m.type = FrameType::kHello;
+  m.rank = o.self;
+  m.tag = o.tag;
+  if (o.position) m.position = o.position();
+  return encode(m);
 }
 
 }  // namespace
@@ -225,10 +235,6 @@ class Node::Loop {
         o_(node.options_),
         ring_(o_.self, o_.world, o_.settings, Clock::now()),
         next_beat_(Clock::now()) {}
-  ~Loop() {
-    for (const Link& l : links_) ::close(l.fd);
-    if (probe_.fd >= 0) ::close(probe_.fd);
-  }
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
 
@@ -259,42 +265,18 @@ class Node::Loop {
       m.rank = o_.self;
       const Frame f = encode(m);
       for (const Link& l : links_)
-        if (!l.connecting) send_frame(l.fd, f);
+        if (!l.connecting) send_frame(l.fd.get(), f);
     }
   }
 
  private:
-  struct ProbeState {
-    int fd = -1, rank = -1;
-    TimePoint deadline{};
-  };
-
-  void close_link(size_t i) {
-    ::close(links_[i].fd);
-    links_.erase(links_.begin() + static_cast<std::ptrdiff_t>(i));
-  }
+  void close_link(size_t i) { links_.erase(links_.begin() + static_cast<std::ptrdiff_t>(i)); }
   void send_to(int rank, const Frame& f) {
     for (const Link& l : links_) {
       if (l.rank != rank || l.connecting) continue;
-      if (send_frame(l.fd, f)) node_.sent_.fetch_add(1, std::memory_order_relaxed);
+      if (send_frame(l.fd.get(), f)) node_.sent_.fetch_add(1, std::memory_order_relaxed);
       return;  // one link per rank is enough
     }
-  }
-  static Frame verdict_frame(const Verdict& v) {
-    Message m;
-    m.type = FrameType::kVerdict;
-    m.rank = v.rank;
-    m.position = v.last;
-    m.verdict = v;
-    return encode(m);
-  }
-  Frame hello() const {
-    Message m;
-    m.type = FrameType::kHello;
-    m.rank = o_.self;
-    m.tag = o_.tag;
-    if (o_.position) m.position = o_.position();
-    return encode(m);
   }
 
   // Endpoints from add_endpoints(); the watched rank's, when it is among them, is connected to.
@@ -323,20 +305,19 @@ class Node::Loop {
     if (w < 0) return;
     const auto e = o_.endpoints.find(w);
     if (e == o_.endpoints.end()) return;
-    int err = 0;
-    const int fd = start_connect(e->second, err);
+    const int fd = start_connect(e->second);
     if (fd < 0) {
-      ring_.connect_failed(w, probe_of(err), now);
+      ring_.connect_failed(w, probe_of(-fd), now);
       connect_pending_ = ring_.watched() != w;
     } else {
-      links_.push_back({fd, w, true, true, now + o_.settings.timeout, {}});
+      links_.push_back({core::UniqueFd(fd), w, true, true, now + o_.settings.timeout, {}});
     }
   }
 
   void note_own_sockets() {
     std::vector<int> fds{node_.listen_fd_, node_.wake_read_, node_.wake_write_};
-    if (probe_.fd >= 0) fds.push_back(probe_.fd);
-    for (const Link& l : links_) fds.push_back(l.fd);
+    if (probe_.fd) fds.push_back(probe_.fd.get());
+    for (const Link& l : links_) fds.push_back(l.fd.get());
     std::lock_guard<std::mutex> lock(node_.mutex_);
     node_.own_sockets_ = std::move(fds);
   }
@@ -372,16 +353,14 @@ class Node::Loop {
   void start_probe(TimePoint now) {
     const auto p = ring_.probe_due(now);
     if (!p) return;
-    if (probe_.fd >= 0) ::close(probe_.fd);
     probe_ = {};
     const auto e = o_.endpoints.find(*p);
     if (e == o_.endpoints.end()) return;
-    int err = 0;
-    const int fd = start_connect(e->second, err);
+    const int fd = start_connect(e->second);
     if (fd < 0)
-      ring_.probed(*p, probe_of(err), now);
+      ring_.probed(*p, probe_of(-fd), now);
     else
-      probe_ = {fd, *p, now + o_.settings.probe_lead()};
+      probe_ = {core::UniqueFd(fd), *p, now + o_.settings.probe_lead()};
   }
 
   void beat(TimePoint now) {
@@ -398,15 +377,15 @@ class Node::Loop {
   // Waits in poll() for the next thing to do and handles what came; false when stopping.
   bool wait_and_handle() {
     TimePoint until = std::min(next_beat_, ring_.next_deadline());
-    if (probe_.fd >= 0) until = std::min(until, probe_.deadline);
+    if (probe_.fd) until = std::min(until, probe_.deadline);
     for (const Link& l : links_)
       if (l.connecting) until = std::min(until, l.connect_deadline);
     std::vector<pollfd> fds;
     fds.push_back({node_.wake_read_, POLLIN, 0});
     fds.push_back({node_.listen_fd_, POLLIN, 0});
-    fds.push_back({probe_.fd, POLLOUT, 0});
+    fds.push_back({probe_.fd.get(), POLLOUT, 0});
     for (const Link& l : links_)
-      fds.push_back({l.fd, static_cast<short>(l.connecting ? POLLOUT : POLLIN), 0});
+      fds.push_back({l.fd.get(), static_cast<short>(l.connecting ? POLLOUT : POLLIN), 0});
     const auto wait = std::chrono::duration_cast<milliseconds>(until - Clock::now()).count();
     const int n =
         ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(wait + 1, 0, 1000)));
@@ -419,7 +398,7 @@ class Node::Loop {
       if (node_.stopping_.load()) return false;
     }
     if (fds[1].revents & POLLIN) accept_all();
-    if (probe_.fd >= 0) finish_probe(fds[2].revents, t);
+    if (probe_.fd) finish_probe(fds[2].revents, t);
     // Links: the pollfds from index 3 match links as they were before accept() added any.
     const size_t polled = fds.size() - 3;
     std::vector<size_t> dead;
@@ -439,26 +418,25 @@ class Node::Loop {
       if (fd < 0) break;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      links_.push_back({fd, -1, false, false, {}, {}});
+      links_.push_back({core::UniqueFd(fd), -1, false, false, {}, {}});
     }
   }
 
   void finish_probe(short revents, TimePoint t) {
-    const int err = connect_result(probe_.fd, revents, t, probe_.deadline);
+    const int err = connect_result(probe_.fd.get(), revents, t, probe_.deadline);
     if (err < 0) return;
-    ::close(probe_.fd);
     ring_.probed(probe_.rank, probe_of(err), t);
     probe_ = {};
   }
 
   // A connect() in progress; false when the link must be dropped.
   bool finish_connect(Link& l, short revents, TimePoint t) {
-    const int err = connect_result(l.fd, revents, t, l.connect_deadline);
+    const int err = connect_result(l.fd.get(), revents, t, l.connect_deadline);
     if (err == 0) {
       l.connecting = false;
       // The rank we connected to counts as heard: it accepted.
       ring_.heard(l.rank, t);
-      return send_frame(l.fd, hello()) && send_verdicts(l.fd);
+      return send_frame(l.fd.get(), hello_frame(o_)) && send_verdicts(l.fd.get());
     }
     if (err > 0) {
       ring_.connect_failed(l.rank, probe_of(err), t);
@@ -470,7 +448,7 @@ class Node::Loop {
   // Reads what arrived on a link; false when the link must be dropped.
   bool read_link(Link& l, TimePoint t) {
     uint8_t buf[4096];
-    const ssize_t got = ::recv(l.fd, buf, sizeof buf, MSG_DONTWAIT);
+    const ssize_t got = ::recv(l.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
       if (l.rank >= 0) ring_.closed(l.rank, t);
       return false;
@@ -497,7 +475,9 @@ class Node::Loop {
         if (l.rank < 0) {
           l.rank = m->rank;
           // Answered, so that the rank that connected learns this one's position at once.
-          if (!l.outgoing && !(send_frame(l.fd, hello()) && send_verdicts(l.fd))) return false;
+          if (!l.outgoing &&
+              !(send_frame(l.fd.get(), hello_frame(o_)) && send_verdicts(l.fd.get())))
+            return false;
         }
         ring_.heard(m->rank, t, m->position);
         break;
@@ -520,7 +500,7 @@ class Node::Loop {
   NodeOptions& o_;
   Ring ring_;
   std::vector<Link> links_;
-  ProbeState probe_;
+  PendingProbe probe_;
   TimePoint next_beat_;
   bool connect_pending_ = false;
 };

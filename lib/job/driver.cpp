@@ -18,9 +18,11 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/fd.hpp"
 #include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
 #include "outcome.hpp"
+#include "proc/fd.hpp"
 #include "proc/output_relay.hpp"
 
 extern char** environ;
@@ -136,23 +138,22 @@ int shell_status(int wstatus) {
 std::string capture(const std::vector<std::string>& argv) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return {};
+  core::UniqueFd out(fds[0]), child_out(fds[1]);
   pid_t pid = -1;
   try {
-    pid = spawn(argv, fds[1], -1);
+    pid = spawn(argv, child_out.get(), -1);
   } catch (const core::Error&) {
-    ::close(fds[0]);
-    ::close(fds[1]);
     return {};
   }
-  ::close(fds[1]);
+  child_out.reset();
   std::string text;
   char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+  for (ssize_t n; (n = ::read(out.get(), buf, sizeof buf)) != 0;) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
-  ::close(fds[0]);
+  out.reset();
   int ws = 0;
   while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
   }
@@ -181,7 +182,7 @@ std::vector<std::string> running_steps(const std::string& job_id) {
 
 // One stream of srun (its stdout or stderr): passed on unchanged, read line by line.
 struct Stream {
-  int fd = -1;
+  core::UniqueFd fd;
   int to = -1;
   std::string partial;
 };
@@ -203,13 +204,12 @@ void pass_on(proc::Console& console, int fd, std::string_view data) {
 
 bool pump(Stream& s, proc::Console& console, Evidence& evidence) {
   char buf[8192];
-  const ssize_t n = ::read(s.fd, buf, sizeof buf);
+  const ssize_t n = ::read(s.fd.get(), buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) {
     if (!s.partial.empty()) observe_line(s.partial, evidence);
     s.partial.clear();
-    ::close(s.fd);
-    s.fd = -1;
+    s.fd.reset();
     return false;
   }
   pass_on(console, s.to, std::string_view(buf, static_cast<size_t>(n)));
@@ -220,6 +220,14 @@ bool pump(Stream& s, proc::Console& console, Evidence& evidence) {
   s.partial.erase(0, start);
   if (s.partial.size() > 65536) s.partial.clear();  // no newline in 64 KiB: not a status line
   return true;
+}
+
+// proc::make_pipe, with the message that says what the pipe was for.
+proc::Pipe srun_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw core::Error::system("cannot create a pipe for srun", errno);
+  return {core::UniqueFd(fds[0]), core::UniqueFd(fds[1])};
 }
 
 struct AttemptRun {
@@ -235,13 +243,13 @@ void pump_ready(Stream (&streams)[2], proc::Console& console, Evidence& evidence
   pollfd fds[4];
   nfds_t n = 0;
   for (auto& s : streams)
-    if (s.fd >= 0) fds[n++] = {s.fd, POLLIN, 0};
+    if (s.fd) fds[n++] = {s.fd.get(), POLLIN, 0};
   for (int fd : {STDOUT_FILENO, STDERR_FILENO})
     if (const int waiting = console.waiting_fd(fd); waiting >= 0) fds[n++] = {waiting, POLLOUT, 0};
   if (::poll(fds, n, 100) <= 0) return;
   for (auto& s : streams)
     for (nfds_t i = 0; i < n; ++i)
-      if (s.fd == fds[i].fd && fds[i].revents) pump(s, console, evidence);
+      if (s.fd.get() == fds[i].fd && fds[i].revents) pump(s, console, evidence);
   for (int fd : {STDOUT_FILENO, STDERR_FILENO}) console.flush(fd);
 }
 
@@ -302,15 +310,14 @@ void deliver_to_tasks(const std::string& job_id, int sig, std::ostream& err) {
 AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& job_id,
                        milliseconds grace, proc::Console& console, std::ostream& err) {
   AttemptRun run;
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
-    throw core::Error::system("cannot create a pipe for srun", errno);
+  proc::Pipe out = srun_pipe(), errs = srun_pipe();
   const auto start = Clock::now();
-  const pid_t pid = spawn_srun(argv, out_pipe[1], err_pipe[1]);
+  const pid_t pid = spawn_srun(argv, out.write.get(), errs.write.get());
   g_srun_pid = pid;
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  Stream streams[2] = {{out_pipe[0], STDOUT_FILENO, {}}, {err_pipe[0], STDERR_FILENO, {}}};
+  out.write.reset();
+  errs.write.reset();
+  Stream streams[2] = {{std::move(out.read), STDOUT_FILENO, {}},
+                       {std::move(errs.read), STDERR_FILENO, {}}};
   StepStopper stopper(pid, job_id, grace);
   std::optional<Clock::time_point> first_failure, signalled;
   int wstatus = 0;
@@ -318,7 +325,7 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
   const auto since = [](Clock::time_point t) {
     return std::chrono::duration_cast<milliseconds>(Clock::now() - t);
   };
-  while (!reaped || streams[0].fd >= 0 || streams[1].fd >= 0) {
+  while (!reaped || streams[0].fd || streams[1].fd) {
     pump_ready(streams, console, run.evidence);
     if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
       reaped = true;
@@ -342,8 +349,7 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
     else if (first_failure)
       stopper.advance(*first_failure, "the first failure", run.evidence, err);
   }
-  for (auto& s : streams)
-    if (s.fd >= 0) ::close(s.fd);
+  for (auto& s : streams) s.fd.reset();
   if (!reaped) {
     while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
     }

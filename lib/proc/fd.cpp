@@ -1,7 +1,6 @@
 #include "proc/fd.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,11 +13,6 @@
 #include "core/error.hpp"
 
 namespace dtlaunch::proc {
-
-void UniqueFd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
 
 int close_range_from(unsigned first, unsigned flags) noexcept {
 #ifdef SYS_close_range
@@ -54,21 +48,6 @@ int fd_table_top() {
     if (err == std::errc() && end == name.data() + name.size()) top = std::max(top, fd + 1);
   }
   return top;
-}
-
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n >= 0) {
-      data.remove_prefix(static_cast<std::size_t>(n));
-    } else if (errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, -1);
-    } else if (errno != EINTR) {
-      return false;
-    }
-  }
-  return true;
 }
 
 }  // namespace dtlaunch::proc

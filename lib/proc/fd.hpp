@@ -1,32 +1,15 @@
-// Owned file descriptors and the few whole-buffer I/O helpers the supervisor needs.
+// The descriptors of local mode: close-on-exec pipes, descriptors moved out of a worker's way,
+// and the table's size for closing the rest after clone.
 #pragma once
 
-#include <string_view>
-#include <utility>
+#include "core/fd.hpp"
 
 namespace dtlaunch::proc {
 
-// Closes its descriptor when destroyed; -1 means none.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+// The owned descriptor and the whole-buffer write are core's (heartbeat and the runtime need them
+// too); the names stay usable here unqualified.
+using core::UniqueFd;
+using core::write_all;
 
 struct Pipe {
   UniqueFd read, write;
@@ -48,9 +31,5 @@ int close_range_from(unsigned first, unsigned flags) noexcept;
 
 // 1 + the highest descriptor open now (0 when none), from /proc/self/fd.
 int fd_table_top();
-
-// Writes all of data, retrying short writes and EINTR, and waiting in poll() when fd is
-// non-blocking. Returns false on any other error (EPIPE: the reader is gone).
-bool write_all(int fd, std::string_view data);
 
 }  // namespace dtlaunch::proc

@@ -27,6 +27,7 @@
 
 #include "core/error.hpp"
 #include "core/exec_error.hpp"
+#include "core/host.hpp"
 #include "core/text.hpp"
 #include "proc/failure_report.hpp"
 #include "proc/guardian.hpp"
@@ -63,12 +64,6 @@ void terminate_group(pid_t pgid, int sig) {
 // "1 worker", "3 workers".
 std::string workers_text(std::size_t n) {
   return std::to_string(n) + (n == 1 ? " worker" : " workers");
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return {};
-  return buf;
 }
 
 // Workers get their stdio from us by dup2; a dtlaunch started with 0, 1 or 2 closed would hand
@@ -470,7 +465,7 @@ RunResult run_workers(
   LogFiles logs(options.log_dir, high_fds);
   SignalPipe signals(kCaught);
   SubreaperScope subreaper;
-  const std::string host = host_name();
+  const std::string host = core::host_name();
 
   RunResult result;
   for (std::uint32_t restart = 0;; ++restart) {

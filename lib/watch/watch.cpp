@@ -8,23 +8,13 @@
 #include <mutex>
 
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "heartbeat/node.hpp"
 #include "heartbeat/ring.hpp"
 #include "proc/fd.hpp"
 #include "proc/watch.hpp"
 
 namespace dtlaunch::watch {
-
-namespace {
-
-std::string short_host() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
-  const std::string h = buf;
-  return h.substr(0, h.find('.'));
-}
-
-}  // namespace
 
 std::vector<std::uint32_t> ring_successors(std::uint32_t rank, std::uint32_t world) {
   std::vector<std::uint32_t> successors;
@@ -36,7 +26,7 @@ std::vector<std::uint32_t> ring_successors(std::uint32_t rank, std::uint32_t wor
 }
 
 WatchJoin::WatchJoin(const std::string& master_addr, std::uint32_t rank, std::uint32_t world)
-    : host_(short_host()), rank_(rank), world_(world) {
+    : host_(core::short_host_name("?")), rank_(rank), world_(world) {
   try {
     listener_ = std::make_unique<heartbeat::Listener>();
   } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 
 #include "internal.hpp"
 #include "shm_reduce.hpp"
+#include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
@@ -119,7 +120,7 @@ class GlooGroup final : public ProcessGroup {
       } else {
         opts->devices.push_back(GlooPG::createDefaultDevice());
       }
-      auto pg_store = c10::make_intrusive<c10d::PrefixStore>("dtlaunch/gloo", store_);
+      auto pg_store = c10::make_intrusive<c10d::PrefixStore>(store_keys::Gloo::kPrefix, store_);
       pg_ = c10::make_intrusive<GlooPG>(pg_store, env.rank, env.world_size, opts);
     } catch (const Error&) {
       throw;

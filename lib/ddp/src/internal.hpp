@@ -11,8 +11,6 @@
 #include "ddp_config.hpp"
 #include "dtlaunch/ddp.h"
 
-struct addrinfo;
-
 namespace dtlaunch::ddp::detail {
 
 // The clock of the runtime's deadlines, and the unit of its timeouts.
@@ -30,9 +28,6 @@ inline std::string text(const std::vector<uint8_t>& v) {
 }
 // "ff ff 03": a peer's bytes as the messages that name them show them.
 std::string hex_bytes(const std::string& b);
-// A socket (non-blocking, close-on-exec) connected to `a` by `deadline`; -1 with errno saying why
-// not (ETIMEDOUT at the deadline).
-int connect_by(const addrinfo& a, Clock::time_point deadline);
 // Whether `fd` became ready for `events` (poll's) by `deadline`; false on a poll error too.
 bool poll_until(int fd, short events, Clock::time_point deadline);
 // kTimeout, kPeerLost or kBackend, from a Gloo, NCCL or store message.

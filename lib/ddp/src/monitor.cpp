@@ -10,6 +10,7 @@
 
 #include "clock_align.hpp"
 #include "contract/settings.hpp"
+#include "core/host.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
 #include "dump_signal.hpp"
@@ -18,12 +19,6 @@
 
 namespace dtlaunch::ddp::detail {
 namespace {
-
-std::string hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
 
 // A run id as part of a file name: [A-Za-z0-9._-] kept, anything else '_', at most 64 bytes.
 std::string file_name_part(std::string_view id) {
@@ -65,7 +60,7 @@ std::string checkin_key(int rank) {
 }
 
 std::string checkin_record(const WorkerEnv& env) {
-  return hostname() + "\n" + std::to_string(env.local_rank) + "\n" +
+  return core::host_name("?") + "\n" + std::to_string(env.local_rank) + "\n" +
          std::to_string(now_us() / 1000);
 }
 
@@ -75,7 +70,7 @@ Monitor::Monitor(const WorkerEnv& env, c10::intrusive_ptr<c10d::Store> store, mi
       store_(std::move(store)),
       timeout_(timeout),
       settings_(std::move(settings)),
-      host_(hostname()),
+      host_(core::host_name("?")),
       recorder_(std::make_shared<FlightRecorder>(settings_.trace_entries)),
       watcher_(std::make_shared<WatcherState>()),
       clock_(std::make_shared<ClockAlignment>()) {

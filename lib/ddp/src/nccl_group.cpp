@@ -20,11 +20,10 @@
 
 #include "core/text.hpp"
 #include "internal.hpp"
+#include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
-
-const std::string kUniqueIdKey = "dtlaunch/nccl/unique_id";
 
 [[noreturn]] void fail(const std::string& what, ErrorKind kind = ErrorKind::kBackend) {
   throw Error(kind, "dtlaunch ddp: " + what);
@@ -206,11 +205,11 @@ class NcclGroup final : public ProcessGroup {
     if (env.rank == 0) {
       nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
       const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
-      store_->set(kUniqueIdKey, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
+      store_->set(store_keys::Nccl::unique_id(), std::vector<uint8_t>(bytes, bytes + sizeof(id)));
     } else {
       std::vector<uint8_t> bytes;
       try {
-        bytes = store_->get(kUniqueIdKey);
+        bytes = store_->get(store_keys::Nccl::unique_id());
       } catch (const std::exception& e) {
         const std::string line = first_line(e);
         fail("rank " + std::to_string(env.rank) + " got no NCCL id from rank 0: " + line,
@@ -350,7 +349,7 @@ class NcclGroup final : public ProcessGroup {
   // finished it.
   void init_bounded(const WorkerEnv& env, const ncclUniqueId& id,
                     std::chrono::milliseconds timeout) {
-    store_->set(joined_key(env.rank), std::vector<uint8_t>{1});
+    store_->set(store_keys::Nccl::joined(env.rank), std::vector<uint8_t>{1});
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclResult_t res = ncclCommInitRankConfig(&comm_->comm, env.world_size, id, env.rank, &config);
@@ -373,23 +372,16 @@ class NcclGroup final : public ProcessGroup {
                ncclGetErrorString(res),
            nccl_kind(res));
     }
-    store_->set(ready_key(env.rank), std::vector<uint8_t>{1});
-  }
-
-  static std::string joined_key(int rank) {
-    return "dtlaunch/nccl/joined/" + std::to_string(rank);
-  }
-  static std::string ready_key(int rank) {
-    return "dtlaunch/nccl/ready/" + std::to_string(rank);
+    store_->set(store_keys::Nccl::ready(env.rank), std::vector<uint8_t>{1});
   }
 
   std::string missing_from_init(const WorkerEnv& env) {
     std::vector<int> never, unfinished;
     try {
       for (int r = 0; r < env.world_size; ++r) {
-        if (!store_->check({joined_key(r)}))
+        if (!store_->check({store_keys::Nccl::joined(r)}))
           never.push_back(r);
-        else if (!store_->check({ready_key(r)}))
+        else if (!store_->check({store_keys::Nccl::ready(r)}))
           unfinished.push_back(r);
       }
     } catch (const std::exception& e) {

@@ -1,8 +1,6 @@
 #include "peer_watch.hpp"
 
-#include <dirent.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,10 +10,12 @@
 #include <map>
 #include <thread>
 
+#include "core/host.hpp"
 #include "core/text.hpp"
 #include "heartbeat/node.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
@@ -26,35 +26,6 @@ constexpr std::chrono::milliseconds kGatherVerdicts{300};
 // connections' shutdown works, the blocked call returns within milliseconds, and the error
 // after kGatherVerdicts.
 constexpr std::chrono::milliseconds kStartupGrace{3000};
-
-std::string endpoint_key(int rank) {
-  return "dtlaunch/heartbeat/" + std::to_string(rank);
-}
-
-// This process's sockets, as (descriptor, inode): a descriptor number reused for another file
-// is told apart by its inode.
-std::set<std::pair<int, unsigned long>> process_sockets() {
-  std::set<std::pair<int, unsigned long>> out;
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return out;
-  while (const dirent* e = ::readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
-    struct stat st {};
-    if (::fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode))
-      out.insert({static_cast<int>(fd), static_cast<unsigned long>(st.st_ino)});
-  }
-  ::closedir(dir);
-  return out;
-}
-
-std::string short_hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
-  std::string h = buf;
-  return h.substr(0, h.find('.'));
-}
 
 uint64_t job_tag(const WorkerEnv& env) {
   return std::hash<std::string>{}(env.run_id + "/" + env.master_addr + ":" +
@@ -75,8 +46,8 @@ std::shared_ptr<PeerWatch> PeerWatch::prepare(const WorkerEnv& env,
 }
 
 PeerWatch::PeerWatch(const WorkerEnv& env, std::chrono::milliseconds timeout)
-    : env_(env), timeout_(timeout), host_(short_hostname()) {
-  sockets_before_ = process_sockets();
+    : env_(env), timeout_(timeout), host_(core::short_host_name("?")) {
+  sockets_before_ = core::open_sockets();
   try {
     listener_ = std::make_unique<heartbeat::Listener>();
   } catch (const std::exception& e) {
@@ -152,7 +123,8 @@ void PeerWatch::join(c10d::Store& store) {
   std::string address = heartbeat::local_address_towards(env_.master_addr);
   if (address.empty()) address = host_;
   const std::string record = heartbeat::format_endpoint({address, port, host_});
-  store.set(endpoint_key(env_.rank), std::vector<uint8_t>(record.begin(), record.end()));
+  store.set(store_keys::Heartbeat::endpoint(env_.rank),
+            std::vector<uint8_t>(record.begin(), record.end()));
 }
 
 void PeerWatch::fetch_endpoints(c10d::Store& store, bool all_published) {
@@ -163,8 +135,8 @@ void PeerWatch::fetch_endpoints(c10d::Store& store, bool all_published) {
     const int r = (env_.rank + fetched_ahead_ + 1) % env_.world_size;
     // The ring's order: a rank further ahead is watched only once the nearer ones are lost, and
     // they are watched only once known, so one request per poll is enough.
-    if (!all_published && !store.check({endpoint_key(r)})) break;
-    const auto bytes = store.get(endpoint_key(r));
+    if (!all_published && !store.check({store_keys::Heartbeat::endpoint(r)})) break;
+    const auto bytes = store.get(store_keys::Heartbeat::endpoint(r));
     try {
       found[r] = heartbeat::parse_endpoint(std::string(bytes.begin(), bytes.end()));
     } catch (const std::invalid_argument& e) {
@@ -227,10 +199,10 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
 }
 
 // The sockets opened since prepare(): the runtime's, and the heartbeat's own.
-std::set<std::pair<int, unsigned long>> PeerWatch::sockets_since_prepare() const {
-  std::set<std::pair<int, unsigned long>> out;
-  for (const auto& s : process_sockets())
-    if (!sockets_before_.count(s) && s.first != listener_fd_) out.insert(s);
+std::set<core::OpenSocket> PeerWatch::sockets_since_prepare() const {
+  std::set<core::OpenSocket> out;
+  for (const auto& s : core::open_sockets())
+    if (!sockets_before_.count(s) && s.fd != listener_fd_) out.insert(s);
   return out;
 }
 
@@ -242,14 +214,14 @@ void PeerWatch::abort_connections() {
   // The heartbeat's own stay, to pass the verdict on (this runs on its thread: they are current).
   std::lock_guard<std::mutex> lock(node_mutex_);
   const std::vector<int> own = node_ ? node_->own_sockets() : std::vector<int>{};
-  const auto now = process_sockets();
+  const auto now = core::open_sockets();
   for (const auto& s : runtime_sockets_ ? *runtime_sockets_ : sockets_since_prepare()) {
     int listening = 0;
     socklen_t len = sizeof listening;
-    if (!now.count(s) || std::find(own.begin(), own.end(), s.first) != own.end() ||
-        (::getsockopt(s.first, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening))
+    if (!now.count(s) || std::find(own.begin(), own.end(), s.fd) != own.end() ||
+        (::getsockopt(s.fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening))
       continue;
-    ::shutdown(s.first, SHUT_RDWR);
+    ::shutdown(s.fd, SHUT_RDWR);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "core/socket.hpp"
 #include "dtlaunch/ddp.h"
 
 namespace dtlaunch::heartbeat {
@@ -68,17 +69,17 @@ class PeerWatch {
   void on_verdict(const heartbeat::Verdict& v);
   void abort_connections();
   void exit_if_startup_stays_blocked();
-  std::set<std::pair<int, unsigned long>> sockets_since_prepare() const;
+  std::set<core::OpenSocket> sockets_since_prepare() const;
 
   WorkerEnv env_;
   std::chrono::milliseconds timeout_;
   std::string host_;
   std::unique_ptr<heartbeat::Listener> listener_;
   int listener_fd_ = -1;
-  std::set<std::pair<int, unsigned long>> sockets_before_;  // (fd, inode)
+  std::set<core::OpenSocket> sockets_before_;
   // Once start()ed, the runtime's connections (and the heartbeat's, spared at the verdict);
   // until then they are found at the verdict.
-  std::optional<std::set<std::pair<int, unsigned long>>> runtime_sockets_;
+  std::optional<std::set<core::OpenSocket>> runtime_sockets_;
   int fetched_ahead_ = 0;  // the next this many ranks' endpoints are known
   std::shared_ptr<Monitor> monitor_;
   std::atomic<Monitor*> monitor_for_position_{nullptr};

@@ -10,22 +10,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/fd.hpp"
 #include "core/names.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
-
-// Writes all of `data` to fd; false with errno set on failure (ENOSPC on a full filesystem).
-bool write_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 constexpr core::Named<DumpKind> kDumpKindNames[] = {{DumpKind::kError, "error"},
                                                     {DumpKind::kRequest, "request"},
@@ -40,12 +29,12 @@ bool write_record(int fd, const flight::Header& head,
   for (size_t i = 0; i < entries.size(); ++i) {
     out += flight::record_entry(entries[i], i == 0);
     if (out.size() >= (1u << 16)) {
-      if (!write_all(fd, out)) return false;
+      if (!core::write_all(fd, out)) return false;
       out.clear();
     }
   }
   out += flight::kRecordEnd;
-  return write_all(fd, out);
+  return core::write_all(fd, out);
 }
 
 // Gives the written file `tmp` its name and returns it, or "" with `why` set (tmp removed either

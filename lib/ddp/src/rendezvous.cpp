@@ -10,20 +10,17 @@
 // refusal key instead, which rank 0 logs in one line before it goes on waiting for its own ranks:
 // one misconfigured job must not be able to end another's. A second process with this job's
 // identity and an already claimed rank is this job's own misconfiguration: it reports itself
-// under kDuplicateKey, and rank 0 fails the whole rendezvous with that one line.
-#include <dirent.h>
+// under keys::refused(), and rank 0 fails the whole rendezvous with that one line.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <compare>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -39,39 +36,23 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/socket.hpp"
 #include "core/text.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
 #include "peer_watch.hpp"
 #include "store_client.hpp"
+#include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
 
-const std::string kCountKey = "dtlaunch/rdzv/count";
-const std::string kFailedKey = "dtlaunch/rdzv/failed";
-const std::string kAckKey = "dtlaunch/rdzv/failed_seen";
-const std::string kIdentityKey = "dtlaunch/rdzv/identity";
-const std::string kHostsKey = "dtlaunch/rdzv/hosts";
-const std::string kDuplicateKey = "dtlaunch/rdzv/refused";
-const std::string kForeignCountKey = "dtlaunch/rdzv/foreign";
-const std::string kDoneKey = "dtlaunch/rdzv/done";
+using keys = store_keys::Rendezvous;
+
 // The first line of an identity record: a peer's key that lacks it was not written by this
 // protocol.
 const std::string kIdentityMagic = "dtlaunch-rdzv 2";
 
-std::string rank_key(int rank) {
-  return "dtlaunch/rdzv/rank/" + std::to_string(rank);
-}
-std::string claim_key(int rank) {
-  return "dtlaunch/rdzv/claim/" + std::to_string(rank);
-}
-std::string settings_key(int rank) {
-  return "dtlaunch/rdzv/settings/" + std::to_string(rank);
-}
-std::string foreign_key(int64_t n) {
-  return "dtlaunch/rdzv/foreign/" + std::to_string(n);
-}
 // Rank 0 logs this many refused foreign ranks, then one line for the rest.
 constexpr int64_t kForeignLinesShown = 8;
 
@@ -124,41 +105,11 @@ std::string foreign_message(const WorkerEnv& env, int rank, const Identity& mine
 // So the watchdog finds the store's client sockets (created after it started, connected to
 // MASTER_PORT) and shuts them down at the cut-off; the blocked call then fails at once.
 
-struct SocketId {
-  int fd;
-  ino_t inode;
-  auto operator<=>(const SocketId&) const = default;
-};
-
 // The sockets among this process's descriptors whose peer port is `port` (all when port < 0).
-std::set<SocketId> sockets_to(int port) {
-  std::set<SocketId> out;
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return out;
-  struct Closer {
-    void operator()(DIR* d) const { ::closedir(d); }
-  };
-  const std::unique_ptr<DIR, Closer> owner(dir);
-  while (const dirent* e = ::readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
-    struct stat st {};
-    if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (port >= 0) {
-      sockaddr_storage peer{};
-      socklen_t len = sizeof peer;
-      if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0)
-        continue;
-      int peer_port = -1;
-      if (peer.ss_family == AF_INET)
-        peer_port = ntohs(reinterpret_cast<const sockaddr_in&>(peer).sin_port);
-      else if (peer.ss_family == AF_INET6)
-        peer_port = ntohs(reinterpret_cast<const sockaddr_in6&>(peer).sin6_port);
-      if (peer_port != port) continue;
-    }
-    out.insert({static_cast<int>(fd), st.st_ino});
-  }
+std::set<core::OpenSocket> sockets_to(int port) {
+  std::set<core::OpenSocket> out;
+  for (const core::OpenSocket& s : core::open_sockets())
+    if (port < 0 || core::peer_port(s.fd) == port) out.insert(s);
   return out;
 }
 
@@ -209,7 +160,7 @@ class StoreWatchdog {
       // LibTorch 2.x's client reconnects and pings again after a failed receive, and would
       // otherwise block anew on the same silent peer.
       do {
-        for (const SocketId& s : sockets_to(port_))
+        for (const core::OpenSocket& s : sockets_to(port_))
           if (!before_.count(s)) {
             fired_ = true;
             ::shutdown(s.fd, SHUT_RDWR);
@@ -220,7 +171,7 @@ class StoreWatchdog {
   }
 
   const int port_;
-  const std::set<SocketId> before_;
+  const std::set<core::OpenSocket> before_;
   std::mutex mutex_;
   std::condition_variable cv_;
   Clock::time_point cutoff_;
@@ -235,8 +186,8 @@ class StoreWatchdog {
 // One non-blocking connect to `a`, waiting at most a second (and not past the deadline).
 // Returns 0 once accepted, else the errno that says why not.
 int try_connect(const addrinfo& a, Clock::time_point deadline) {
-  const int fd = connect_by(a, std::min(deadline, Clock::now() + std::chrono::seconds(1)));
-  if (fd < 0) return errno;
+  const int fd = core::connect_until(a, deadline);
+  if (fd < 0) return -fd;
   ::close(fd);
   return 0;
 }
@@ -517,10 +468,10 @@ class Rendezvous {
   // Rank 0 has just started its server: a count above 1 means its client reached another rank
   // 0's store (MASTER_ADDR names another host, where another job listens).
   void claim_as_host() {
-    if (store_->add(kHostsKey, 1) != 1) {
+    if (store_->add(keys::hosts(), 1) != 1) {
       std::string host = "another job";
-      if (store_->check({kIdentityKey}))
-        if (auto other = parse_record(text(store_->get(kIdentityKey)))) host = describe(*other);
+      if (store_->check({keys::identity()}))
+        if (auto other = parse_record(text(store_->get(keys::identity())))) host = describe(*other);
       throw Error(ErrorKind::kConfig,
                   "dtlaunch ddp: rank 0 of " + describe(mine_) + " found the rendezvous at " +
                       address(env_) + " already hosted by " + host +
@@ -529,14 +480,14 @@ class Rendezvous {
     }
     answered_ = true;
     watchdog_->set_cutoff(deadline_ + std::chrono::seconds(4));
-    store_->set(kIdentityKey, bytes(record(mine_)));
+    store_->set(keys::identity(), bytes(record(mine_)));
   }
 
   // The identity first: nothing of this rank is written to a store of another job.
   void claim() {
     auto pause = milliseconds(5);
     for (;;) {
-      const bool published = store_->check({kIdentityKey});
+      const bool published = store_->check({keys::identity()});
       if (!answered_) {
         answered_ = true;
         watchdog_->set_cutoff(deadline_ + std::chrono::seconds(1));
@@ -553,22 +504,22 @@ class Rendezvous {
                         "; waiting for rank 0 to publish its identity there");
       sleep_a_little(pause);
     }
-    const auto host = parse_record(text(store_->get(kIdentityKey)));
+    const auto host = parse_record(text(store_->get(keys::identity())));
     if (!host)
       throw Error(ErrorKind::kConfig, where_ + ": " + me_ +
                                           " found a store whose identity record is not dtlaunch's: "
                                           "is MASTER_PORT another program's port?");
     if (!(*host == mine_)) {
       const std::string msg = foreign_message(env_, env_.rank, mine_, *host);
-      store_->set(foreign_key(store_->add(kForeignCountKey, 1)), bytes(msg));
+      store_->set(keys::foreign(store_->add(keys::foreign_count(), 1)), bytes(msg));
       throw Error(ErrorKind::kConfig, msg);
     }
-    if (store_->add(claim_key(env_.rank), 1) != 1) {
+    if (store_->add(keys::claim(env_.rank), 1) != 1) {
       const std::string msg = "dtlaunch ddp: " + me_ + " of " + describe(mine_) +
                               " reached the rendezvous at " + address(env_) +
                               ", where another process has already checked in as " + me_ +
                               ": two jobs share MASTER_ADDR:MASTER_PORT, or RANK is set wrong";
-      store_->set(kDuplicateKey, bytes(msg));
+      store_->set(keys::refused(), bytes(msg));
       throw Error(ErrorKind::kConfig, msg);
     }
   }
@@ -583,9 +534,9 @@ class Rendezvous {
     }
     // For rank 0's startup line and the reports: where this rank runs, and when it came.
     store_->set(checkin_key(env_.rank), bytes(checkin_record(env_)));
-    store_->set(rank_key(env_.rank), bytes(record(mine_)));
-    store_->set(settings_key(env_.rank), bytes(agreed_));
-    store_->add(kCountKey, 1);
+    store_->set(keys::rank(env_.rank), bytes(record(mine_)));
+    store_->set(keys::settings(env_.rank), bytes(agreed_));
+    store_->add(keys::count(), 1);
     checked_in_ = Clock::now();
   }
 
@@ -607,11 +558,11 @@ class Rendezvous {
   }
 
   bool others_done() {
-    if (store_->check({kDoneKey})) return true;
-    if (store_->check({kFailedKey})) {
+    if (store_->check({keys::done()})) return true;
+    if (store_->check({keys::failed()})) {
       // Rank 0's diagnosis, published before it gave up.
-      auto rec = text(store_->get(kFailedKey));
-      store_->add(kAckKey, 1);
+      auto rec = text(store_->get(keys::failed()));
+      store_->add(keys::failed_seen(), 1);
       read_diagnosis_ = true;
       throw from_failure_record(rec);
     }
@@ -619,25 +570,26 @@ class Rendezvous {
   }
 
   bool all_arrived() {
-    arrived_ = store_->add(kCountKey, 0);
-    if (store_->check({kDuplicateKey}))
-      throw fail_all(Error(ErrorKind::kConfig, one_line(text(store_->get(kDuplicateKey)))));
+    arrived_ = store_->add(keys::count(), 0);
+    if (store_->check({keys::refused()}))
+      throw fail_all(Error(ErrorKind::kConfig, one_line(text(store_->get(keys::refused())))));
     log_foreign_ranks();
     if (arrived_ < env_.world_size) return false;
     verify_identities();
     verify_settings();
-    store_->set(kDoneKey, bytes("1"));
+    store_->set(keys::done(), bytes("1"));
     phases_.rank0_waited = std::chrono::duration_cast<milliseconds>(Clock::now() - checked_in_);
     return true;
   }
 
   // Ranks of other jobs were refused on their side; one line each here, then on.
   void log_foreign_ranks() {
-    for (const int64_t refused = store_->add(kForeignCountKey, 0); foreign_logged_ < refused;) {
+    for (const int64_t refused = store_->add(keys::foreign_count(), 0);
+         foreign_logged_ < refused;) {
       const int64_t n = foreign_logged_ + 1;
       std::string line = "(its message did not arrive)";
-      if (store_->check({foreign_key(n)})) {
-        line = one_line(text(store_->get(foreign_key(n))));
+      if (store_->check({keys::foreign(n)})) {
+        line = one_line(text(store_->get(keys::foreign(n))));
       } else if (n <= kForeignLinesShown) {
         // It sets its line right after it counts itself: wait a moment for it.
         if (foreign_since_ == Clock::time_point{}) foreign_since_ = Clock::now();
@@ -663,7 +615,7 @@ class Rendezvous {
   // catches a peer that wrote its rank key without doing so.
   void verify_identities() {
     for (int r = 1; r < env_.world_size; ++r) {
-      const auto theirs = parse_record(text(store_->get(rank_key(r))));
+      const auto theirs = parse_record(text(store_->get(keys::rank(r))));
       if (!theirs || !(*theirs == mine_))
         throw fail_all(Error(ErrorKind::kConfig,
                              theirs ? foreign_message(env_, r, *theirs, mine_)
@@ -679,7 +631,7 @@ class Rendezvous {
     std::vector<int> differ;
     std::string theirs_text;
     for (int r = 1; r < env_.world_size; ++r) {
-      const std::string theirs = text(store_->get(settings_key(r)));
+      const std::string theirs = text(store_->get(keys::settings(r)));
       if (theirs == agreed_) continue;
       if (differ.empty()) theirs_text = theirs;
       differ.push_back(r);
@@ -693,12 +645,12 @@ class Rendezvous {
   }
 
   Error timed_out() {
-    arrived_ = store_->add(kCountKey, 0);
+    arrived_ = store_->add(keys::count(), 0);
     const std::string msg = where_ + " timed out after " + core::duration_text(timeout_) + ": " +
                             std::to_string(arrived_) + " of " + std::to_string(env_.world_size) +
                             " ranks arrived; missing ranks: " + format_ranks(missing_ranks());
     if (env_.rank == 0) return fail_all(Error(ErrorKind::kTimeout, msg));
-    store_->add(kAckKey, 1);
+    store_->add(keys::failed_seen(), 1);
     return Error(ErrorKind::kTimeout, msg);
   }
 
@@ -709,7 +661,7 @@ class Rendezvous {
                       format_ranks(missing_ranks()));
     else
       progress_.print("rendezvous at " + address(env_) + ": " + me_ + " checked in; " +
-                      std::to_string(store_->add(kCountKey, 0)) + " of " +
+                      std::to_string(store_->add(keys::count(), 0)) + " of " +
                       std::to_string(env_.world_size) + " ranks arrived");
   }
 
@@ -717,9 +669,9 @@ class Rendezvous {
   // ranks report the same thing instead of a broken pipe. It lingers, briefly, until the ranks
   // that came have read it.
   Error fail_all(const Error& e) {
-    store_->set(kFailedKey, bytes(failure_record(e)));
+    store_->set(keys::failed(), bytes(failure_record(e)));
     const auto linger_end = Clock::now() + std::chrono::seconds(2);
-    while (store_->add(kAckKey, 0) < arrived_ - 1 && Clock::now() < linger_end)
+    while (store_->add(keys::failed_seen(), 0) < arrived_ - 1 && Clock::now() < linger_end)
       std::this_thread::sleep_for(milliseconds(10));
     return e;
   }
@@ -727,7 +679,7 @@ class Rendezvous {
   std::vector<int> missing_ranks() {
     std::vector<int> missing;
     for (int r = 0; r < env_.world_size; ++r)
-      if (!store_->check({rank_key(r)})) missing.push_back(r);
+      if (!store_->check({keys::rank(r)})) missing.push_back(r);
     return missing;
   }
 

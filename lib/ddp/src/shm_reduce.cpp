@@ -42,9 +42,11 @@
 #include <thread>
 #include <vector>
 
+#include "core/host.hpp"
 #include "core/text.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
@@ -59,8 +61,6 @@ constexpr auto kSpin = std::chrono::microseconds(20);
 // How often a sleeping waiter checks that the rank it waits for still exists, and the
 // heartbeat's verdict.
 constexpr auto kLivenessEvery = milliseconds(100);
-
-const std::string kKeyPrefix = "dtlaunch/shm/";
 
 std::string errno_text(int err) {
   return std::strerror(err);
@@ -144,12 +144,6 @@ std::string read_line_of(const char* path) {
   ::close(fd);
   std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
   return s.substr(0, s.find('\n'));
-}
-
-std::string this_hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
 }
 
 // What a rank publishes at group creation: "enabled\nhost\nboot_id\npid\nstart_ticks".
@@ -573,24 +567,20 @@ std::string get_from_peer(c10d::Store& store, const std::string& key, int owner,
 
 namespace {
 
-std::string shm_key(const std::string& what, int rank) {
-  return kKeyPrefix + what + "/" + std::to_string(rank);
-}
-
 // Every rank publishes its identity and reads the others': the same records everywhere, so
 // that every rank takes the same decision.
 std::vector<Identity> exchange_identities(const WorkerEnv& env, bool enabled, c10d::Store& store) {
   Identity me;
   me.enabled = enabled;
-  me.host = this_hostname();
+  me.host = core::host_name("?");
   me.boot_id = read_line_of("/proc/sys/kernel/random/boot_id");
   me.pid = static_cast<int>(::getpid());
   me.start_ticks = own_start_ticks();
   std::vector<Identity> ids(static_cast<size_t>(env.world_size));
   try {
-    store.set(shm_key("id", env.rank), bytes(me.record()));
+    store.set(store_keys::Shm::id(env.rank), bytes(me.record()));
     for (int r = 0; r < env.world_size; ++r)
-      ids[r] = Identity::parse(text(store.get(shm_key("id", r))));
+      ids[r] = Identity::parse(text(store.get(store_keys::Shm::id(r))));
   } catch (const std::exception& e) {
     const std::string line = first_line(e);
     throw Error(
@@ -662,13 +652,13 @@ class SegmentSetup {
       header->nonce = nonce_;
       header->magic = kMagic;
     }
-    store_.set(kKeyPrefix + "segment",
+    store_.set(store_keys::Shm::segment(),
                bytes(problem_.empty() ? "ok\n" + name_ + "\n" + std::to_string(nonce_)
                                       : "no\n" + problem_));
   }
 
   void open_segment() {
-    std::istringstream rec(from_peer(kKeyPrefix + "segment", 0));
+    std::istringstream rec(from_peer(store_keys::Shm::segment(), 0));
     std::string status, nonce_text;
     std::getline(rec, status);
     std::getline(rec, name_);
@@ -687,9 +677,9 @@ class SegmentSetup {
   }
 
   bool all_mapped() {
-    store_.set(shm_key("mapped", rank_), bytes(problem_.empty() ? "ok" : problem_));
+    store_.set(store_keys::Shm::mapped(rank_), bytes(problem_.empty() ? "ok" : problem_));
     std::vector<std::string> verdicts;
-    for (int r = 0; r < world_; ++r) verdicts.push_back(from_peer(shm_key("mapped", r), r));
+    for (int r = 0; r < world_; ++r) verdicts.push_back(from_peer(store_keys::Shm::mapped(r), r));
     // Every rank has mapped it (or given up): the name goes now, so that nothing is left in
     // /dev/shm whatever happens to the ranks later. Each rank tries; all but one get ENOENT.
     if (!name_.empty()) ::shm_unlink(name_.c_str());

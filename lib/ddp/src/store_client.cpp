@@ -18,6 +18,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/socket.hpp"
 #include "core/text.hpp"
 #include "internal.hpp"
 
@@ -217,8 +218,13 @@ class BoundedStore final : public c10d::Store {
     if (rc != 0) throw std::runtime_error("cannot resolve " + host_ + ": " + ::gai_strerror(rc));
     const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
     std::string why = "no address";
-    for (const addrinfo* a = found; a != nullptr && fd_ < 0; a = a->ai_next)
-      if ((fd_ = connect_by(*a, deadline)) < 0) why = std::strerror(errno);
+    for (const addrinfo* a = found; a != nullptr && fd_ < 0; a = a->ai_next) {
+      const int fd = core::connect_until(*a, deadline, milliseconds::max());
+      if (fd < 0)
+        why = std::strerror(-fd);
+      else
+        fd_ = fd;
+    }
     if (fd_ < 0) throw std::runtime_error("cannot connect to the store at " + where() + ": " + why);
     const int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -299,22 +305,6 @@ bool poll_until(int fd, short events, Clock::time_point deadline) {
     if (n < 0 && errno != EINTR) return false;
     if (Clock::now() >= deadline) return false;
   }
-}
-
-int connect_by(const addrinfo& a, Clock::time_point deadline) {
-  const int fd = ::socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol);
-  if (fd < 0) return -1;
-  int err = ::connect(fd, a.ai_addr, a.ai_addrlen) == 0 ? 0 : errno;
-  if (err == EINPROGRESS) {
-    socklen_t len = sizeof err;
-    if (!poll_until(fd, POLLOUT, deadline) ||
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-      err = ETIMEDOUT;
-  }
-  if (err == 0) return fd;
-  ::close(fd);
-  errno = err;
-  return -1;
 }
 
 #if TORCH_VERSION_MAJOR < 2

@@ -1,0 +1,68 @@
+// The runtime's keys in the store that rank 0 hosts at MASTER_ADDR:MASTER_PORT, in one place.
+// Each component writes under a prefix of its own, as Gloo gives each of its contexts one: no
+// two components can collide, and a key in the store says whose it is. The strings are part of
+// the wire: ranks built from another dtlaunch version meet in the same store, so a key keeps its
+// spelling. The flight recorder's keys (dtlaunch/diag/) are still the monitor's (monitor.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dtlaunch::ddp::detail::store_keys {
+
+// PREFIX + NAME, and PREFIX + NAME/N for rank (or number) N's record.
+inline std::string join(std::string_view prefix, std::string_view name) {
+  return std::string(prefix).append(name);
+}
+inline std::string join(std::string_view prefix, std::string_view name, std::int64_t n) {
+  return join(prefix, name) + "/" + std::to_string(n);
+}
+
+// The rendezvous (rendezvous.cpp): the check-in count, each rank's claim, identity and agreed
+// settings, a failure and its acknowledgement, ranks of another job, the end.
+struct Rendezvous {
+  static constexpr std::string_view kPrefix = "dtlaunch/rdzv/";
+  static std::string count() { return join(kPrefix, "count"); }
+  static std::string failed() { return join(kPrefix, "failed"); }
+  static std::string failed_seen() { return join(kPrefix, "failed_seen"); }
+  static std::string identity() { return join(kPrefix, "identity"); }
+  static std::string hosts() { return join(kPrefix, "hosts"); }
+  static std::string refused() { return join(kPrefix, "refused"); }
+  static std::string foreign_count() { return join(kPrefix, "foreign"); }
+  static std::string done() { return join(kPrefix, "done"); }
+  static std::string rank(int rank) { return join(kPrefix, "rank", rank); }
+  static std::string claim(int rank) { return join(kPrefix, "claim", rank); }
+  static std::string settings(int rank) { return join(kPrefix, "settings", rank); }
+  static std::string foreign(std::int64_t n) { return join(kPrefix, "foreign", n); }
+};
+
+// The heartbeat's endpoints (peer_watch.cpp): "dtlaunch/heartbeat/RANK".
+struct Heartbeat {
+  static constexpr std::string_view kPrefix = "dtlaunch/heartbeat/";
+  static std::string endpoint(int rank) { return join(kPrefix, std::to_string(rank)); }
+};
+
+// The shared-memory all_reduce's set-up (shm_reduce.cpp): each rank's identity, rank 0's
+// segment, and whether each rank mapped it.
+struct Shm {
+  static constexpr std::string_view kPrefix = "dtlaunch/shm/";
+  static std::string id(int rank) { return join(kPrefix, "id", rank); }
+  static std::string segment() { return join(kPrefix, "segment"); }
+  static std::string mapped(int rank) { return join(kPrefix, "mapped", rank); }
+};
+
+// NCCL's communicator (nccl_group.cpp): rank 0's unique id, and who joined and finished init.
+struct Nccl {
+  static constexpr std::string_view kPrefix = "dtlaunch/nccl/";
+  static std::string unique_id() { return join(kPrefix, "unique_id"); }
+  static std::string joined(int rank) { return join(kPrefix, "joined", rank); }
+  static std::string ready(int rank) { return join(kPrefix, "ready", rank); }
+};
+
+// Gloo's own keys, through a c10d::PrefixStore, which puts its "/" after the prefix.
+struct Gloo {
+  static inline const std::string kPrefix = "dtlaunch/gloo";
+};
+
+}  // namespace dtlaunch::ddp::detail::store_keys
