@@ -348,6 +348,158 @@ std::string store_host_gone(const WorkerEnv& env, milliseconds within) {
 
 namespace {
 
+// Rank 0's audit of who checks in: ranks of other jobs, refused on their side, logged once each;
+// once all have come, every rank's identity and the settings that must agree.
+class CheckInAudit {
+ public:
+  CheckInAudit(const WorkerEnv& env, const Identity& mine, const std::string& where,
+               const std::string& agreed)
+      : env_(env), mine_(mine), where_(where), agreed_(agreed) {}
+
+  // Ranks of other jobs were refused on their side; one line each here, then on.
+  void log_foreign_ranks(c10d::Store& store) {
+    for (const int64_t refused = store.add(keys::foreign_count(), 0); foreign_logged_ < refused;) {
+      const int64_t n = foreign_logged_ + 1;
+      std::string line = "(its message did not arrive)";
+      if (store.check({keys::foreign(n)})) {
+        line = one_line(text(store.get(keys::foreign(n))));
+      } else if (n <= kForeignLinesShown) {
+        // It sets its line right after it counts itself: wait a moment for it.
+        if (foreign_since_ == Clock::time_point{}) foreign_since_ = Clock::now();
+        if (Clock::now() - foreign_since_ < std::chrono::seconds(1)) break;
+      }
+      foreign_since_ = {};
+      foreign_logged_ = n;
+      if (n <= kForeignLinesShown)
+        std::fprintf(stderr,
+                     "dtlaunch ddp: rank 0 refused a rank of another job: %s; still waiting for "
+                     "this job's ranks\n",
+                     line.c_str());
+      else if (n == refused)
+        std::fprintf(stderr,
+                     "dtlaunch ddp: rank 0 has refused %lld ranks of other jobs (lines after the "
+                     "first %lld not shown); still waiting for this job's ranks\n",
+                     static_cast<long long>(refused), static_cast<long long>(kForeignLinesShown));
+      std::fflush(stderr);
+    }
+  }
+
+  // Every rank checked in with this run's identity: the clients checked it already; this
+  // catches a peer that wrote its rank key without doing so.
+  std::optional<Error> wrong_identity(c10d::Store& store) const {
+    for (int r = 1; r < env_.world_size; ++r) {
+      const auto theirs = parse_record(text(store.get(keys::rank(r))));
+      if (!theirs || !(*theirs == mine_))
+        return Error(ErrorKind::kConfig,
+                     theirs ? foreign_message(env_, r, *theirs, mine_)
+                            : where_ + ": rank " + std::to_string(r) +
+                                  " checked in without a dtlaunch identity (another program, or "
+                                  "an older dtlaunch, on MASTER_PORT?)");
+    }
+    return std::nullopt;
+  }
+
+  // Settings a collective depends on (DTLAUNCH_DDP_CHECK): one rank that checks and one that
+  // does not would deadlock at the first collective, so they must agree here.
+  std::optional<Error> different_settings(c10d::Store& store) const {
+    std::vector<int> differ;
+    std::string theirs_text;
+    for (int r = 1; r < env_.world_size; ++r) {
+      const std::string theirs = text(store.get(keys::settings(r)));
+      if (theirs == agreed_) continue;
+      if (differ.empty()) theirs_text = theirs;
+      differ.push_back(r);
+    }
+    if (differ.empty()) return std::nullopt;
+    return Error(ErrorKind::kConfig, "dtlaunch ddp: the ranks' settings differ: rank 0 has '" +
+                                         core::excerpt(agreed_, 200) + "', rank" +
+                                         (differ.size() > 1 ? "s " : " ") + format_ranks(differ) +
+                                         " '" + core::excerpt(theirs_text, 200) +
+                                         "'; set these variables the same on every rank");
+  }
+
+ private:
+  const WorkerEnv& env_;
+  const Identity& mine_;
+  const std::string& where_;
+  const std::string& agreed_;
+  int64_t foreign_logged_ = 0;
+  Clock::time_point foreign_since_{};
+};
+
+// How a rank's failures to reach or keep the store are worded: where, who, and what it means.
+class StoreFailureWords {
+ public:
+  StoreFailureWords(const std::string& where, const std::string& me, milliseconds timeout,
+                    milliseconds first_answer, int world_size)
+      : where_(where),
+        me_(me),
+        timeout_(timeout),
+        first_answer_(first_answer),
+        world_size_(world_size) {}
+
+  Error unreachable(const std::string& reason) const {
+    return Error(ErrorKind::kTimeout,
+                 where_ + " failed: " + me_ +
+                     " could not reach the store that rank 0 hosts within " +
+                     core::duration_text(timeout_) +
+                     " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + reason);
+  }
+  Error silent_peer(const std::exception& e) const {
+    return Error(ErrorKind::kTimeout, where_ + " failed: " + me_ +
+                                          " connected, but the peer there did not answer within " +
+                                          core::duration_text(first_answer_) +
+                                          " (is MASTER_PORT another program's port, or is rank 0 "
+                                          "stopped?): " +
+                                          first_line(e));
+  }
+
+  // A store client's own failure, as the error that says what it means.
+  Error translate(const std::exception& e, bool answered, bool watchdog_fired,
+                  int64_t arrived) const {
+    if (!answered) {
+      // Silence is a timeout (a stopped rank 0 looks the same); an answer that is not the
+      // store's protocol is a configuration error: MASTER_PORT is another program's.
+      if (watchdog_fired) return silent_peer(e);
+      return Error(ErrorKind::kConfig, where_ + " failed: " + me_ +
+                                           " connected, but the peer there did not answer as a "
+                                           "c10d TCPStore (is MASTER_PORT another program's "
+                                           "port?): " +
+                                           core::excerpt(first_line(e), 200, core::Quote::kDouble));
+    }
+    if (watchdog_fired)
+      return Error(ErrorKind::kTimeout, where_ + " failed on " + me_ +
+                                            ": the store that rank 0 hosts stopped answering; gave "
+                                            "up at the deadline (" +
+                                            core::duration_text(timeout_) + ")");
+    // A reply the store client could not parse: a std::length_error or std::bad_alloc from a
+    // length of 2^64-1 read out of garbage, or LibTorch's "Stop_waiting response is expected".
+    // The peer there does not speak the store's protocol (a peer that closed is kPeerLost below).
+    const std::string line = first_line(e);
+    if (dynamic_cast<const std::length_error*>(&e) != nullptr ||
+        dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+        (line.find("response") != std::string::npos && line.find("expected") != std::string::npos))
+      return Error(ErrorKind::kConfig, where_ + " failed on " + me_ +
+                                           ": the peer there sent a reply that is not the c10d "
+                                           "TCPStore protocol (is MASTER_PORT another program's "
+                                           "port?): " +
+                                           core::excerpt(line, 200, core::Quote::kDouble));
+    return Error(ErrorKind::kPeerLost, where_ + " failed on " + me_ + " after " +
+                                           std::to_string(arrived) + " of " +
+                                           std::to_string(world_size_) +
+                                           " ranks had arrived: lost the store that rank 0 hosts "
+                                           "(rank 0 gave up or died): " +
+                                           line);
+  }
+
+ private:
+  const std::string& where_;
+  const std::string& me_;
+  const milliseconds timeout_;
+  const milliseconds first_answer_;
+  const int world_size_;
+};
+
 // One rank's rendezvous, in the order it happens: reach the store, claim this rank under this
 // job's identity, check in, wait for the others (rank 0 verifies them), and on failure make every
 // rank that came report the same thing.
@@ -365,7 +517,9 @@ class Rendezvous {
         mine_{env.run_id, env.world_size},
         me_("rank " + std::to_string(env.rank)),
         where_("dtlaunch ddp: rendezvous at " + address(env)),
-        first_answer_(std::min<milliseconds>(timeout, std::chrono::seconds(10))) {}
+        first_answer_(std::min<milliseconds>(timeout, std::chrono::seconds(10))),
+        words_(where_, me_, timeout_, first_answer_, env.world_size),
+        audit_(env, mine_, where_, agreed_) {}
 
   c10::intrusive_ptr<c10d::Store> run() {
     reach_store();
@@ -385,7 +539,7 @@ class Rendezvous {
       // Once this rank's heartbeat runs (it has claimed its place), a store that fails may be
       // a rank 0 that died: its verdict names it.
       if (watch_ && joined_ && watch_->wait_lost(kVerdictGrace)) throw watch_->error();
-      throw translate(e);
+      throw words_.translate(e, answered_, watchdog_->fired(), arrived_);
     }
     phases_.all_checked_in = Clock::now();
     return store_;
@@ -396,22 +550,6 @@ class Rendezvous {
   // this long for it, so that the error names the lost rank.
   static constexpr milliseconds kVerdictGrace{1500};
 
-  Error unreachable(const std::string& reason) const {
-    return Error(ErrorKind::kTimeout,
-                 where_ + " failed: " + me_ +
-                     " could not reach the store that rank 0 hosts within " +
-                     core::duration_text(timeout_) +
-                     " (is rank 0 running? are MASTER_ADDR/MASTER_PORT right?): " + reason);
-  }
-  Error silent_peer(const std::exception& e) const {
-    return Error(ErrorKind::kTimeout, where_ + " failed: " + me_ +
-                                          " connected, but the peer there did not answer within " +
-                                          core::duration_text(first_answer_) +
-                                          " (is MASTER_PORT another program's port, or is rank 0 "
-                                          "stopped?): " +
-                                          first_line(e));
-  }
-
   // Connects to (or, on rank 0, hosts) the store, with the watchdog bounding its first answer.
   void reach_store() {
     if (env_.rank == 0) {
@@ -421,7 +559,7 @@ class Rendezvous {
       resolve(env_, reason);
     } else if (std::string reason = wait_for_listener(env_, deadline_, progress_);
                !reason.empty()) {
-      throw unreachable(reason);
+      throw words_.unreachable(reason);
     }
     // A real store answers each request at once; one that has not answered the first within
     // first_answer_ is not a TCPStore (or its process is stopped). Rank 0 lingers up to 2 s past
@@ -444,7 +582,7 @@ class Rendezvous {
                         ": " + first_line(e));
       // LibTorch 2.x pings the server in the constructor: a silent peer is found here, and is
       // worded as when 1.13 finds it at the first request below.
-      if (watchdog_->fired()) throw silent_peer(e);
+      if (watchdog_->fired()) throw words_.silent_peer(e);
       // LibTorch 2.x's client checks the nonce of its first ping's answer: a peer that answered
       // something else is not a store of this LibTorch (our own 1.x client says so itself).
       const std::string_view what = e.what();
@@ -461,7 +599,7 @@ class Rendezvous {
                         " connected, but the peer there closed the connection instead of "
                         "answering as a c10d TCPStore (is MASTER_PORT another program's port?): " +
                         first_line(e));
-      throw unreachable(first_line(e));
+      throw words_.unreachable(first_line(e));
     }
   }
 
@@ -573,75 +711,13 @@ class Rendezvous {
     arrived_ = store_->add(keys::count(), 0);
     if (store_->check({keys::refused()}))
       throw fail_all(Error(ErrorKind::kConfig, one_line(text(store_->get(keys::refused())))));
-    log_foreign_ranks();
+    audit_.log_foreign_ranks(*store_);
     if (arrived_ < env_.world_size) return false;
-    verify_identities();
-    verify_settings();
+    if (auto wrong = audit_.wrong_identity(*store_)) throw fail_all(*wrong);
+    if (auto differ = audit_.different_settings(*store_)) throw fail_all(*differ);
     store_->set(keys::done(), bytes("1"));
     phases_.rank0_waited = std::chrono::duration_cast<milliseconds>(Clock::now() - checked_in_);
     return true;
-  }
-
-  // Ranks of other jobs were refused on their side; one line each here, then on.
-  void log_foreign_ranks() {
-    for (const int64_t refused = store_->add(keys::foreign_count(), 0);
-         foreign_logged_ < refused;) {
-      const int64_t n = foreign_logged_ + 1;
-      std::string line = "(its message did not arrive)";
-      if (store_->check({keys::foreign(n)})) {
-        line = one_line(text(store_->get(keys::foreign(n))));
-      } else if (n <= kForeignLinesShown) {
-        // It sets its line right after it counts itself: wait a moment for it.
-        if (foreign_since_ == Clock::time_point{}) foreign_since_ = Clock::now();
-        if (Clock::now() - foreign_since_ < std::chrono::seconds(1)) break;
-      }
-      foreign_since_ = {};
-      foreign_logged_ = n;
-      if (n <= kForeignLinesShown)
-        std::fprintf(stderr,
-                     "dtlaunch ddp: rank 0 refused a rank of another job: %s; still waiting for "
-                     "this job's ranks\n",
-                     line.c_str());
-      else if (n == refused)
-        std::fprintf(stderr,
-                     "dtlaunch ddp: rank 0 has refused %lld ranks of other jobs (lines after the "
-                     "first %lld not shown); still waiting for this job's ranks\n",
-                     static_cast<long long>(refused), static_cast<long long>(kForeignLinesShown));
-      std::fflush(stderr);
-    }
-  }
-
-  // Every rank checked in with this run's identity: the clients checked it already; this
-  // catches a peer that wrote its rank key without doing so.
-  void verify_identities() {
-    for (int r = 1; r < env_.world_size; ++r) {
-      const auto theirs = parse_record(text(store_->get(keys::rank(r))));
-      if (!theirs || !(*theirs == mine_))
-        throw fail_all(Error(ErrorKind::kConfig,
-                             theirs ? foreign_message(env_, r, *theirs, mine_)
-                                    : where_ + ": rank " + std::to_string(r) +
-                                          " checked in without a dtlaunch identity (another "
-                                          "program, or an older dtlaunch, on MASTER_PORT?)"));
-    }
-  }
-
-  // Settings a collective depends on (DTLAUNCH_DDP_CHECK): one rank that checks and one that
-  // does not would deadlock at the first collective, so they must agree here.
-  void verify_settings() {
-    std::vector<int> differ;
-    std::string theirs_text;
-    for (int r = 1; r < env_.world_size; ++r) {
-      const std::string theirs = text(store_->get(keys::settings(r)));
-      if (theirs == agreed_) continue;
-      if (differ.empty()) theirs_text = theirs;
-      differ.push_back(r);
-    }
-    if (!differ.empty())
-      throw fail_all(Error(
-          ErrorKind::kConfig,
-          "dtlaunch ddp: the ranks' settings differ: rank 0 has '" + core::excerpt(agreed_, 200) +
-              "', rank" + (differ.size() > 1 ? "s " : " ") + format_ranks(differ) + " '" +
-              core::excerpt(theirs_text, 200) + "'; set these variables the same on every rank"));
   }
 
   Error timed_out() {
@@ -690,43 +766,6 @@ class Rendezvous {
     pause = std::min(pause * 2, milliseconds(100));
   }
 
-  // A store client's own failure, as the error that says what it means.
-  Error translate(const std::exception& e) const {
-    if (!answered_) {
-      // Silence is a timeout (a stopped rank 0 looks the same); an answer that is not the
-      // store's protocol is a configuration error: MASTER_PORT is another program's.
-      if (watchdog_->fired()) return silent_peer(e);
-      return Error(ErrorKind::kConfig, where_ + " failed: " + me_ +
-                                           " connected, but the peer there did not answer as a "
-                                           "c10d TCPStore (is MASTER_PORT another program's "
-                                           "port?): " +
-                                           core::excerpt(first_line(e), 200, core::Quote::kDouble));
-    }
-    if (watchdog_->fired())
-      return Error(ErrorKind::kTimeout, where_ + " failed on " + me_ +
-                                            ": the store that rank 0 hosts stopped answering; gave "
-                                            "up at the deadline (" +
-                                            core::duration_text(timeout_) + ")");
-    // A reply the store client could not parse: a std::length_error or std::bad_alloc from a
-    // length of 2^64-1 read out of garbage, or LibTorch's "Stop_waiting response is expected".
-    // The peer there does not speak the store's protocol (a peer that closed is kPeerLost below).
-    const std::string line = first_line(e);
-    if (dynamic_cast<const std::length_error*>(&e) != nullptr ||
-        dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
-        (line.find("response") != std::string::npos && line.find("expected") != std::string::npos))
-      return Error(ErrorKind::kConfig, where_ + " failed on " + me_ +
-                                           ": the peer there sent a reply that is not the c10d "
-                                           "TCPStore protocol (is MASTER_PORT another program's "
-                                           "port?): " +
-                                           core::excerpt(line, 200, core::Quote::kDouble));
-    return Error(ErrorKind::kPeerLost, where_ + " failed on " + me_ + " after " +
-                                           std::to_string(arrived_) + " of " +
-                                           std::to_string(env_.world_size) +
-                                           " ranks had arrived: lost the store that rank 0 hosts "
-                                           "(rank 0 gave up or died): " +
-                                           line);
-  }
-
   const WorkerEnv& env_;
   const milliseconds timeout_;
   const Clock::time_point deadline_;
@@ -738,6 +777,8 @@ class Rendezvous {
   const std::string me_;
   const std::string where_;
   const milliseconds first_answer_;
+  const StoreFailureWords words_;
+  CheckInAudit audit_;
   std::optional<StoreWatchdog> watchdog_;
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t arrived_ = 0;
@@ -745,8 +786,6 @@ class Rendezvous {
   bool joined_ = false;          // this rank's heartbeat runs
   bool read_diagnosis_ = false;  // rank 0's published failure record was read: it is the cause
   Clock::time_point checked_in_{};
-  int64_t foreign_logged_ = 0;
-  Clock::time_point foreign_since_{};
 };
 
 }  // namespace
