@@ -16,6 +16,7 @@
 #include "dump_signal.hpp"
 #include "internal.hpp"
 #include "rank_report.hpp"
+#include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
@@ -55,10 +56,6 @@ MonitorSettings MonitorSettings::read(const core::EnvMap& env, int world_size) {
   return s;
 }
 
-std::string checkin_key(int rank) {
-  return "dtlaunch/diag/checkin/" + std::to_string(rank);
-}
-
 std::string checkin_record(const WorkerEnv& env) {
   return core::host_name("?") + "\n" + std::to_string(env.local_rank) + "\n" +
          std::to_string(now_us() / 1000);
@@ -83,7 +80,7 @@ Monitor::Monitor(const WorkerEnv& env, c10::intrusive_ptr<c10d::Store> store, mi
     int64_t ms = now_us() / 1000;
     if (store_ && env_.world_size > 1) {
       try {
-        std::istringstream rec(text(store_->get(checkin_key(0))));
+        std::istringstream rec(text(store_->get(store_keys::Diag::checkin(0))));
         std::string line;
         for (int i = 0; i < 3 && std::getline(rec, line); ++i) {
         }

@@ -50,8 +50,6 @@ struct MonitorSettings {
   static MonitorSettings read(const core::EnvMap& env, int world_size);
 };
 
-// A rank's record in the store at check-in: "host\nlocal_rank\nunix_ms".
-std::string checkin_key(int rank);
 std::string checkin_record(const WorkerEnv& env);
 
 struct WatcherState;

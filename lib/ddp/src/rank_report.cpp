@@ -10,20 +10,11 @@
 
 #include "core/text.hpp"
 #include "monitor.hpp"
+#include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
 namespace {
 
-const std::string kAsksKey = "dtlaunch/diag/asks";
-// How many ranks are reporting now: rank 0, which hosts the store, stays until they are done.
-const std::string kReportingKey = "dtlaunch/diag/reporting";
-
-std::string ask_key(int64_t round) {
-  return "dtlaunch/diag/ask/" + std::to_string(round);
-}
-std::string pos_key(int64_t round, int rank) {
-  return "dtlaunch/diag/pos/" + std::to_string(round) + "/" + std::to_string(rank);
-}
 
 // The watcher's poll interval: a store round trip per rank per interval, so that rank 0's store
 // serves at most about 1000 of them a second at any world size.
@@ -99,8 +90,8 @@ void answer_reports(WorkerEnv env, std::string host, std::shared_ptr<FlightRecor
         state->wake.wait_for(lock, every, [&] { return state->stop; });
         if (state->stop) return;
       }
-      while (store->check({ask_key(round)})) {
-        store->set(pos_key(round, env.rank),
+      while (store->check({store_keys::Diag::ask(round)})) {
+        store->set(store_keys::Diag::position(round, env.rank),
                    bytes(position_record(*recorder, host, env.local_rank)));
         ++round;
       }
@@ -125,17 +116,17 @@ Positions ask_positions(c10d::Store& store, const WorkerEnv& env, milliseconds g
                         const std::string& own) {
   Positions p;
   p.of.resize(static_cast<size_t>(env.world_size));
-  store.add(kReportingKey, 1);
-  const int64_t round = store.add(kAsksKey, 1);
-  store.set(pos_key(round, env.rank), bytes(own));
-  store.set(ask_key(round), bytes(std::to_string(env.rank)));
+  store.add(store_keys::Diag::reporting(), 1);
+  const int64_t round = store.add(store_keys::Diag::asks(), 1);
+  store.set(store_keys::Diag::position(round, env.rank), bytes(own));
+  store.set(store_keys::Diag::ask(round), bytes(std::to_string(env.rank)));
   const auto deadline = Clock::now() + grace;
   for (;;) {
     bool all = true;
     for (int r = 0; r < env.world_size; ++r) {
       if (p.of[r]) continue;
-      if (store.check({pos_key(round, r)}))
-        p.of[r] = parse_position(text(store.get(pos_key(round, r))));
+      if (store.check({store_keys::Diag::position(round, r)}))
+        p.of[r] = parse_position(text(store.get(store_keys::Diag::position(round, r))));
       if (!p.of[r]) all = false;
     }
     if (all || Clock::now() >= deadline) break;
@@ -144,13 +135,13 @@ Positions ask_positions(c10d::Store& store, const WorkerEnv& env, milliseconds g
   // Where the silent ones were at the start, from their check-in records.
   for (int r = 0; r < env.world_size && p.silent_where.size() < 8; ++r) {
     if (p.of[r]) continue;
-    std::istringstream rec(text(store.get(checkin_key(r))));
+    std::istringstream rec(text(store.get(store_keys::Diag::checkin(r))));
     std::string host, local;
     std::getline(rec, host);
     std::getline(rec, local);
     p.silent_where[r] = host + ", local rank " + local;
   }
-  store.add(kReportingKey, -1);
+  store.add(store_keys::Diag::reporting(), -1);
   return p;
 }
 
@@ -260,7 +251,7 @@ std::string where_everyone_is(const WorkerEnv& env, c10::intrusive_ptr<c10d::Sto
 
 void wait_for_reporters(c10d::Store& store, Clock::time_point until) {
   try {
-    while (store.add(kReportingKey, 0) > 0 && Clock::now() < until)
+    while (store.add(store_keys::Diag::reporting(), 0) > 0 && Clock::now() < until)
       std::this_thread::sleep_for(milliseconds(20));
   } catch (const std::exception&) {
   }

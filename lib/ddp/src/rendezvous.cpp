@@ -671,7 +671,7 @@ class Rendezvous {
       joined_ = true;
     }
     // For rank 0's startup line and the reports: where this rank runs, and when it came.
-    store_->set(checkin_key(env_.rank), bytes(checkin_record(env_)));
+    store_->set(store_keys::Diag::checkin(env_.rank), bytes(checkin_record(env_)));
     store_->set(keys::rank(env_.rank), bytes(record(mine_)));
     store_->set(keys::settings(env_.rank), bytes(agreed_));
     store_->add(keys::count(), 1);

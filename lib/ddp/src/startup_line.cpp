@@ -6,6 +6,7 @@
 
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
 
@@ -20,7 +21,7 @@ std::string startup_line(const WorkerEnv& env, c10d::Store& store, bool timeline
   std::string slowest_host = "?";
   try {
     for (int r = 0; r < env.world_size; ++r) {
-      std::istringstream rec(text(store.get(checkin_key(r))));
+      std::istringstream rec(text(store.get(store_keys::Diag::checkin(r))));
       std::string host, local, ms;
       std::getline(rec, host);
       std::getline(rec, local);

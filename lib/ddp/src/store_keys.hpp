@@ -2,7 +2,7 @@
 // Each component writes under a prefix of its own, as Gloo gives each of its contexts one: no
 // two components can collide, and a key in the store says whose it is. The strings are part of
 // the wire: ranks built from another dtlaunch version meet in the same store, so a key keeps its
-// spelling. The flight recorder's keys (dtlaunch/diag/) are still the monitor's (monitor.cpp).
+// spelling.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +58,24 @@ struct Nccl {
   static std::string unique_id() { return join(kPrefix, "unique_id"); }
   static std::string joined(int rank) { return join(kPrefix, "joined", rank); }
   static std::string ready(int rank) { return join(kPrefix, "ready", rank); }
+};
+
+// The diagnostics (monitor.cpp and its parts): each rank's check-in record (where it runs, when it
+// came), the rank report's rounds (asks, each rank's position per round, who is still
+// reporting), and the clock alignment's exchanges with rank 0.
+struct Diag {
+  static constexpr std::string_view kPrefix = "dtlaunch/diag/";
+  static std::string checkin(int rank) { return join(kPrefix, "checkin", rank); }
+  static std::string asks() { return join(kPrefix, "asks"); }
+  static std::string reporting() { return join(kPrefix, "reporting"); }
+  static std::string ask(std::int64_t round) { return join(kPrefix, "ask", round); }
+  static std::string position(std::int64_t round, int rank) {
+    return join(kPrefix, "pos", round) + "/" + std::to_string(rank);
+  }
+  // what: "go", "ask" or "time".
+  static std::string clock(std::string_view what, int rank, int round) {
+    return join(kPrefix, std::string("clock/").append(what), rank) + "/" + std::to_string(round);
+  }
 };
 
 // Gloo's own keys, through a c10d::PrefixStore, which puts its "/" after the prefix.
