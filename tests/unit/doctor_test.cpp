@@ -296,3 +296,84 @@ TEST_CASE("doctor: report fields in problem lines are escaped and bounded, which
   CHECK(table.find('\x1b') == std::string::npos);
   CHECK(table.size() < 40000);
 }
+
+// The bytes between tasks of one dtlaunch version: any reshaping of TaskReport must keep them.
+// The golden text was produced by the encoder of b4d5ba9 (the flat TaskReport).
+TEST_CASE("doctor: a fully populated report encodes to the same bytes as before") {
+  TaskReport r;
+  r.contract = {.rank = 3,
+                .local_rank = 1,
+                .world_size = 6,
+                .local_world_size = 2,
+                .node_rank = 1,
+                .nnodes = 3,
+                .master_addr = "node1",
+                .master_port = 29500,
+                .restart_count = 2,
+                .max_restarts = 5,
+                .dtlaunch_run_id = "slurm-42.0",
+                .torchelastic_run_id = "",
+                .device = 1,
+                .visible_devices = "GPU-5",
+                .supervisor = "123-00ff",
+                .omp_num_threads = "8",
+                .pci_device_order = true};
+  r.host = "node2";
+  r.master_resolves_to = {"10.0.0.1", "fe80::1%eth0"};
+  r.host_resolves_to = {"10.0.0.2"};
+  r.local_addr = "10.0.0.2";
+  r.visible_devices = "0,1";
+  r.bound_device = "1";
+  r.gpu_sharing_allowed = true;
+  r.gpu_isolated_by_slurm = true;
+  r.gpus_on_node = 2;
+  r.cpus = "0-7";
+  r.gpu_local_cpus = "8-15";
+  r.cpus_far_from_gpu = true;
+  r.omp_num_threads = "8";
+  r.shm_bytes = 1 << 20;
+  r.memlock_bytes = 65536;
+  r.infiniband_devices = 1;
+  r.program = {"/bin/tr ain", 123, "00112233aabbccdd"};
+  r.exec_error = "/bin/tr ain: cannot execute: x\ny";
+  r.exec_status = 126;
+  r.launcher = {"/opt/dtlaunch", 456, "ffeeddccbbaa9988"};
+  r.launcher_version = "1.2.3";
+  r.sent_unix_ms = -5;
+  r.received_unix_ms = 77;  // set by rank 0, never sent
+  r.env = {{"NCCL_DEBUG", "INFO"}, {"OMP_A", "b\\c"}};
+  r.node_software = true;
+  r.libraries = {{"libc.so.6", {"/lib/libc.so.6", 10, "0123456789abcdef"}},
+                 {"libgone.so", {"", 0, ""}}};
+  r.libraries_note = "note";
+  r.driver_version = "550.54";
+  r.gpu_models = {"H100", "H100"};
+  r.kernel = "6.1.0";
+  r.network_port = 40000;
+  const std::string golden =
+      "rank=3\nlocal_rank=1\nnode_rank=1\nworld_size=6\nnnodes=3\nmaster_addr=node1\n"
+      "master_port=29500\nrun_id=slurm-42.0\ncontract.local_world_size=2\n"
+      "contract.restart_count=2\ncontract.max_restarts=5\ncontract.torchelastic_run_id=\n"
+      "contract.device=1\ncontract.visible_devices=GPU-5\ncontract.supervisor=123-00ff\n"
+      "contract.omp_num_threads=8\ncontract.pci_device_order=1\n"
+      "host=node2\nmaster_resolves_to=10.0.0.1,fe80::1%eth0\nhost_resolves_to=10.0.0.2\n"
+      "local_addr=10.0.0.2\nvisible_devices=0,1\nbound_device=1\ngpu_sharing_allowed=1\n"
+      "gpu_isolated_by_slurm=1\ngpus_on_node=2\ncpus=0-7\ngpu_local_cpus=8-15\n"
+      "cpus_far_from_gpu=1\nomp_num_threads=8\nshm_bytes=1048576\nmemlock_bytes=65536\n"
+      "infiniband_devices=1\nprogram=/bin/tr ain\nprogram_size=123\n"
+      "program_hash=00112233aabbccdd\nprogram_exec_error=/bin/tr ain: cannot execute: x\\ny\n"
+      "program_exec_status=126\nlauncher=/opt/dtlaunch\nlauncher_size=456\n"
+      "launcher_hash=ffeeddccbbaa9988\nlauncher_version=1.2.3\nsent_unix_ms=-5\n"
+      "env.NCCL_DEBUG=INFO\nenv.OMP_A=b\\\\c\nnode_software=1\n"
+      "lib.libc.so.6=10 0123456789abcdef /lib/libc.so.6\nlib.libgone.so=0 - \n"
+      "libraries_note=note\ndriver_version=550.54\ngpu_models=H100,H100\nkernel=6.1.0\n"
+      "network_port=40000\n";
+  CHECK(encode(r) == golden);
+  TaskReport back = decode(golden);
+  back.received_unix_ms = r.received_unix_ms;
+  CHECK(back == r);
+  // An unlimited memlock travels as a word, not a number.
+  r.memlock_bytes.reset();
+  CHECK(encode(r).find("\nmemlock_bytes=unlimited\n") != std::string::npos);
+  CHECK(decode(encode(r)).memlock_bytes == std::nullopt);
+}
