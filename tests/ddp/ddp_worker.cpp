@@ -228,7 +228,7 @@ double max_param_diff(torch::nn::Module& a, torch::nn::Module& b) {
 
 constexpr int kSteps = 5;
 constexpr int64_t kBatch = 16;
-// The float tolerance (docs/ddp.md): float32 sums in a different order drift by a few ulps per
+// The float tolerance (docs/architecture.md, "Tests and their tolerances"): float32 sums in a different order drift by a few ulps per
 // step; 1e-5 absolute is about 100 ulps at the parameters' magnitude.
 constexpr double kTolerance = 1e-5;
 

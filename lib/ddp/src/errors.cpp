@@ -1,4 +1,7 @@
 // The runtime's error kinds and the text helpers its messages share.
+#include <unistd.h>
+
+#include <cerrno>
 #include <string_view>
 
 #include "core/names.hpp"
@@ -18,6 +21,18 @@ const char* to_string(ErrorKind kind) noexcept {
 }
 
 namespace detail {
+
+void say(std::string_view line) {
+  std::string whole(line);
+  whole += '\n';
+  // Best effort: a closed stderr has nowhere to report to.
+  for (std::string_view rest = whole; !rest.empty();) {
+    const ssize_t n = ::write(STDERR_FILENO, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    rest.remove_prefix(static_cast<size_t>(n));
+  }
+}
 
 std::string first_line(const std::exception& e) {
   return std::string(core::first_line(e.what()));

@@ -103,7 +103,7 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   }
   phases.backend_ready = std::chrono::steady_clock::now();
   const std::string line = monitor->startup_line(phases);
-  if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+  if (!line.empty()) detail::say(line);
   return group;
 }
 

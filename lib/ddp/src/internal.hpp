@@ -17,6 +17,12 @@ namespace dtlaunch::ddp::detail {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// The runtime's one way to write a diagnostic line on stderr (docs/architecture.md): `line`
+// whole ("dtlaunch ddp: ..."; the newline is added) in one write(2), so that lines from several
+// threads and ranks sharing a terminal or a pipe never interleave inside a line, and nothing waits
+// in stdio's buffer when the process then ends with _Exit.
+void say(std::string_view line);
+
 // The first line of an exception's message: c10 errors append a C++ stack trace.
 std::string first_line(const std::exception& e);
 // A store value from text and back: the store holds bytes, the runtime's records are text.

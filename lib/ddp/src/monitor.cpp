@@ -129,9 +129,8 @@ void Monitor::dump_on_signal() const {
       (path.empty() ? settings_.trace_dir.empty()
                           ? "; set DTLAUNCH_DDP_TRACE_DIR to write the flight recorder"
                           : ""
-                    : "; flight recorder in " + path) +
-      "\n";
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+                    : "; flight recorder in " + path);
+  say(line);
 }
 
 flight::Header Monitor::record_header(const std::string& reason, DumpKind kind) const {
@@ -163,10 +162,9 @@ std::string Monitor::write_file(const std::string& reason, DumpKind kind) const 
       write_record_file(dir, stem, kind, record_header(reason, kind), recorder_->entries(), why);
   // One warning per rank and run: a full disk must not flood stderr at every collective error.
   if (written.empty() && !write_warned_.exchange(true))
-    std::fprintf(stderr,
-                 "dtlaunch ddp: rank %d: the flight recorder was not written to '%s': %s (no "
-                 "further warning)\n",
-                 env_.rank, core::excerpt(record_path(stem, kind), 200).c_str(), why.c_str());
+    say("dtlaunch ddp: rank " + std::to_string(env_.rank) +
+        ": the flight recorder was not written to '" + core::excerpt(record_path(stem, kind), 200) +
+        "': " + why + " (no further warning)");
   return written;
 }
 

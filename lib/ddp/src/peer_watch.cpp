@@ -90,8 +90,7 @@ void PeerWatch::exit_if_startup_stays_blocked() {
                               "; start-up was still blocked in the backend " +
                               core::duration_text(kStartupGrace) +
                               " after the verdict: exiting with " + std::to_string(kExitPeerLost);
-  std::fprintf(stderr, "%s\n", message.c_str());
-  std::fflush(stderr);
+  say(message);
   std::_Exit(kExitPeerLost);
 }
 
@@ -194,7 +193,7 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
     std::lock_guard<std::mutex> lock(startup_mutex_);
     if (!startup_over_) backstop_ = std::thread([this] { exit_if_startup_stays_blocked(); });
   }
-  std::fprintf(stderr, "dtlaunch ddp: rank %d: peer lost: %s\n", env_.rank, who.c_str());
+  say("dtlaunch ddp: rank " + std::to_string(env_.rank) + ": peer lost: " + who);
   if (Monitor* m = monitor_for_position_.load()) m->write_file("peer lost: " + who);
 }
 

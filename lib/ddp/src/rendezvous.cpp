@@ -224,11 +224,9 @@ class Progress {
   bool due() const { return every_.count() > 0 && Clock::now() >= next_; }
   void print(const std::string& what) {
     const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start_);
-    std::fprintf(
-        stderr, "dtlaunch ddp: %s (%s of %s)\n", what.c_str(),
-        core::duration_text(std::chrono::duration_cast<std::chrono::seconds>(elapsed)).c_str(),
-        core::duration_text(timeout_).c_str());
-    std::fflush(stderr);
+    say("dtlaunch ddp: " + what + " (" +
+        core::duration_text(std::chrono::duration_cast<std::chrono::seconds>(elapsed)) + " of " +
+        core::duration_text(timeout_) + ")");
     while (next_ <= Clock::now()) next_ += every_;
   }
 
@@ -371,16 +369,12 @@ class CheckInAudit {
       foreign_since_ = {};
       foreign_logged_ = n;
       if (n <= kForeignLinesShown)
-        std::fprintf(stderr,
-                     "dtlaunch ddp: rank 0 refused a rank of another job: %s; still waiting for "
-                     "this job's ranks\n",
-                     line.c_str());
+        say("dtlaunch ddp: rank 0 refused a rank of another job: " + line +
+            "; still waiting for this job's ranks");
       else if (n == refused)
-        std::fprintf(stderr,
-                     "dtlaunch ddp: rank 0 has refused %lld ranks of other jobs (lines after the "
-                     "first %lld not shown); still waiting for this job's ranks\n",
-                     static_cast<long long>(refused), static_cast<long long>(kForeignLinesShown));
-      std::fflush(stderr);
+        say("dtlaunch ddp: rank 0 has refused " + std::to_string(refused) +
+            " ranks of other jobs (lines after the first " + std::to_string(kForeignLinesShown) +
+            " not shown); still waiting for this job's ranks");
     }
   }
 

@@ -686,10 +686,8 @@ class SegmentSetup {
     for (int r = 0; r < world_; ++r) {
       if (verdicts[r] == "ok") continue;
       if (rank_ == 0)
-        std::fprintf(stderr,
-                     "dtlaunch ddp: shared-memory all_reduce unavailable (rank %d: %s); "
-                     "all_reduce goes through Gloo\n",
-                     r, verdicts[r].c_str());
+        say("dtlaunch ddp: shared-memory all_reduce unavailable (rank " + std::to_string(r) +
+            ": " + verdicts[r] + "); all_reduce goes through Gloo");
       return false;
     }
     return true;
