@@ -45,22 +45,22 @@ TaskReport report_of(std::uint32_t rank, std::uint32_t world, std::uint16_t port
   r.contract.node_rank = rank / kTasksPerNode;
   r.contract.world_size = world;
   r.contract.nnodes = (world + kTasksPerNode - 1) / kTasksPerNode;
-  r.host = "node" + std::to_string(r.contract.node_rank + 1);
+  r.network.host = "node" + std::to_string(r.contract.node_rank + 1);
   r.contract.master_addr = "node1";
   r.contract.master_port = port;
   r.contract.dtlaunch_run_id = "slurm-4242.0";
-  r.master_resolves_to = {"10.0.0.1"};
-  r.host_resolves_to = {"10.0." + std::to_string(r.contract.node_rank / 250) + "." +
+  r.network.master_resolves_to = {"10.0.0.1"};
+  r.network.host_resolves_to = {"10.0." + std::to_string(r.contract.node_rank / 250) + "." +
                         std::to_string(r.contract.node_rank % 250 + 1)};
-  r.local_addr = r.host_resolves_to.front();
-  r.cpus = std::to_string(r.contract.local_rank * 8) + "-" + std::to_string(r.contract.local_rank * 8 + 7);
-  r.omp_num_threads = "8";
-  r.shm_bytes = 512ull << 30;
-  r.program = {"/shared/venv/bin/python3", 6831736, "bed2d04ddc5f1f29"};
-  r.launcher = {"/shared/bin/dtlaunch", 10196072, "5de712503c6d0d6e"};
-  r.launcher_version = "dtlaunch 0.1.0";
-  r.env = {{"NCCL_DEBUG", "WARN"}, {"NCCL_SOCKET_IFNAME", "ib0"}};
-  r.sent_unix_ms = unix_ms();
+  r.network.local_addr = r.network.host_resolves_to.front();
+  r.placement.cpus = std::to_string(r.contract.local_rank * 8) + "-" + std::to_string(r.contract.local_rank * 8 + 7);
+  r.placement.omp_num_threads = "8";
+  r.resources.shm_bytes = 512ull << 30;
+  r.programs.program = {"/shared/venv/bin/python3", 6831736, "bed2d04ddc5f1f29"};
+  r.programs.launcher = {"/shared/bin/dtlaunch", 10196072, "5de712503c6d0d6e"};
+  r.programs.launcher_version = "dtlaunch 0.1.0";
+  r.software.env = {{"NCCL_DEBUG", "WARN"}, {"NCCL_SOCKET_IFNAME", "ib0"}};
+  r.clock.sent_unix_ms = unix_ms();
   return r;
 }
 

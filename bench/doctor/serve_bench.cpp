@@ -27,7 +27,7 @@ double run_once(std::uint32_t n, double& spawn_seconds) {
     r.contract.rank = rank;
     r.contract.world_size = n;
     r.contract.nnodes = 1;
-    r.host = "bench";
+    r.network.host = "bench";
     r.contract.master_addr = "127.0.0.1";
     r.contract.master_port = port;
     return r;

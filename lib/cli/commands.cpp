@@ -90,7 +90,7 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
   const std::unique_ptr<watch::WatchJoin> watch = join_watch(launch_plan, checked);
   if (checked.check != Check::kNone && !flags.dry_run) {
     const int status =
-        doctor::check_launch(launch_plan, env, check_options(checked, watch.get()), out);
+        doctor::check_launch(launch_plan, check_options(checked, watch.get()), out);
     if (flags.check == Check::kDoctor || status != 0) return status;
   }
   if (flags.dry_run) {

@@ -34,7 +34,8 @@ bool is_loopback(const std::string& address) {
 std::vector<std::string> unique_hosts(const std::vector<const TaskReport*>& reports) {
   std::vector<std::string> hosts;
   for (const TaskReport* r : reports)
-    if (std::find(hosts.begin(), hosts.end(), r->host) == hosts.end()) hosts.push_back(r->host);
+    if (std::find(hosts.begin(), hosts.end(), r->network.host) == hosts.end())
+      hosts.push_back(r->network.host);
   return hosts;
 }
 
@@ -62,7 +63,7 @@ void compare_to_rank0(const TaskReport& rank0, const std::vector<const TaskRepor
     if (get(*r) != get(rank0)) odd.push_back(r);
   if (odd.empty()) return;
   differences.push_back(std::string(what) + " " + shown(get(*odd.front())) + " on rank " +
-                        num(odd.front()->contract.rank) + " (" + shown(odd.front()->host) +
+                        num(odd.front()->contract.rank) + " (" + shown(odd.front()->network.host) +
                         ") but " + shown(get(rank0)) + " on rank 0");
   for (const TaskReport* r : odd)
     if (std::find(differing.begin(), differing.end(), r) == differing.end()) differing.push_back(r);
@@ -174,8 +175,8 @@ void world_mismatch(const Evidence& ev, Problems& out) {
       out.push_back({"world-mismatch",
                      Severity::kError,
                      {r->contract.rank},
-                     {r->host},
-                     "rank " + num(r->contract.rank) + " (" + shown(r->host) +
+                     {r->network.host},
+                     "rank " + num(r->contract.rank) + " (" + shown(r->network.host) +
                          ") is not below the world size " + num(ev.expected.world_size)});
   if (!ev.rank0) return;
   std::vector<std::string> differences;
@@ -202,29 +203,32 @@ void program_differs(const Evidence& ev, Problems& out) {
   const TaskReport& r0 = *ev.rank0;
   std::vector<const TaskReport*> other_program, other_launcher;
   for (const TaskReport* r : ev.firsts) {
-    if (!(r->program == r0.program)) other_program.push_back(r);
-    if (!(r->launcher == r0.launcher) || r->launcher_version != r0.launcher_version)
+    if (!(r->programs.program == r0.programs.program)) other_program.push_back(r);
+    if (!(r->programs.launcher == r0.programs.launcher) ||
+        r->programs.launcher_version != r0.programs.launcher_version)
       other_launcher.push_back(r);
   }
   if (!other_program.empty()) {
     const TaskReport& odd = *other_program.front();
-    out.push_back({"program-differs", Severity::kError, ranks_of(other_program),
-                   unique_hosts(other_program),
-                   "the program differs on " + list_hosts(unique_hosts(other_program)) + ": " +
-                       shown(odd.program.path) + " is " + num(odd.program.size) + " bytes, hash " +
-                       (odd.program.hash.empty() ? "unreadable" : shown(odd.program.hash)) +
-                       " there, " + num(r0.program.size) + " bytes, hash " +
-                       shown(r0.program.hash) + " on " + shown(r0.host) + " (rank 0)"});
+    out.push_back(
+        {"program-differs", Severity::kError, ranks_of(other_program), unique_hosts(other_program),
+         "the program differs on " + list_hosts(unique_hosts(other_program)) + ": " +
+             shown(odd.programs.program.path) + " is " + num(odd.programs.program.size) +
+             " bytes, hash " +
+             (odd.programs.program.hash.empty() ? "unreadable" : shown(odd.programs.program.hash)) +
+             " there, " + num(r0.programs.program.size) + " bytes, hash " +
+             shown(r0.programs.program.hash) + " on " + shown(r0.network.host) + " (rank 0)"});
   }
   if (!other_launcher.empty()) {
     const TaskReport& odd = *other_launcher.front();
-    out.push_back({"program-differs", Severity::kError, ranks_of(other_launcher),
-                   unique_hosts(other_launcher),
-                   "dtlaunch differs on " + list_hosts(unique_hosts(other_launcher)) + ": " +
-                       shown(odd.launcher.path) + " (" + shown(odd.launcher_version) + ", hash " +
-                       shown(odd.launcher.hash) + ") there, " + shown(r0.launcher.path) + " (" +
-                       shown(r0.launcher_version) + ", hash " + shown(r0.launcher.hash) +
-                       ") on rank 0"});
+    out.push_back(
+        {"program-differs", Severity::kError, ranks_of(other_launcher),
+         unique_hosts(other_launcher),
+         "dtlaunch differs on " + list_hosts(unique_hosts(other_launcher)) + ": " +
+             shown(odd.programs.launcher.path) + " (" + shown(odd.programs.launcher_version) +
+             ", hash " + shown(odd.programs.launcher.hash) + ") there, " +
+             shown(r0.programs.launcher.path) + " (" + shown(r0.programs.launcher_version) +
+             ", hash " + shown(r0.programs.launcher.hash) + ") on rank 0"});
   }
 }
 
@@ -233,31 +237,34 @@ void program_differs(const Evidence& ev, Problems& out) {
 void host_resolves_to_loopback(const Evidence& ev, Problems& out) {
   if (!ev.rank0) return;
   std::set<std::string> hosts;
-  for (const TaskReport* r : ev.firsts) hosts.insert(r->host);
+  for (const TaskReport* r : ev.firsts) hosts.insert(r->network.host);
   if (!(ev.expected.nodes_are_hosts && ev.expected.nnodes > 1) && hosts.size() <= 1) return;
   std::set<std::string> seen;
   for (const TaskReport* r : ev.firsts)
-    if (std::any_of(r->host_resolves_to.begin(), r->host_resolves_to.end(), is_loopback) &&
-        seen.insert(r->host).second)
+    if (std::any_of(r->network.host_resolves_to.begin(), r->network.host_resolves_to.end(),
+                    is_loopback) &&
+        seen.insert(r->network.host).second)
       out.push_back({"host-resolves-to-loopback",
                      Severity::kError,
                      {r->contract.rank},
-                     {r->host},
-                     shown(r->host) + " resolves its own name to " +
-                         shown(r->host_resolves_to.front()) +
+                     {r->network.host},
+                     shown(r->network.host) + " resolves its own name to " +
+                         shown(r->network.host_resolves_to.front()) +
                          ", so Gloo and NCCL there advertise an address no other node can "
                          "reach: fix /etc/hosts on " +
-                         shown(r->host) +
+                         shown(r->network.host) +
                          ", or set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to its network "
                          "interface"});
   const TaskReport& r0 = *ev.rank0;
-  if (std::any_of(r0.master_resolves_to.begin(), r0.master_resolves_to.end(), is_loopback))
+  if (std::any_of(r0.network.master_resolves_to.begin(), r0.network.master_resolves_to.end(),
+                  is_loopback))
     out.push_back({"host-resolves-to-loopback",
                    Severity::kError,
                    {0},
-                   {r0.host},
+                   {r0.network.host},
                    "MASTER_ADDR " + shown(r0.contract.master_addr) + " resolves to " +
-                       shown(r0.master_resolves_to.front()) + " on " + shown(r0.host) +
+                       shown(r0.network.master_resolves_to.front()) + " on " +
+                       shown(r0.network.host) +
                        " (rank 0), which the other nodes cannot reach: fix /etc/hosts there"});
 }
 
@@ -265,15 +272,16 @@ void host_resolves_to_loopback(const Evidence& ev, Problems& out) {
 void program_cannot_execute(const Evidence& ev, Problems& out) {
   std::map<std::string, std::vector<const TaskReport*>> cannot_execute;
   for (const TaskReport* r : ev.firsts)
-    if (!r->exec_error.empty()) cannot_execute[r->host].push_back(r);
+    if (!r->programs.exec_error.empty()) cannot_execute[r->network.host].push_back(r);
   for (const auto& [host, on_host] : cannot_execute) {
     const TaskReport& r = *on_host.front();
     out.push_back({"program-cannot-execute",
                    Severity::kError,
                    ranks_of(on_host),
                    {host},
-                   shown(r.exec_error, 400) + " (on " + shown(host) + "; the launch would exit " +
-                       num(static_cast<std::uint64_t>(r.exec_status)) + " there)"});
+                   shown(r.programs.exec_error, 400) + " (on " + shown(host) +
+                       "; the launch would exit " +
+                       num(static_cast<std::uint64_t>(r.programs.exec_status)) + " there)"});
   }
 }
 
@@ -281,9 +289,10 @@ void program_cannot_execute(const Evidence& ev, Problems& out) {
 void gpu_shared(const Evidence& ev, Problems& out) {
   std::map<std::pair<std::string, std::string>, std::vector<const TaskReport*>> by_gpu;
   for (const TaskReport* r : ev.firsts)
-    if (!r->bound_device.empty()) by_gpu[{r->host, r->bound_device}].push_back(r);
+    if (!r->placement.bound_device.empty())
+      by_gpu[{r->network.host, r->placement.bound_device}].push_back(r);
   for (const auto& [key, users] : by_gpu)
-    if (users.size() > 1 && !users.front()->gpu_sharing_allowed)
+    if (users.size() > 1 && !users.front()->placement.gpu_sharing_allowed)
       out.push_back({"gpu-shared",
                      Severity::kError,
                      ranks_of(users),
@@ -298,7 +307,7 @@ void gpu_shared(const Evidence& ev, Problems& out) {
 void gpu_isolated(const Evidence& ev, Problems& out) {
   std::vector<const TaskReport*> isolated;
   for (const TaskReport* r : ev.firsts)
-    if (r->gpu_isolated_by_slurm) isolated.push_back(r);
+    if (r->placement.gpu_isolated_by_slurm) isolated.push_back(r);
   if (!isolated.empty())
     out.push_back({"gpu-isolated", Severity::kWarning, ranks_of(isolated), unique_hosts(isolated),
                    "Slurm gave each task its own GPU (--gpus-per-task) on " +
@@ -310,14 +319,15 @@ void gpu_isolated(const Evidence& ev, Problems& out) {
 // cpu-far-from-gpu: threads and first-touch memory on the other socket from the GPU.
 void cpu_far_from_gpu(const Evidence& ev, Problems& out) {
   for (const TaskReport* r : ev.firsts)
-    if (r->cpus_far_from_gpu)
+    if (r->placement.cpus_far_from_gpu)
       out.push_back({"cpu-far-from-gpu",
                      Severity::kWarning,
                      {r->contract.rank},
-                     {r->host},
-                     "rank " + num(r->contract.rank) + " (" + shown(r->host) + ") runs on CPUs " +
-                         shown(r->cpus) + ", none of them local to its GPU " +
-                         shown(r->bound_device) + " (CPUs " + shown(r->gpu_local_cpus) +
+                     {r->network.host},
+                     "rank " + num(r->contract.rank) + " (" + shown(r->network.host) +
+                         ") runs on CPUs " + shown(r->placement.cpus) +
+                         ", none of them local to its GPU " + shown(r->placement.bound_device) +
+                         " (CPUs " + shown(r->placement.gpu_local_cpus) +
                          "): --cpu-bind numa binds each rank next to its GPU (docs/affinity.md)"});
 }
 
@@ -325,21 +335,23 @@ void cpu_far_from_gpu(const Evidence& ev, Problems& out) {
 void node_resources(const Evidence& ev, Problems& out) {
   std::set<std::string> shm_seen, memlock_seen;
   for (const TaskReport* r : ev.firsts) {
-    if (r->gpus_on_node > 0 && r->shm_bytes < ev.limits.min_shm_bytes &&
-        shm_seen.insert(r->host).second)
+    if (r->placement.gpus_on_node > 0 && r->resources.shm_bytes < ev.limits.min_shm_bytes &&
+        shm_seen.insert(r->network.host).second)
       out.push_back({"small-shm",
                      Severity::kWarning,
                      {r->contract.rank},
-                     {r->host},
-                     "/dev/shm on " + shown(r->host) + " is " + num(r->shm_bytes >> 20) +
+                     {r->network.host},
+                     "/dev/shm on " + shown(r->network.host) + " is " +
+                         num(r->resources.shm_bytes >> 20) +
                          " MiB: NCCL and DataLoader workers need more than 1 GiB"});
-    if (r->infiniband_devices > 0 && r->memlock_bytes && memlock_seen.insert(r->host).second)
+    if (r->resources.infiniband_devices > 0 && r->resources.memlock_bytes &&
+        memlock_seen.insert(r->network.host).second)
       out.push_back({"memlock-limited",
                      Severity::kWarning,
                      {r->contract.rank},
-                     {r->host},
-                     "RLIMIT_MEMLOCK is " + num(*r->memlock_bytes >> 10) + " KiB on " +
-                         shown(r->host) +
+                     {r->network.host},
+                     "RLIMIT_MEMLOCK is " + num(*r->resources.memlock_bytes >> 10) + " KiB on " +
+                         shown(r->network.host) +
                          ", which has InfiniBand devices: RDMA registration fails; make it "
                          "unlimited (slurm.conf PropagateResourceLimitsExcept=MEMLOCK, "
                          "limits.conf)"});
@@ -351,26 +363,27 @@ void timing(const Evidence& ev, Problems& out) {
   if (ev.firsts.empty()) return;
   std::int64_t first_arrival = INT64_MAX;
   for (const TaskReport* r : ev.firsts)
-    first_arrival = std::min(first_arrival, r->received_unix_ms);
+    first_arrival = std::min(first_arrival, r->clock.received_unix_ms);
   for (const TaskReport* r : ev.firsts) {
-    const std::int64_t skew = r->sent_unix_ms - r->received_unix_ms;
+    const std::int64_t skew = r->clock.sent_unix_ms - r->clock.received_unix_ms;
     if (skew > ev.limits.clock_skew_ms || -skew > ev.limits.clock_skew_ms)
       out.push_back({"clock-skew",
                      Severity::kWarning,
                      {r->contract.rank},
-                     {r->host},
-                     "the clock of " + shown(r->host) + " is " +
+                     {r->network.host},
+                     "the clock of " + shown(r->network.host) + " is " +
                          core::duration_text(std::chrono::milliseconds(skew < 0 ? -skew : skew)) +
                          (skew > 0 ? " ahead of" : " behind") + " rank 0's"});
-    if (r->received_unix_ms - first_arrival > ev.limits.slow_start_ms)
-      out.push_back(
-          {"slow-start",
-           Severity::kWarning,
-           {r->contract.rank},
-           {r->host},
-           "rank " + num(r->contract.rank) + " (" + shown(r->host) + ") arrived " +
-               core::duration_text(std::chrono::milliseconds(r->received_unix_ms - first_arrival)) +
-               " after the first"});
+    if (r->clock.received_unix_ms - first_arrival > ev.limits.slow_start_ms)
+      out.push_back({"slow-start",
+                     Severity::kWarning,
+                     {r->contract.rank},
+                     {r->network.host},
+                     "rank " + num(r->contract.rank) + " (" + shown(r->network.host) +
+                         ") arrived " +
+                         core::duration_text(
+                             std::chrono::milliseconds(r->clock.received_unix_ms - first_arrival)) +
+                         " after the first"});
   }
 }
 

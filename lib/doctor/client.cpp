@@ -16,11 +16,11 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/fd.hpp"
 #include "core/socket.hpp"
 #include "doctor/network_test.hpp"
 #include "doctor/probe.hpp"
 #include "doctor/wire.hpp"
-#include "core/fd.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
@@ -75,8 +75,8 @@ class Reporter {
       local_addr = numeric_host(reinterpret_cast<sockaddr*>(&local), length);
     std::string out;
     for (TaskReport& r : mine) {
-      r.local_addr = local_addr;
-      r.sent_unix_ms = unix_ms();
+      r.network.local_addr = local_addr;
+      r.clock.sent_unix_ms = unix_ms();
       const bool relays = out.empty() && !relay_.text.empty();  // with the first report
       out += frame(kReportMagic, encode(r) + (relays ? encode_line(kRelayKey, relay_.text) : ""));
     }
@@ -184,8 +184,8 @@ int report_to_rank0(const std::string& addr, std::uint16_t port, std::vector<Tas
         std::min<Clock::duration>(pause * spread(jitter) / 100, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
-  throw reporter.failure(" on " + mine.front().host + " cannot reach rank 0 at " + where + ": " +
-                         last_failure);
+  throw reporter.failure(" on " + mine.front().network.host + " cannot reach rank 0 at " + where +
+                         ": " + last_failure);
 }
 
 }  // namespace dtlaunch::doctor

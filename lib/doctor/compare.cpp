@@ -95,11 +95,11 @@ struct Differences {
 void compare_env(const std::vector<const TaskReport*>& reports, std::vector<Problem>& problems) {
   std::set<std::string> names;
   for (const TaskReport* r : reports)
-    for (const auto& [name, value] : r->env) names.insert(name);
+    for (const auto& [name, value] : r->software.env) names.insert(name);
   Differences env{problems, "env-differs", Severity::kError};
   for (const std::string& name : names) {
     const Split split = split_by(reports, [&](const TaskReport& r) -> std::optional<std::string> {
-      for (const auto& [n, v] : r.env)
+      for (const auto& [n, v] : r.software.env)
         if (n == name) return v;
       return std::nullopt;
     });
@@ -125,15 +125,15 @@ void compare_libraries(const std::vector<const TaskReport*>& nodes,
   std::set<std::string> names;
   std::vector<const TaskReport*> listed;
   for (const TaskReport* r : nodes)
-    if (!r->libraries.empty()) {
+    if (!r->software.libraries.empty()) {
       listed.push_back(r);
-      for (const LibraryIdentity& lib : r->libraries) names.insert(lib.name);
+      for (const LibraryIdentity& lib : r->software.libraries) names.insert(lib.name);
     }
   if (listed.size() < 2) return;
   Differences libraries{problems, "libraries-differ", Severity::kError};
   for (const std::string& name : names) {
     auto find = [&](const TaskReport& r) -> const LibraryIdentity* {
-      for (const LibraryIdentity& lib : r.libraries)
+      for (const LibraryIdentity& lib : r.software.libraries)
         if (lib.name == name) return &lib;
       return nullptr;
     };
@@ -172,8 +172,9 @@ void compare_driver(const std::vector<const TaskReport*>& nodes, std::vector<Pro
   const auto describe = [](const std::optional<std::string>& v) {
     return v && !v->empty() ? "'" + core::excerpt(*v, 80) + "'" : std::string("none");
   };
-  const Split versions = split_by(
-      nodes, [](const TaskReport& r) -> std::optional<std::string> { return r.driver_version; });
+  const Split versions = split_by(nodes, [](const TaskReport& r) -> std::optional<std::string> {
+    return r.software.driver_version;
+  });
   Differences driver{problems, "driver-differs", Severity::kError};
   for (const auto& [value, who] : versions.others)
     driver.add(who, "the NVIDIA driver is " + describe(value) + " on " +
@@ -183,7 +184,7 @@ void compare_driver(const std::vector<const TaskReport*>& nodes, std::vector<Pro
   driver.finish("driver version");
   const Split models = split_by(nodes, [](const TaskReport& r) -> std::optional<std::string> {
     std::string joined;
-    for (const std::string& m : r.gpu_models) joined += (joined.empty() ? "" : ", ") + m;
+    for (const std::string& m : r.software.gpu_models) joined += (joined.empty() ? "" : ", ") + m;
     return joined;
   });
   Differences gpus{problems, "driver-differs", Severity::kWarning};
@@ -239,7 +240,7 @@ void compare_software(const std::vector<const TaskReport*>& reports,
   compare_env(reports, problems);
   std::vector<const TaskReport*> nodes;
   for (const TaskReport* r : reports)
-    if (r->node_software) nodes.push_back(r);
+    if (r->software.node_software) nodes.push_back(r);
   compare_libraries(nodes, problems);
   compare_driver(nodes, problems);
 }

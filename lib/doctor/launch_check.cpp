@@ -27,29 +27,30 @@ std::string bound_device_of(const contract::WorkerContract& contract, const laun
 }
 
 // One worker's report before the node is probed: what it is told, and what its program will see
-// of the inherited environment.
-TaskReport report_of(const launch::LaunchSpec& spec, const launch::PlannedWorker& worker,
-                     const core::EnvMap& env) {
-  const core::EnvMap seen = contract::apply_env(env, worker.changes);
+// (the plan's environment for it, the one a launch gives it).
+TaskReport report_of(const launch::LaunchSpec& spec, const launch::PlannedWorker& worker) {
+  const core::EnvMap& seen = worker.env;
   TaskReport r;
   r.contract = worker.contract;
-  r.visible_devices =
+  r.placement.visible_devices =
       std::string(seen.get_raw(contract::env_var::kCudaVisibleDevices).value_or(""));
-  r.omp_num_threads = std::string(seen.get(contract::env_var::kOmpNumThreads).value_or(""));
-  r.bound_device = bound_device_of(worker.contract, spec.gpu);
-  r.gpu_sharing_allowed = spec.gpu.allow_sharing;
-  r.gpu_isolated_by_slurm = spec.gpu.isolated_by_slurm;
-  r.gpus_on_node = static_cast<std::uint32_t>(spec.gpu.visible.size());
-  if (worker.binding) r.cpus = worker.binding->cpus.to_list();  // what --cpu-bind will give it
-  r.program.path = spec.program_path;
-  r.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
+  r.placement.omp_num_threads =
+      std::string(seen.get(contract::env_var::kOmpNumThreads).value_or(""));
+  r.placement.bound_device = bound_device_of(worker.contract, spec.gpu);
+  r.placement.gpu_sharing_allowed = spec.gpu.allow_sharing;
+  r.placement.gpu_isolated_by_slurm = spec.gpu.isolated_by_slurm;
+  r.placement.gpus_on_node = static_cast<std::uint32_t>(spec.gpu.visible.size());
+  if (worker.binding)
+    r.placement.cpus = worker.binding->cpus.to_list();  // what --cpu-bind will give it
+  r.programs.program.path = spec.program_path;
+  r.programs.launcher_version = std::string("dtlaunch ") + DTLAUNCH_VERSION;
   // The variables the contract sets per rank are checked above as the contract, not compared
   // as the node's.
   std::vector<std::string_view> set_by_contract = {contract::env_var::kCudaVisibleDevices};
   for (const contract::ExportedVar& var : contract::exported_vars())
     set_by_contract.push_back(var.name);
   for (const contract::EnvChange& change : worker.changes) set_by_contract.push_back(change.name);
-  r.env = compared_env(seen.vars(), set_by_contract);
+  r.software.env = compared_env(seen.vars(), set_by_contract);
   return r;
 }
 
@@ -58,7 +59,7 @@ TaskReport report_of(const launch::LaunchSpec& spec, const launch::PlannedWorker
 void mark_cpus_far_from_gpu(const launch::LaunchPlan& launch_plan,
                             std::vector<TaskReport>& reports) {
   if (std::all_of(reports.begin(), reports.end(),
-                  [](const TaskReport& r) { return r.bound_device.empty(); }))
+                  [](const TaskReport& r) { return r.placement.bound_device.empty(); }))
     return;
   affinity::Topology topology;
   try {
@@ -71,19 +72,19 @@ void mark_cpus_far_from_gpu(const launch::LaunchPlan& launch_plan,
     const std::uint32_t local_rank = r.contract.local_rank;
     if (local_rank >= gpus.size() || !gpus[local_rank]) continue;
     const affinity::CpuSet& local = topology.gpus[*gpus[local_rank]].local_cpus;
-    r.gpu_local_cpus = local.to_list();
-    const auto cpus = affinity::CpuSet::parse(r.cpus);
-    r.cpus_far_from_gpu = cpus && !cpus->empty() && !local.empty() && !cpus->intersects(local);
+    r.placement.gpu_local_cpus = local.to_list();
+    const auto cpus = affinity::CpuSet::parse(r.placement.cpus);
+    r.placement.cpus_far_from_gpu =
+        cpus && !cpus->empty() && !local.empty() && !cpus->intersects(local);
   }
 }
 
 }  // namespace
 
-std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan,
-                                     const core::EnvMap& env) {
+std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan) {
   std::vector<TaskReport> reports;
   for (const launch::PlannedWorker& w : launch_plan.workers) {
-    reports.push_back(report_of(launch_plan.spec, w, env));
+    reports.push_back(report_of(launch_plan.spec, w));
     if (reports.size() > 1) {
       copy_node_facts(reports.front(), reports.back());
       continue;
@@ -132,15 +133,15 @@ int judge(const launch::LaunchPlan& launch_plan, std::vector<TaskReport> mine,
 
 }  // namespace
 
-int check_launch(const launch::LaunchPlan& launch_plan, const core::EnvMap& env,
-                 const LaunchCheckOptions& options, std::ostream& out) {
+int check_launch(const launch::LaunchPlan& launch_plan, const LaunchCheckOptions& options,
+                 std::ostream& out) {
   const auto deadline = Clock::now() + options.timeout;
-  std::vector<TaskReport> mine = plan_reports(launch_plan, env);
+  std::vector<TaskReport> mine = plan_reports(launch_plan);
   // One network test agent per node: the task (or launcher) with the node's local rank 0.
   std::unique_ptr<NetworkAgent> agent;
   if (options.network.enabled && launch_plan.workers.front().local_rank == 0) {
     agent = NetworkAgent::start();
-    if (agent) mine.front().network_port = agent->port();
+    if (agent) mine.front().network_test_port = agent->port();
   }
   if (launch_plan.workers.front().rank == 0)
     return judge(launch_plan, std::move(mine), deadline, options, agent.get(), out);

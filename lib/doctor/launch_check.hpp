@@ -34,8 +34,7 @@ struct LaunchCheckOptions {
 // The reports of this launcher's workers, as the plan tells them and as their node is: probed
 // once per launcher (the node, its software by local rank 0, the program's execve), and the
 // CPUs of each rank against its GPU's.
-std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan,
-                                     const core::EnvMap& env);
+std::vector<TaskReport> plan_reports(const launch::LaunchPlan& launch_plan);
 
 // Where rank 0 expects each rank, from the launch's layout (Slurm's step, or local mode's).
 Expectation expectation_of(const launch::LaunchPlan& launch_plan);
@@ -43,7 +42,7 @@ Expectation expectation_of(const launch::LaunchPlan& launch_plan);
 // Runs the checks: rank 0's launcher judges and prints, the others report and get the same
 // status back. Returns 0 or 3 (ExitCode::kProblem); a task that cannot reach rank 0 says why
 // on stderr and returns 3.
-int check_launch(const launch::LaunchPlan& launch_plan, const core::EnvMap& env,
-                 const LaunchCheckOptions& options, std::ostream& out);
+int check_launch(const launch::LaunchPlan& launch_plan, const LaunchCheckOptions& options,
+                 std::ostream& out);
 
 }  // namespace dtlaunch::doctor

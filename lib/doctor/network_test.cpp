@@ -27,7 +27,7 @@ std::vector<TestedNode> tested_nodes(const std::vector<TaskReport>& reports,
                                      bool own_agent) {
   std::vector<TestedNode> nodes;
   std::set<std::uint32_t> node_ranks;
-  if (own_agent && !reports.empty() && reports.front().network_port != 0) {
+  if (own_agent && !reports.empty() && reports.front().network_test_port != 0) {
     nodes.push_back({0, -1});
     node_ranks.insert(reports.front().contract.node_rank);
   }
@@ -51,13 +51,15 @@ std::vector<NetworkPlan> network_plans(const std::vector<TestedNode>& nodes,
   const auto slot = std::chrono::duration_cast<std::chrono::milliseconds>(network.budget / rounds);
   auto address_of = [&](const TestedNode& node) {
     const TaskReport& r = reports[node.report];
-    return node.fd < 0 ? r.contract.master_addr : r.local_addr;  // where its check-in came from
+    return node.fd < 0 ? r.contract.master_addr
+                       : r.network.local_addr;  // where its check-in came from
   };
   std::vector<NetworkPlan> plans(n);
   for (std::uint32_t i = 0; i < n; ++i) {
     plans[i] = {i, slot, {}};
     for (std::uint32_t j : peers[i])
-      plans[i].peers.push_back({j, address_of(nodes[j]), reports[nodes[j].report].network_port});
+      plans[i].peers.push_back(
+          {j, address_of(nodes[j]), reports[nodes[j].report].network_test_port});
   }
   return plans;
 }
@@ -128,7 +130,7 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
   std::vector<std::string> hosts;
   std::vector<std::uint32_t> ranks;
   for (const TestedNode& node : nodes) {
-    hosts.push_back(reports[node.report].host);
+    hosts.push_back(reports[node.report].network.host);
     ranks.push_back(reports[node.report].contract.rank);
   }
   for (const LinkResult& r : results)

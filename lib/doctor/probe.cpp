@@ -115,40 +115,39 @@ void probe_exec(std::vector<TaskReport>& reports, const std::string& program_pat
   if (!refused || *refused == 0) return;
   const core::Error error = core::exec_error(program_path, *refused);
   for (TaskReport& r : reports) {
-    r.exec_error = error.what();
-    r.exec_status = error.exit_status();
+    r.programs.exec_error = error.what();
+    r.programs.exec_status = error.exit_status();
   }
 }
 
 void probe_node(TaskReport& r) {
-  r.host = core::host_name();
-  r.host_resolves_to = resolve(r.host);
-  r.master_resolves_to = resolve(r.contract.master_addr);
-  if (r.cpus.empty()) r.cpus = cpulist_of_this_task();  // unless a --cpu-bind plan says
+  r.network.host = core::host_name();
+  r.network.host_resolves_to = resolve(r.network.host);
+  r.network.master_resolves_to = resolve(r.contract.master_addr);
+  if (r.placement.cpus.empty())
+    r.placement.cpus = cpulist_of_this_task();  // unless a --cpu-bind plan says
   struct statvfs shm {};
-  if (::statvfs("/dev/shm", &shm) == 0) r.shm_bytes = std::uint64_t{shm.f_blocks} * shm.f_frsize;
+  if (::statvfs("/dev/shm", &shm) == 0)
+    r.resources.shm_bytes = std::uint64_t{shm.f_blocks} * shm.f_frsize;
   rlimit memlock{};
   if (::getrlimit(RLIMIT_MEMLOCK, &memlock) == 0 && memlock.rlim_cur != RLIM_INFINITY)
-    r.memlock_bytes = memlock.rlim_cur;
-  r.infiniband_devices = count_entries("/sys/class/infiniband");
-  r.program = identify_file(r.program.path);
+    r.resources.memlock_bytes = memlock.rlim_cur;
+  r.resources.infiniband_devices = count_entries("/sys/class/infiniband");
+  r.programs.program = identify_file(r.programs.program.path);
   char self[4096] = "";
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  r.launcher = identify_file(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "");
-  r.sent_unix_ms = unix_ms();
+  r.programs.launcher = identify_file(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "");
+  r.clock.sent_unix_ms = unix_ms();
 }
 
 void copy_node_facts(const TaskReport& from, TaskReport& to) {
-  to.host = from.host;
-  to.host_resolves_to = from.host_resolves_to;
-  to.master_resolves_to = from.master_resolves_to;
-  if (to.cpus.empty()) to.cpus = from.cpus;
-  to.shm_bytes = from.shm_bytes;
-  to.memlock_bytes = from.memlock_bytes;
-  to.infiniband_devices = from.infiniband_devices;
-  to.program = from.program;
-  to.launcher = from.launcher;
-  to.sent_unix_ms = from.sent_unix_ms;
+  // The node's topics whole (probe_exec and the client fill their per-task parts later); of the
+  // task's own placement, only the CPUs when no --cpu-bind plan gave it any.
+  to.network = from.network;
+  to.resources = from.resources;
+  to.programs = from.programs;
+  to.clock = from.clock;
+  if (to.placement.cpus.empty()) to.placement.cpus = from.placement.cpus;
 }
 
 }  // namespace dtlaunch::doctor

@@ -26,8 +26,8 @@ void probe_node(TaskReport& report);
 void probe_exec(std::vector<TaskReport>& reports, const std::string& program_path,
                 const std::vector<std::string>& argv, const core::EnvMap& env);
 
-// The node facts of `from` (everything probe_node fills) copied into `to`: the workers of one
-// launcher share a node, and hashing the program once is enough.
+// The node's topics of `from` (network, resources, programs, clock: what probe_node fills) copied
+// into `to`: the workers of one launcher share a node, and hashing the program once is enough.
 void copy_node_facts(const TaskReport& from, TaskReport& to);
 
 // A socket address as numeric text ("10.0.0.1", "fe80::1%eth0"); "" when it cannot be written.

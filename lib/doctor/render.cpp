@@ -42,23 +42,61 @@ std::string pad(std::string text, std::size_t width) {
 // The compared software of a rank: its variables, and what its node's lowest local rank found.
 std::string software_json(const TaskReport& r) {
   std::string out = ", \"env\": {";
-  for (std::size_t i = 0; i < r.env.size(); ++i)
-    out += (i ? ", " : "") + json_quote(r.env[i].first) + ": " + json_quote(r.env[i].second);
+  for (std::size_t i = 0; i < r.software.env.size(); ++i)
+    out += (i ? ", " : "") + json_quote(r.software.env[i].first) + ": " +
+           json_quote(r.software.env[i].second);
   out += "}";
-  if (!r.node_software) return out;
+  if (!r.software.node_software) return out;
   out += ", \"libraries\": [";
-  for (std::size_t i = 0; i < r.libraries.size(); ++i) {
-    const LibraryIdentity& lib = r.libraries[i];
+  for (std::size_t i = 0; i < r.software.libraries.size(); ++i) {
+    const LibraryIdentity& lib = r.software.libraries[i];
     out += (i ? ", " : "") + std::string("{\"name\": ") + json_quote(lib.name) +
            ", \"path\": " + json_quote(lib.file.path) +
            ", \"size\": " + std::to_string(lib.file.size) +
            ", \"hash\": " + json_quote(lib.file.hash) + "}";
   }
-  out += "], \"libraries_note\": " + json_quote(r.libraries_note) +
-         ", \"driver_version\": " + json_quote(r.driver_version) + ", \"gpu_models\": [";
-  for (std::size_t i = 0; i < r.gpu_models.size(); ++i)
-    out += (i ? ", " : "") + json_quote(r.gpu_models[i]);
-  return out + "], \"kernel\": " + json_quote(r.kernel);
+  out += "], \"libraries_note\": " + json_quote(r.software.libraries_note) +
+         ", \"driver_version\": " + json_quote(r.software.driver_version) + ", \"gpu_models\": [";
+  for (std::size_t i = 0; i < r.software.gpu_models.size(); ++i)
+    out += (i ? ", " : "") + json_quote(r.software.gpu_models[i]);
+  return out + "], \"kernel\": " + json_quote(r.software.kernel);
+}
+
+// A node's row of the table: its reports, and the first arrival to time the others by.
+std::vector<std::string> node_row(const std::string& host, const std::vector<const TaskReport*>& rs,
+                                  std::int64_t first) {
+  std::vector<std::uint32_t> ranks;
+  for (const TaskReport* r : rs) ranks.push_back(r->contract.rank);
+  std::int64_t last = 0;
+  for (const TaskReport* r : rs) last = std::max(last, r->clock.received_unix_ms - first);
+  // Every cell comes from the reports: escaped and bounded, as the host name.
+  const auto cell = [](const std::string& value) { return core::excerpt(value, 40); };
+  return {
+      cell(host),
+      core::compact_ranges(ranks),
+      cell(distinct(rs, [](const TaskReport& r) { return join(r.network.master_resolves_to); })),
+      cell(distinct(rs,
+                    [](const TaskReport& r) {
+                      return r.network.local_addr.empty() ? "-" : r.network.local_addr;
+                    })),
+      cell(distinct(rs,
+                    [](const TaskReport& r) {
+                      return r.placement.bound_device.empty() ? std::string("-")
+                                                              : r.placement.bound_device;
+                    })),
+      cell(distinct(rs, [](const TaskReport& r) { return r.placement.cpus; })),
+      cell(distinct(rs, [](const TaskReport& r) { return r.placement.omp_num_threads; })),
+      mib(rs.front()->resources.shm_bytes),
+      rs.front()->resources.memlock_bytes
+          ? std::to_string(*rs.front()->resources.memlock_bytes >> 10) + " KiB"
+          : "unlimited",
+      cell(distinct(rs, [](const TaskReport& r) { return r.programs.program.hash.substr(0, 8); })),
+      cell(distinct(rs,
+                    [](const TaskReport& r) {
+                      return r.software.node_software ? r.software.kernel : std::string();
+                    })),
+      "+" + core::duration_text(std::chrono::milliseconds(last)),
+  };
 }
 
 }  // namespace
@@ -68,44 +106,18 @@ std::string render_table(const Verdict& verdict) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const TaskReport*>> by_host;
   for (const TaskReport& r : verdict.reports) {
-    if (!by_host.count(r.host)) order.push_back(r.host);
-    by_host[r.host].push_back(&r);
+    if (!by_host.count(r.network.host)) order.push_back(r.network.host);
+    by_host[r.network.host].push_back(&r);
   }
   std::int64_t first = INT64_MAX;
-  for (const TaskReport& r : verdict.reports) first = std::min(first, r.received_unix_ms);
+  for (const TaskReport& r : verdict.reports) first = std::min(first, r.clock.received_unix_ms);
 
   const std::vector<std::string> header = {
       "host", "ranks",    "MASTER_ADDR ->", "from",    "GPUs",   "CPUs",
       "OMP",  "/dev/shm", "memlock",        "program", "kernel", "arrived"};
   std::vector<std::vector<std::string>> rows;
   for (const std::string& host : order) {
-    const auto& rs = by_host[host];
-    std::vector<std::uint32_t> ranks, local;
-    for (const TaskReport* r : rs) ranks.push_back(r->contract.rank);
-    std::int64_t last = 0;
-    for (const TaskReport* r : rs) last = std::max(last, r->received_unix_ms - first);
-    // Every cell comes from the reports: escaped and bounded, as the host name.
-    const auto cell = [](const std::string& value) { return core::excerpt(value, 40); };
-    rows.push_back({
-        cell(host),
-        core::compact_ranges(ranks),
-        cell(distinct(rs, [](const TaskReport& r) { return join(r.master_resolves_to); })),
-        cell(distinct(
-            rs, [](const TaskReport& r) { return r.local_addr.empty() ? "-" : r.local_addr; })),
-        cell(distinct(rs,
-                      [](const TaskReport& r) {
-                        return r.bound_device.empty() ? std::string("-") : r.bound_device;
-                      })),
-        cell(distinct(rs, [](const TaskReport& r) { return r.cpus; })),
-        cell(distinct(rs, [](const TaskReport& r) { return r.omp_num_threads; })),
-        mib(rs.front()->shm_bytes),
-        rs.front()->memlock_bytes ? std::to_string(*rs.front()->memlock_bytes >> 10) + " KiB"
-                                  : "unlimited",
-        cell(distinct(rs, [](const TaskReport& r) { return r.program.hash.substr(0, 8); })),
-        cell(distinct(
-            rs, [](const TaskReport& r) { return r.node_software ? r.kernel : std::string(); })),
-        "+" + core::duration_text(std::chrono::milliseconds(last)),
-    });
+    rows.push_back(node_row(host, by_host[host], first));
   }
   std::vector<std::size_t> width(header.size());
   for (std::size_t c = 0; c < header.size(); ++c) {
@@ -123,8 +135,9 @@ std::string render_table(const Verdict& verdict) {
   if (!verdict.reports.empty()) {
     const TaskReport& r0 = verdict.reports.front();
     out += ", rendezvous " + core::excerpt(r0.contract.master_addr, 64) + ":" +
-           std::to_string(r0.contract.master_port) + ", program " + core::excerpt(r0.program.path) +
-           ", " + core::excerpt(r0.launcher_version, 64);
+           std::to_string(r0.contract.master_port) + ", program " +
+           core::excerpt(r0.programs.program.path) + ", " +
+           core::excerpt(r0.programs.launcher_version, 64);
   }
   out += "\n\n" + line(header);
   for (const auto& row : rows) out += line(row);
@@ -142,7 +155,7 @@ std::string render_table(const Verdict& verdict) {
 
 std::string render_json(const Verdict& verdict) {
   std::int64_t first = INT64_MAX;
-  for (const TaskReport& r : verdict.reports) first = std::min(first, r.received_unix_ms);
+  for (const TaskReport& r : verdict.reports) first = std::min(first, r.clock.received_unix_ms);
   auto str = [](std::string_view s) { return json_quote(s); };
   auto list = [&](const std::vector<std::string>& items) {
     std::string out = "[";
@@ -156,30 +169,34 @@ std::string render_json(const Verdict& verdict) {
     out += "{\"rank\": " + std::to_string(r.contract.rank) +
            ", \"local_rank\": " + std::to_string(r.contract.local_rank) +
            ", \"node_rank\": " + std::to_string(r.contract.node_rank) +
-           ", \"host\": " + str(r.host) +
+           ", \"host\": " + str(r.network.host) +
            ", \"world_size\": " + std::to_string(r.contract.world_size) +
            ", \"nnodes\": " + std::to_string(r.contract.nnodes) +
            ", \"master_addr\": " + str(r.contract.master_addr) +
            ", \"master_port\": " + std::to_string(r.contract.master_port) +
            ", \"run_id\": " + str(r.contract.dtlaunch_run_id.value_or("")) +
-           ", \"master_resolves_to\": " + list(r.master_resolves_to) +
-           ", \"host_resolves_to\": " + list(r.host_resolves_to) +
-           ", \"local_addr\": " + str(r.local_addr) +
-           ", \"visible_devices\": " + str(r.visible_devices) +
-           ", \"bound_device\": " + str(r.bound_device) + ", \"cpus\": " + str(r.cpus) +
-           ", \"gpu_local_cpus\": " + str(r.gpu_local_cpus) +
-           ", \"cpus_far_from_gpu\": " + (r.cpus_far_from_gpu ? "true" : "false") +
-           ", \"omp_num_threads\": " + str(r.omp_num_threads) +
-           ", \"shm_bytes\": " + std::to_string(r.shm_bytes) + ", \"memlock_bytes\": " +
-           (r.memlock_bytes ? std::to_string(*r.memlock_bytes) : std::string("null")) +
-           ", \"infiniband_devices\": " + std::to_string(r.infiniband_devices) +
-           ", \"program\": {\"path\": " + str(r.program.path) +
-           ", \"size\": " + std::to_string(r.program.size) + ", \"hash\": " + str(r.program.hash) +
-           "}, \"dtlaunch\": {\"path\": " + str(r.launcher.path) +
-           ", \"size\": " + std::to_string(r.launcher.size) +
-           ", \"hash\": " + str(r.launcher.hash) + ", \"version\": " + str(r.launcher_version) +
-           "}, \"clock_unix_ms\": " + std::to_string(r.sent_unix_ms) +
-           ", \"arrived_after_first_ms\": " + std::to_string(r.received_unix_ms - first) +
+           ", \"master_resolves_to\": " + list(r.network.master_resolves_to) +
+           ", \"host_resolves_to\": " + list(r.network.host_resolves_to) +
+           ", \"local_addr\": " + str(r.network.local_addr) +
+           ", \"visible_devices\": " + str(r.placement.visible_devices) +
+           ", \"bound_device\": " + str(r.placement.bound_device) +
+           ", \"cpus\": " + str(r.placement.cpus) +
+           ", \"gpu_local_cpus\": " + str(r.placement.gpu_local_cpus) +
+           ", \"cpus_far_from_gpu\": " + (r.placement.cpus_far_from_gpu ? "true" : "false") +
+           ", \"omp_num_threads\": " + str(r.placement.omp_num_threads) +
+           ", \"shm_bytes\": " + std::to_string(r.resources.shm_bytes) + ", \"memlock_bytes\": " +
+           (r.resources.memlock_bytes ? std::to_string(*r.resources.memlock_bytes)
+                                      : std::string("null")) +
+           ", \"infiniband_devices\": " + std::to_string(r.resources.infiniband_devices) +
+           ", \"program\": {\"path\": " + str(r.programs.program.path) +
+           ", \"size\": " + std::to_string(r.programs.program.size) +
+           ", \"hash\": " + str(r.programs.program.hash) +
+           "}, \"dtlaunch\": {\"path\": " + str(r.programs.launcher.path) +
+           ", \"size\": " + std::to_string(r.programs.launcher.size) +
+           ", \"hash\": " + str(r.programs.launcher.hash) +
+           ", \"version\": " + str(r.programs.launcher_version) +
+           "}, \"clock_unix_ms\": " + std::to_string(r.clock.sent_unix_ms) +
+           ", \"arrived_after_first_ms\": " + std::to_string(r.clock.received_unix_ms - first) +
            software_json(r) + "}";
   }
   out += "], \"problems\": [";

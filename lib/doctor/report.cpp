@@ -167,78 +167,152 @@ contract::WorkerContract read_contract(const Reader& in) {
   return c;
 }
 
+// The topics' field tables: each names its wire keys once, for both directions. Keys and order
+// are the wire format's (tests/golden: a fully populated report's bytes). A key a reader does not
+// find leaves the member's default: a report of an older or newer dtlaunch still reads.
+template <class Facts, class Field>  // Facts: the topic, const when writing
+void network_fields(Facts& n, Field&& field) {
+  field("host", n.host);
+  field("master_resolves_to", n.master_resolves_to);
+  field("host_resolves_to", n.host_resolves_to);
+  field("local_addr", n.local_addr);
+}
+
+template <class Facts, class Field>
+void placement_fields(Facts& p, Field&& field) {
+  field("visible_devices", p.visible_devices);
+  field("bound_device", p.bound_device);
+  field("gpu_sharing_allowed", p.gpu_sharing_allowed);
+  field("gpu_isolated_by_slurm", p.gpu_isolated_by_slurm);
+  field("gpus_on_node", p.gpus_on_node);
+  field("cpus", p.cpus);
+  field("gpu_local_cpus", p.gpu_local_cpus);
+  field("cpus_far_from_gpu", p.cpus_far_from_gpu);
+  field("omp_num_threads", p.omp_num_threads);
+}
+
+template <class Facts, class Field>
+void resource_fields(Facts& r, Field&& field) {
+  field("shm_bytes", r.shm_bytes);
+  field("memlock_bytes", r.memlock_bytes);
+  field("infiniband_devices", r.infiniband_devices);
+}
+
+template <class Facts, class Field>
+void program_fields(Facts& p, Field&& field) {
+  field("program", p.program);
+  field("program_exec_error", p.exec_error);
+  field("program_exec_status", p.exec_status);
+  field("launcher", p.launcher);
+  field("launcher_version", p.launcher_version);
+}
+
+template <class Facts, class Field>
+void clock_fields(Facts& c, Field&& field) {
+  field("sent_unix_ms", c.sent_unix_ms);  // received_unix_ms is rank 0's, never sent
+}
+
+// Sent by a node's lowest local rank only (node_software), after its libraries.
+template <class Facts, class Field>
+void node_software_fields(Facts& s, Field&& field) {
+  field("libraries_note", s.libraries_note);
+  field("driver_version", s.driver_version);
+  field("gpu_models", s.gpu_models);
+  field("kernel", s.kernel);
+}
+
+// Writes one field of a table, by its type.
+struct FieldWriter {
+  Writer& w;
+  void operator()(std::string_view key, const std::string& value) const { w.put(key, value); }
+  void operator()(std::string_view key, const std::vector<std::string>& value) const {
+    w.put(key, join(value));
+  }
+  void operator()(std::string_view key, bool value) const { w.num(key, value ? 1 : 0); }
+  void operator()(std::string_view key, std::uint32_t value) const { w.num(key, value); }
+  void operator()(std::string_view key, std::uint64_t value) const { w.num(key, value); }
+  void operator()(std::string_view key, int value) const {
+    w.num(key, static_cast<std::uint64_t>(value));
+  }
+  void operator()(std::string_view key, std::int64_t value) const {
+    w.put(key, std::to_string(value));
+  }
+  // A limit: nullopt is "unlimited", a word the reader tells from any number.
+  void operator()(std::string_view key, const std::optional<std::uint64_t>& value) const {
+    w.put(key, value ? std::to_string(*value) : "unlimited");
+  }
+  // A file: KEY (its path), KEY_size, KEY_hash.
+  void operator()(std::string_view key, const FileIdentity& file) const {
+    w.put(key, file.path);
+    w.num(std::string(key) + "_size", file.size);
+    w.put(std::string(key) + "_hash", file.hash);
+  }
+};
+
+// Reads one field of a table, by its type: an absent key leaves the default, a malformed number
+// is an error naming the key.
+struct FieldReader {
+  const Reader& in;
+  void operator()(std::string_view key, std::string& value) const { value = in.text(key); }
+  void operator()(std::string_view key, std::vector<std::string>& value) const {
+    value = split(in.text(key));
+  }
+  void operator()(std::string_view key, bool& value) const {
+    if (in.has(key)) value = in.number(key, 1) == 1;
+  }
+  void operator()(std::string_view key, std::uint32_t& value) const {
+    if (in.has(key)) value = in.u32(key);
+  }
+  void operator()(std::string_view key, std::uint64_t& value) const {
+    if (in.has(key)) value = in.number(key, UINT64_MAX);
+  }
+  void operator()(std::string_view key, int& value) const {
+    if (in.has(key)) value = static_cast<int>(in.number(key, 255));
+  }
+  void operator()(std::string_view key, std::int64_t& value) const {
+    if (in.has(key)) value = in.signed_number(key);
+  }
+  void operator()(std::string_view key, std::optional<std::uint64_t>& value) const {
+    if (in.has(key) && in.text(key) != "unlimited") value = in.number(key, UINT64_MAX);
+  }
+  void operator()(std::string_view key, FileIdentity& file) const {
+    const std::string k(key);
+    (*this)(k, file.path);
+    (*this)(k + "_size", file.size);
+    (*this)(k + "_hash", file.hash);
+  }
+};
+
 void put_node_facts(Writer& w, const TaskReport& r) {
-  w.put("host", r.host);
-  w.put("master_resolves_to", join(r.master_resolves_to));
-  w.put("host_resolves_to", join(r.host_resolves_to));
-  w.put("local_addr", r.local_addr);
-  w.put("visible_devices", r.visible_devices);
-  w.put("bound_device", r.bound_device);
-  w.num("gpu_sharing_allowed", r.gpu_sharing_allowed);
-  w.num("gpu_isolated_by_slurm", r.gpu_isolated_by_slurm);
-  w.num("gpus_on_node", r.gpus_on_node);
-  w.put("cpus", r.cpus);
-  w.put("gpu_local_cpus", r.gpu_local_cpus);
-  w.num("cpus_far_from_gpu", r.cpus_far_from_gpu);
-  w.put("omp_num_threads", r.omp_num_threads);
-  w.num("shm_bytes", r.shm_bytes);
-  w.put("memlock_bytes", r.memlock_bytes ? std::to_string(*r.memlock_bytes) : "unlimited");
-  w.num("infiniband_devices", r.infiniband_devices);
-  w.put("program", r.program.path);
-  w.num("program_size", r.program.size);
-  w.put("program_hash", r.program.hash);
-  w.put("program_exec_error", r.exec_error);
-  w.num("program_exec_status", static_cast<std::uint64_t>(r.exec_status));
-  w.put("launcher", r.launcher.path);
-  w.num("launcher_size", r.launcher.size);
-  w.put("launcher_hash", r.launcher.hash);
-  w.put("launcher_version", r.launcher_version);
-  w.put("sent_unix_ms", std::to_string(r.sent_unix_ms));
+  const FieldWriter field{w};
+  network_fields(r.network, field);
+  placement_fields(r.placement, field);
+  resource_fields(r.resources, field);
+  program_fields(r.programs, field);
+  clock_fields(r.clock, field);
 }
 
 void read_node_facts(const Reader& in, TaskReport& r) {
-  r.host = in.text("host");
-  r.master_resolves_to = split(in.text("master_resolves_to"));
-  r.host_resolves_to = split(in.text("host_resolves_to"));
-  r.local_addr = in.text("local_addr");
-  r.visible_devices = in.text("visible_devices");
-  r.bound_device = in.text("bound_device");
-  r.gpu_sharing_allowed = in.number("gpu_sharing_allowed", 1) == 1;
-  r.gpu_isolated_by_slurm = in.number("gpu_isolated_by_slurm", 1) == 1;
-  r.gpus_on_node = in.u32("gpus_on_node");
-  r.cpus = in.text("cpus");
-  r.gpu_local_cpus = in.text("gpu_local_cpus");
-  r.cpus_far_from_gpu = in.text("cpus_far_from_gpu") == "1";  // absent from an older dtlaunch
-  r.omp_num_threads = in.text("omp_num_threads");
-  r.shm_bytes = in.number("shm_bytes", UINT64_MAX);
-  if (in.text("memlock_bytes") != "unlimited")
-    r.memlock_bytes = in.number("memlock_bytes", UINT64_MAX);
-  r.infiniband_devices = in.u32("infiniband_devices");
-  r.program = {in.text("program"), in.number("program_size", UINT64_MAX), in.text("program_hash")};
-  r.exec_error = in.text("program_exec_error");  // absent from an older dtlaunch: ""
-  if (in.has("program_exec_status"))
-    r.exec_status = static_cast<int>(in.number("program_exec_status", 255));
-  r.launcher = {in.text("launcher"), in.number("launcher_size", UINT64_MAX),
-                in.text("launcher_hash")};
-  r.launcher_version = in.text("launcher_version");
-  r.sent_unix_ms = in.signed_number("sent_unix_ms");
+  const FieldReader field{in};
+  network_fields(r.network, field);
+  placement_fields(r.placement, field);
+  resource_fields(r.resources, field);
+  program_fields(r.programs, field);
+  clock_fields(r.clock, field);
 }
 
 // Named keys ("env.NAME", "lib.NAME"): a reader ignores what it does not know.
-void put_software(Writer& w, const TaskReport& r) {
-  for (const auto& [name, value] : r.env)
+void put_software(Writer& w, const SoftwareFacts& s) {
+  for (const auto& [name, value] : s.env)
     if (name.find('=') == std::string::npos) w.put("env." + name, value);
-  if (!r.node_software) return;
+  if (!s.node_software) return;
   w.num("node_software", 1);
-  for (const LibraryIdentity& lib : r.libraries)
+  for (const LibraryIdentity& lib : s.libraries)
     if (lib.name.find('=') == std::string::npos)  // a key cannot hold one; no soname does
       w.put("lib." + lib.name, std::to_string(lib.file.size) + " " +
                                    (lib.file.hash.empty() ? "-" : lib.file.hash) + " " +
                                    lib.file.path);
-  w.put("libraries_note", r.libraries_note);
-  w.put("driver_version", r.driver_version);
-  w.put("gpu_models", join(r.gpu_models));
-  w.put("kernel", r.kernel);
+  node_software_fields(s, FieldWriter{w});
 }
 
 // "SIZE HASH PATH": the path last, since it may hold blanks.
@@ -254,16 +328,13 @@ LibraryIdentity library_of(std::string_view key, const std::string& value) {
   return {std::string(key.substr(4)), {value.substr(blank2 + 1), *size, hash == "-" ? "" : hash}};
 }
 
-void read_software(const Reader& in, TaskReport& r) {
+void read_software(const Reader& in, SoftwareFacts& s) {
   for (const auto& [key, value] : in.fields()) {
-    if (key.starts_with("env.")) r.env.emplace_back(key.substr(4), value);
-    if (key.starts_with("lib.")) r.libraries.push_back(library_of(key, value));
+    if (key.starts_with("env.")) s.env.emplace_back(key.substr(4), value);
+    if (key.starts_with("lib.")) s.libraries.push_back(library_of(key, value));
   }
-  r.node_software = in.text("node_software") == "1";
-  r.libraries_note = in.text("libraries_note");
-  r.driver_version = in.text("driver_version");
-  r.gpu_models = split(in.text("gpu_models"));
-  r.kernel = in.text("kernel");
+  s.node_software = in.text("node_software") == "1";
+  node_software_fields(s, FieldReader{in});
 }
 
 }  // namespace
@@ -272,8 +343,8 @@ std::string encode(const TaskReport& r) {
   Writer w;
   put_contract(w, r.contract);
   put_node_facts(w, r);
-  put_software(w, r);
-  if (r.network_port != 0) w.num("network_port", r.network_port);
+  put_software(w, r.software);
+  if (r.network_test_port != 0) w.num("network_port", r.network_test_port);
   return w.take();
 }
 
@@ -282,9 +353,9 @@ TaskReport decode(std::string_view text) {
   TaskReport r;
   r.contract = read_contract(in);
   read_node_facts(in, r);
-  read_software(in, r);
+  read_software(in, r.software);
   if (in.has("network_port") && !in.text("network_port").empty())
-    r.network_port = static_cast<std::uint16_t>(in.number("network_port", 65535));
+    r.network_test_port = static_cast<std::uint16_t>(in.number("network_port", 65535));
   return r;
 }
 

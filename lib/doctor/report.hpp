@@ -28,18 +28,23 @@ struct LibraryIdentity {
   bool operator==(const LibraryIdentity&) const = default;
 };
 
-struct TaskReport {
-  // Who, and what it is told: the contract worker_contract() computed for this rank, the very
-  // value a real launch exports (contract/contract.hpp). The rest are facts about its node.
-  contract::WorkerContract contract;
-  std::string host;  // core::host_name()
-  // Network, as this node sees it.
+// A task's report is the contract plus facts grouped by topic, each with one field table in
+// report.cpp that writes it to the wire, reads it back and copies it between tasks of a node:
+// a new fact is a member here and a line there (docs/architecture.md, "Where to add things").
+
+// Where the task is, and how it reaches rank 0 (probe.cpp, client.cpp).
+struct NetworkFacts {
+  std::string host;                             // core::host_name()
   std::vector<std::string> master_resolves_to;  // addresses MASTER_ADDR resolves to here
   std::vector<std::string> host_resolves_to;    // addresses this host's own name resolves to
   std::string local_addr;  // the address the connection to rank 0 left from (rank 0: "")
-  // Devices and resources.
-  // CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS as the program will see them: the contract's value,
-  // or the inherited one where the contract lets it stand.
+  bool operator==(const NetworkFacts&) const = default;
+};
+
+// The devices and CPUs the task is given (the plan's, launch_check.cpp). CUDA_VISIBLE_DEVICES
+// and OMP_NUM_THREADS as the program will see them: the contract's value, or the inherited one
+// where the contract lets it stand.
+struct PlacementFacts {
   std::string visible_devices;
   std::string bound_device;  // the device id (an entry of the list) bound to the rank; ""
   bool gpu_sharing_allowed = false;
@@ -50,11 +55,20 @@ struct TaskReport {
   // cpus_far_from_gpu: none of `cpus` is among them (its threads and memory on the far socket).
   std::string gpu_local_cpus;
   bool cpus_far_from_gpu = false;
-  std::string omp_num_threads;                 // (see visible_devices)
+  std::string omp_num_threads;
+  bool operator==(const PlacementFacts&) const = default;
+};
+
+// The node's limits (probe.cpp).
+struct ResourceFacts {
   std::uint64_t shm_bytes = 0;                 // size of /dev/shm; 0 when absent
   std::optional<std::uint64_t> memlock_bytes;  // RLIMIT_MEMLOCK; nullopt: unlimited
   std::uint32_t infiniband_devices = 0;        // /sys/class/infiniband entries
-  // What will run.
+  bool operator==(const ResourceFacts&) const = default;
+};
+
+// What will run (probe.cpp).
+struct ProgramFacts {
   FileIdentity program;
   // The line the launch would fail with when its execve is refused (core/exec_error.hpp's, as
   // "PATH: cannot execute: ..."), "" when the kernel accepts the program or it cannot be told.
@@ -62,14 +76,23 @@ struct TaskReport {
   int exec_status = 0;    // the launch's exit status then: 126 or 127
   FileIdentity launcher;  // dtlaunch itself
   std::string launcher_version;
-  // When: the task's wall clock when it sent the report, and (set by rank 0) when it arrived.
+  bool operator==(const ProgramFacts&) const = default;
+};
+
+// When: the task's wall clock when it sent the report, and (set by rank 0, never on the wire)
+// when it arrived.
+struct ClockFacts {
   std::int64_t sent_unix_ms = 0;
   std::int64_t received_unix_ms = 0;
-  // Software, compared between nodes (software.hpp). `env`: this task's NCCL_*, GLOO_*, CUDA_*,
-  // TORCH_*, OMP_* and LD_LIBRARY_PATH as the program will see them (those the contract sets
-  // left out), by name. The rest is a node's and is sent by its lowest local rank only
-  // (`node_software`): the libraries the loader resolves for the program, the NVIDIA driver,
-  // the GPU models and the kernel.
+  bool operator==(const ClockFacts&) const = default;
+};
+
+// Software, compared between nodes (software.hpp). `env`: this task's NCCL_*, GLOO_*, CUDA_*,
+// TORCH_*, OMP_* and LD_LIBRARY_PATH as the program will see them (those the contract sets left
+// out), by name. The rest is a node's and is sent by its lowest local rank only
+// (`node_software`): the libraries the loader resolves for the program, the NVIDIA driver, the
+// GPU models and the kernel.
+struct SoftwareFacts {
   std::vector<std::pair<std::string, std::string>> env;
   bool node_software = false;
   std::vector<LibraryIdentity> libraries;
@@ -77,8 +100,21 @@ struct TaskReport {
   std::string driver_version;  // "" when /proc/driver/nvidia/version is absent
   std::vector<std::string> gpu_models;
   std::string kernel;  // uname -r
+  bool operator==(const SoftwareFacts&) const = default;
+};
+
+struct TaskReport {
+  // Who, and what it is told: the contract worker_contract() computed for this rank, the very
+  // value a real launch exports (contract/contract.hpp).
+  contract::WorkerContract contract;
+  NetworkFacts network;
+  PlacementFacts placement;
+  ResourceFacts resources;
+  ProgramFacts programs;
+  ClockFacts clock;
+  SoftwareFacts software;
   // The network test (network.hpp): the port this node's test listens on, 0 when it does not.
-  std::uint16_t network_port = 0;
+  std::uint16_t network_test_port = 0;
 
   bool operator==(const TaskReport&) const = default;
 };

@@ -20,11 +20,11 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/fd.hpp"
 #include "core/file.hpp"
 #include "core/text.hpp"
 #include "doctor/probe.hpp"
 #include "doctor/wire.hpp"
-#include "core/fd.hpp"
 
 namespace dtlaunch::doctor {
 namespace {
@@ -317,9 +317,9 @@ class CheckIn {
                                  std::to_string(limits_.all.bytes >> 20) + " MiB)");
       std::optional<std::string> relayed = take_line(*body, kRelayKey);
       TaskReport r = decode(*body);
-      r.received_unix_ms = unix_ms();
+      r.clock.received_unix_ms = unix_ms();
       count(r);
-      if (r.network_port != 0) c.network_report = reports_.size();
+      if (r.network_test_port != 0) c.network_report = reports_.size();
       if (relayed && !relayed->empty()) {
         c.ranks.push_back(r.contract.rank);
         relayed_[r.contract.rank] = std::move(*relayed);
@@ -439,14 +439,14 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   // Rank 0's own reports arrive now, on rank 0's clock: the time they were probed is not
   // when they were sent (probing takes seconds on a loaded node, which read as clock skew).
   const std::int64_t now_ms = unix_ms();
-  for (TaskReport& r : own) r.sent_unix_ms = r.received_unix_ms = now_ms;
+  for (TaskReport& r : own) r.clock.sent_unix_ms = r.clock.received_unix_ms = now_ms;
   int error = 0;
   Fd listener = listen_on(port, error);
   if (listener.get() < 0) {
     const TaskReport& r0 = own.front();
     Verdict verdict;
     verdict.reports = std::move(own);
-    verdict.problems.push_back(listen_problem(port, r0.host, error));
+    verdict.problems.push_back(listen_problem(port, r0.network.host, error));
     return verdict;
   }
   const std::uint32_t own_rank = own.front().contract.rank;

@@ -247,11 +247,11 @@ std::string parse_gpu_model(std::string_view text) {
 
 void probe_software(TaskReport& r, const std::string& ld_library_path,
                     const std::string& path_variable, std::chrono::milliseconds budget) {
-  r.node_software = true;
+  r.software.node_software = true;
   utsname name{};
-  if (::uname(&name) == 0) r.kernel = name.release;
+  if (::uname(&name) == 0) r.software.kernel = name.release;
   if (auto version = core::read_file_head("/proc/driver/nvidia/version", 4096))
-    r.driver_version = parse_driver_version(*version);
+    r.software.driver_version = parse_driver_version(*version);
   if (DIR* dir = ::opendir("/proc/driver/nvidia/gpus")) {
     std::vector<std::string> buses;
     while (const dirent* entry = ::readdir(dir))
@@ -261,13 +261,13 @@ void probe_software(TaskReport& r, const std::string& ld_library_path,
     for (const std::string& bus : buses)
       if (auto info =
               core::read_file_head("/proc/driver/nvidia/gpus/" + bus + "/information", 4096))
-        r.gpu_models.push_back(parse_gpu_model(*info));
+        r.software.gpu_models.push_back(parse_gpu_model(*info));
   }
 
   // What the loader will load: for a script, its interpreter's libraries, and the interpreter.
-  std::string elf = r.program.path;
+  std::string elf = r.programs.program.path;
   if (elf.empty()) {
-    r.libraries_note = "no program given";
+    r.software.libraries_note = "no program given";
     return;
   }
   // The kernel follows a chain of "#!" lines (a pyenv shim, then python): so do we, a few deep.
@@ -280,35 +280,36 @@ void probe_software(TaskReport& r, const std::string& ld_library_path,
               ? search_path(s.argument.substr(0, s.argument.find_first_of(" \t")), path_variable)
               : s.interpreter;
     if (elf.empty()) {
-      r.libraries_note = "the interpreter of " + script + " is not on PATH";
+      r.software.libraries_note = "the interpreter of " + script + " is not on PATH";
       return;
     }
-    r.libraries.push_back(
+    r.software.libraries.push_back(
         {depth == 0 ? "#!" : "#!" + std::to_string(depth + 1), identify_file(elf)});
   }
   const auto interpreter = elf_interpreter(elf);
   if (!interpreter) {
-    r.libraries_note = elf + " is not an ELF file this node can read";
+    r.software.libraries_note = elf + " is not an ELF file this node can read";
     return;
   }
   if (interpreter->empty()) {
-    r.libraries_note = elf + " is a static program";
+    r.software.libraries_note = elf + " is a static program";
     return;
   }
   if (!looks_like_system_loader(*interpreter)) {
-    r.libraries_note = elf + " names " + *interpreter + " as its loader, which was not run";
+    r.software.libraries_note =
+        elf + " names " + *interpreter + " as its loader, which was not run";
     return;
   }
   std::string why;
   const auto listing = run_loader_listing(*interpreter, elf, ld_library_path, budget, why);
   if (!listing) {
-    r.libraries_note = why;
+    r.software.libraries_note = why;
     return;
   }
   for (const auto& [library, path] : parse_loader_listing(*listing)) {
     if (library.find('=') != std::string::npos || library.find('\n') != std::string::npos)
       continue;  // not a name the report's "lib.NAME" key can carry
-    r.libraries.push_back({library, path.empty() ? FileIdentity{} : identify_file(path)});
+    r.software.libraries.push_back({library, path.empty() ? FileIdentity{} : identify_file(path)});
   }
 }
 

@@ -32,11 +32,11 @@ TEST_CASE("doctor serve: a job whose reports pass 64 MiB in all is served whole"
     r.contract.node_rank = rank / kPerNode;
     r.contract.world_size = kWorld;
     r.contract.nnodes = kNodes;
-    r.host = hosts[rank / kPerNode];
+    r.network.host = hosts[rank / kPerNode];
     r.contract.master_addr = "127.0.0.1";
     r.contract.master_port = port;
-    r.cpus = std::string(7600, '0');
-    r.sent_unix_ms = unix_ms();
+    r.placement.cpus = std::string(7600, '0');
+    r.clock.sent_unix_ms = unix_ms();
     return r;
   };
   std::vector<TaskReport> own;

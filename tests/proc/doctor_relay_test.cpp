@@ -25,7 +25,7 @@ TEST_CASE("doctor: the check-in relays each task the texts of the ranks it wants
     r.contract.nnodes = kWorld;
     r.contract.master_addr = "127.0.0.1";
     r.contract.master_port = port;
-    r.host = hosts[rank];
+    r.network.host = hosts[rank];
     return r;
   };
   auto text_of = [](std::uint32_t rank) { return "10.0.0." + std::to_string(rank) + " 4000 h"; };

@@ -330,8 +330,8 @@ TEST_CASE("doctor: rank 0's own reports show no clock skew however long probing 
   own.contract.rank = 0;
   own.contract.world_size = 1;
   own.contract.nnodes = 1;
-  own.host = "here";
-  own.sent_unix_ms = dtlaunch::doctor::unix_ms() - 5000;  // probed 5 s ago
+  own.network.host = "here";
+  own.clock.sent_unix_ms = dtlaunch::doctor::unix_ms() - 5000;  // probed 5 s ago
   const auto verdict = dtlaunch::doctor::serve(
       dtlaunch::doctor::local_expectation(1, 1), {own}, dtlaunch::launch::find_free_port(),
       dtlaunch::doctor::Clock::now() + std::chrono::seconds(5));
@@ -350,20 +350,20 @@ TEST_CASE("doctor: each report holds the contract its worker is told, and what i
       {"PATH", "/usr/bin:/bin"}, {"CUDA_VISIBLE_DEVICES", "3,5"}, {"OMP_NUM_THREADS", "4"}};
   const dtlaunch::launch::LaunchPlan launch =
       dtlaunch::launch::plan(options, env, dtlaunch::launch::LiveSystem());
-  const std::vector<dtlaunch::doctor::TaskReport> reports =
-      dtlaunch::doctor::plan_reports(launch, env);
+  const std::vector<dtlaunch::doctor::TaskReport> reports = dtlaunch::doctor::plan_reports(launch);
   REQUIRE(reports.size() == 2);
   for (std::uint32_t rank = 0; rank < 2; ++rank) {
     INFO("rank " << rank);
     const dtlaunch::doctor::TaskReport& r = reports[rank];
     CHECK(r.contract == dtlaunch::launch::worker_contract(launch.spec, {rank, rank, 0}));
     CHECK(r.contract.rank == rank);
-    CHECK(r.bound_device == (rank == 0 ? "3" : "5"));
-    CHECK(r.visible_devices == r.bound_device);  // --gpu-bind=isolate narrowed the list
-    CHECK(r.omp_num_threads == "4");             // the user's, which the contract leaves
-    CHECK(r.host == reports[0].host);            // the node probed once, shared
+    CHECK(r.placement.bound_device == (rank == 0 ? "3" : "5"));
+    CHECK(r.placement.visible_devices ==
+          r.placement.bound_device);   // --gpu-bind=isolate narrowed the list
+    CHECK(r.placement.omp_num_threads == "4");   // the user's, which the contract leaves
+    CHECK(r.network.host == reports[0].network.host);  // the node probed once, shared
   }
   // The node's software by local rank 0 only.
-  CHECK(reports[0].node_software);
-  CHECK_FALSE(reports[1].node_software);
+  CHECK(reports[0].software.node_software);
+  CHECK_FALSE(reports[1].software.node_software);
 }

@@ -18,16 +18,16 @@ const Expectation kFourNodes = doctor_fixture::layout(4);
 // The fixture's healthy rank, with the software its node reports.
 TaskReport healthy(std::uint32_t rank) {
   TaskReport r = doctor_fixture::healthy(rank, 4);
-  r.env = {{"NCCL_DEBUG", "WARN"}, {"OMP_PROC_BIND", "close"}};
+  r.software.env = {{"NCCL_DEBUG", "WARN"}, {"OMP_PROC_BIND", "close"}};
   if (r.contract.local_rank == 0) {
-    r.node_software = true;
-    r.libraries = {
+    r.software.node_software = true;
+    r.software.libraries = {
         {"libc.so.6", {"/lib/x86_64-linux-gnu/libc.so.6", 500, "00000000000000c1"}},
         {"libc10.so", {"/opt/torch/lib/libc10.so", 700, "00000000000000c2"}},
         {"libtorch_cpu.so", {"/opt/torch/lib/libtorch_cpu.so", 900, "00000000000000c3"}}};
-    r.driver_version = "535.104.05";
-    r.gpu_models = {"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"};
-    r.kernel = "6.1.0-18-amd64";
+    r.software.driver_version = "535.104.05";
+    r.software.gpu_models = {"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"};
+    r.software.kernel = "6.1.0-18-amd64";
   }
   return r;
 }
@@ -46,8 +46,8 @@ std::vector<const Problem*> of_kind(const Verdict& v, const std::string& kind) {
 }
 
 void set_env(TaskReport& r, const std::string& name, const std::string& value) {
-  r.env.emplace_back(name, value);
-  std::sort(r.env.begin(), r.env.end());
+  r.software.env.emplace_back(name, value);
+  std::sort(r.software.env.begin(), r.software.env.end());
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ TEST_CASE(
 
 TEST_CASE("doctor compare: the odd node is named even when it is rank 0's") {
   auto reports = job();
-  for (std::uint32_t rank : {0u, 1u}) reports[rank].env = {{"NCCL_DEBUG", "INFO"}};
+  for (std::uint32_t rank : {0u, 1u}) reports[rank].software.env = {{"NCCL_DEBUG", "INFO"}};
   const Verdict v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "env-differs");
   REQUIRE(found.size() == 2);  // NCCL_DEBUG differs, OMP_PROC_BIND is unset there
@@ -92,12 +92,12 @@ TEST_CASE("doctor compare: on a tie rank 0's value is the reference") {
   const Expectation two = slurm_expectation({"a1", "a2"}, {1, 1}, "block");
   auto reports = job();
   reports.resize(2);
-  reports[1].host = "a2";
-  reports[0].host = "a1";
+  reports[1].network.host = "a2";
+  reports[0].network.host = "a1";
   reports[0].contract.world_size = reports[1].contract.world_size = 2;
   reports[0].contract.nnodes = reports[1].contract.nnodes = 2;
   reports[1].contract.node_rank = 1;
-  reports[1].env = {{"NCCL_DEBUG", "INFO"}, {"OMP_PROC_BIND", "close"}};
+  reports[1].software.env = {{"NCCL_DEBUG", "INFO"}, {"OMP_PROC_BIND", "close"}};
   const Verdict v = diagnose(two, reports);
   const auto found = of_kind(v, "env-differs");
   REQUIRE(found.size() == 1);
@@ -106,9 +106,9 @@ TEST_CASE("doctor compare: on a tie rank 0's value is the reference") {
 
 TEST_CASE("doctor compare: another copy of a library on one node is libraries-differ") {
   auto reports = job();
-  reports[6].libraries[1].file = {"/tmp/other/libc10.so", 712, "00000000000000ff"};
+  reports[6].software.libraries[1].file = {"/tmp/other/libc10.so", 712, "00000000000000ff"};
   // The same bytes elsewhere are the same library: node2 installs torch under another prefix.
-  reports[2].libraries[2].file.path = "/usr/local/torch/lib/libtorch_cpu.so";
+  reports[2].software.libraries[2].file.path = "/usr/local/torch/lib/libtorch_cpu.so";
   const Verdict v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "libraries-differ");
   REQUIRE(found.size() == 1);
@@ -123,8 +123,9 @@ TEST_CASE("doctor compare: another copy of a library on one node is libraries-di
 
 TEST_CASE("doctor compare: a library not found, or one more, on a node") {
   auto reports = job();
-  reports[2].libraries[1].file = {};  // node2: not found
-  reports[4].libraries.push_back({"libextra.so", {"/opt/x/libextra.so", 10, "0000000000000011"}});
+  reports[2].software.libraries[1].file = {};  // node2: not found
+  reports[4].software.libraries.push_back(
+      {"libextra.so", {"/opt/x/libextra.so", 10, "0000000000000011"}});
   const Verdict v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "libraries-differ");
   REQUIRE(found.size() == 2);
@@ -140,8 +141,9 @@ TEST_CASE("doctor compare: many differing libraries are summed up after four") {
   for (int i = 0; i < 10; ++i) {
     const std::string name = "libpart" + std::to_string(i) + ".so";
     for (TaskReport& r : reports)
-      if (r.node_software)
-        r.libraries.push_back({name, {"/opt/" + name, 10, r.host == "node4" ? "1" : "2"}});
+      if (r.software.node_software)
+        r.software.libraries.push_back(
+            {name, {"/opt/" + name, 10, r.network.host == "node4" ? "1" : "2"}});
   }
   const Verdict v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "libraries-differ");
@@ -151,8 +153,8 @@ TEST_CASE("doctor compare: many differing libraries are summed up after four") {
 
 TEST_CASE("doctor compare: another driver is an error, other GPU models a warning") {
   auto reports = job();
-  reports[2].driver_version = "550.54.15";
-  reports[6].gpu_models = {"NVIDIA A100-SXM4-80GB"};
+  reports[2].software.driver_version = "550.54.15";
+  reports[6].software.gpu_models = {"NVIDIA A100-SXM4-80GB"};
   const Verdict v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "driver-differs");
   REQUIRE(found.size() == 2);
@@ -181,13 +183,16 @@ TEST_CASE("doctor compare: the exclude list is every cured node, in the job's or
   CHECK(exclude_list(eight, problems) == "node[3,7]");
   // Issue 35 E: a reported host name with a control byte (ESC c resets the terminal) or hostlist
   // syntax never reaches the exclude line; the table shows it escaped.
-  for (const std::string bad : {"node\x1b" "c", "node[1-4]", "a,b", "n 1", "nöde"}) {
+  for (const std::string bad : {"node\x1b"
+                                "c",
+                                "node[1-4]", "a,b", "n 1", "nöde"}) {
     INFO(bad);
     CHECK(exclude_list(eight, {{"unreachable", Severity::kError, {2}, {bad}, ""},
-                               {"unreachable", Severity::kError, {3}, {"node4"}, ""}}) ==
-          "node4");
+                               {"unreachable", Severity::kError, {3}, {"node4"}, ""}}) == "node4");
   }
-  CHECK(hosts_text({"node\x1b" "c"}).find('\x1b') == std::string::npos);
+  CHECK(hosts_text({"node\x1b"
+                    "c"})
+            .find('\x1b') == std::string::npos);
   // Local mode names nodes "node rank N": no host name, nothing to exclude.
   CHECK(exclude_list(local_expectation(2, 1),
                      {{"missing-rank", Severity::kError, {1}, {"node rank 1"}, ""}})
@@ -210,30 +215,31 @@ TEST_CASE("doctor compare: the table and the JSON carry the exclude list") {
 
 TEST_CASE("doctor compare: the software survives the wire form") {
   TaskReport r = healthy(0);
-  r.libraries.push_back({"lib with=odd", {"/x.so", 5, ""}});
-  r.libraries.push_back({"lib blank", {"/path with blanks/lib.so", 5, ""}});
-  r.libraries.push_back({"libgone.so", {}});
-  r.env.emplace_back("LD_LIBRARY_PATH", "/a:/b\nc");
-  r.network_port = 40001;
+  r.software.libraries.push_back({"lib with=odd", {"/x.so", 5, ""}});
+  r.software.libraries.push_back({"lib blank", {"/path with blanks/lib.so", 5, ""}});
+  r.software.libraries.push_back({"libgone.so", {}});
+  r.software.env.emplace_back("LD_LIBRARY_PATH", "/a:/b\nc");
+  r.network_test_port = 40001;
   TaskReport back = decode(encode(r));
   auto by_name = [](auto list) {
     std::sort(list.begin(), list.end(),
               [](const auto& a, const auto& b) { return a.name < b.name; });
     return list;
   };
-  std::sort(r.env.begin(), r.env.end());
-  CHECK(back.env == r.env);
-  r.libraries.erase(r.libraries.begin() + 3);  // a name with '=' cannot be a key: left out
-  CHECK(by_name(back.libraries) == by_name(r.libraries));
-  CHECK(back.driver_version == r.driver_version);
-  CHECK(back.gpu_models == r.gpu_models);
-  CHECK(back.kernel == r.kernel);
-  CHECK(back.node_software);
-  CHECK(back.network_port == 40001);
+  std::sort(r.software.env.begin(), r.software.env.end());
+  CHECK(back.software.env == r.software.env);
+  r.software.libraries.erase(r.software.libraries.begin() +
+                             3);  // a name with '=' cannot be a key: left out
+  CHECK(by_name(back.software.libraries) == by_name(r.software.libraries));
+  CHECK(back.software.driver_version == r.software.driver_version);
+  CHECK(back.software.gpu_models == r.software.gpu_models);
+  CHECK(back.software.kernel == r.software.kernel);
+  CHECK(back.software.node_software);
+  CHECK(back.network_test_port == 40001);
   // A rank that is not its node's lowest carries no node software.
   const TaskReport other = decode(encode(healthy(1)));
-  CHECK_FALSE(other.node_software);
-  CHECK(other.libraries.empty());
+  CHECK_FALSE(other.software.node_software);
+  CHECK(other.software.libraries.empty());
 }
 
 TEST_CASE("doctor software: the compared variables") {
@@ -288,14 +294,15 @@ TEST_CASE("doctor software: the loader's listing, the #! line, the driver and GP
 
 TEST_CASE("doctor software: a real program's loader listing") {
   TaskReport r;
-  r.program.path = "/bin/sh";
+  r.programs.program.path = "/bin/sh";
   probe_software(r, "", "/usr/bin:/bin");
-  CHECK(r.node_software);
-  CHECK(r.libraries_note.empty());
-  CHECK(std::any_of(r.libraries.begin(), r.libraries.end(), [](const LibraryIdentity& lib) {
-    return lib.name == "libc.so.6" && !lib.file.path.empty() && lib.file.hash.size() == 16;
-  }));
-  CHECK_FALSE(r.kernel.empty());
+  CHECK(r.software.node_software);
+  CHECK(r.software.libraries_note.empty());
+  CHECK(std::any_of(
+      r.software.libraries.begin(), r.software.libraries.end(), [](const LibraryIdentity& lib) {
+        return lib.name == "libc.so.6" && !lib.file.path.empty() && lib.file.hash.size() == 16;
+      }));
+  CHECK_FALSE(r.software.kernel.empty());
   CHECK(elf_interpreter("/bin/sh").value_or("").find("ld-linux") != std::string::npos);
   CHECK_FALSE(elf_interpreter("/etc/hostname"));
 }

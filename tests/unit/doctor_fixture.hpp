@@ -31,15 +31,15 @@ inline dtlaunch::doctor::TaskReport healthy(std::uint32_t rank, std::uint32_t no
   r.contract.master_port = 29500;
   r.contract.dtlaunch_run_id = "slurm-42.0";
   const std::string node = std::to_string(rank / kTasksPerNode + 1);
-  r.host = "node" + node;
-  r.master_resolves_to = {"10.0.0.1"};
-  r.host_resolves_to = {"10.0.0." + node};
-  r.cpus = "0-7";
-  r.shm_bytes = 64ull << 30;
-  r.program = {"/opt/train", 1000, "00000000000000aa"};
-  r.launcher = {"/usr/bin/dtlaunch", 2000, "00000000000000bb"};
-  r.launcher_version = "dtlaunch 0.1.0";
-  r.sent_unix_ms = r.received_unix_ms = 1'000'000 + rank;
+  r.network.host = "node" + node;
+  r.network.master_resolves_to = {"10.0.0.1"};
+  r.network.host_resolves_to = {"10.0.0." + node};
+  r.placement.cpus = "0-7";
+  r.resources.shm_bytes = 64ull << 30;
+  r.programs.program = {"/opt/train", 1000, "00000000000000aa"};
+  r.programs.launcher = {"/usr/bin/dtlaunch", 2000, "00000000000000bb"};
+  r.programs.launcher_version = "dtlaunch 0.1.0";
+  r.clock.sent_unix_ms = r.clock.received_unix_ms = 1'000'000 + rank;
   return r;
 }
 

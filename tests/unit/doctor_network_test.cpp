@@ -130,13 +130,12 @@ TEST_CASE("doctor network: a throttled node slows what it receives too, and is s
   // measured: node2's acknowledgements queue behind its own data, so what node1 and node3 send
   // it is slow as well (3.8 and 4.5 MB/s), and four of the six directions touch node2. A median
   // over directions fell to node2's level and named nobody; over nodes, node2 weighs as one.
-  const std::vector<std::vector<LinkResult>> runs = {
-      {{1, 2, 25, 1013322, 4516411, ""},
-       {2, 0, 17, 1296664749, 1348741442, ""},
-       {0, 1, 24, 129503346, 1009017, ""}},
-      {{1, 2, 24, 1013411, 654617290, ""},
-       {2, 0, 25, 1241306894, 1214346607, ""},
-       {0, 1, 12957, 3763049, 797299, ""}}};
+  const std::vector<std::vector<LinkResult>> runs = {{{1, 2, 25, 1013322, 4516411, ""},
+                                                      {2, 0, 17, 1296664749, 1348741442, ""},
+                                                      {0, 1, 24, 129503346, 1009017, ""}},
+                                                     {{1, 2, 24, 1013411, 654617290, ""},
+                                                      {2, 0, 25, 1241306894, 1214346607, ""},
+                                                      {0, 1, 12957, 3763049, 797299, ""}}};
   for (const auto& results : runs) {
     const auto problems = judge_network(results, hosts_of(3), ranks_of(3));
     REQUIRE(problems.size() == 1);

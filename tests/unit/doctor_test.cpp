@@ -1,6 +1,7 @@
 // The doctor's judgement on hand-made reports (lib/doctor/checks.hpp): one case per problem kind.
 #include <algorithm>
 
+#include "core/error.hpp"
 #include "doctor/checks.hpp"
 #include "doctor_fixture.hpp"
 #include "dtlaunch_catch.hpp"
@@ -108,8 +109,8 @@ TEST_CASE("doctor: tasks that disagree with rank 0 about the world or the rendez
 
 TEST_CASE("doctor: a host name that resolves to loopback, on several hosts only") {
   auto reports = job();
-  reports[2].host_resolves_to = {"127.0.1.1"};
-  reports[3].host_resolves_to = {"127.0.1.1"};
+  reports[2].network.host_resolves_to = {"127.0.1.1"};
+  reports[3].network.host_resolves_to = {"127.0.1.1"};
   Verdict v = diagnose(kThreeNodes, reports);
   const Problem& p = only(v, "host-resolves-to-loopback");
   CHECK(p.hosts == std::vector<std::string>{"node2"});
@@ -117,7 +118,7 @@ TEST_CASE("doctor: a host name that resolves to loopback, on several hosts only"
   CHECK(v.problems.size() == 1);  // once per host
 
   reports = job();
-  reports[0].master_resolves_to = {"::1"};
+  reports[0].network.master_resolves_to = {"::1"};
   v = diagnose(kThreeNodes, reports);
   CHECK(only(v, "host-resolves-to-loopback").message.find("MASTER_ADDR node1 resolves to ::1") ==
         0);
@@ -125,8 +126,8 @@ TEST_CASE("doctor: a host name that resolves to loopback, on several hosts only"
   // All ranks on one machine (local mode): loopback is what they should use.
   std::vector<TaskReport> local = {healthy(0), healthy(1)};
   for (TaskReport& r : local) {
-    r.host = "box";
-    r.host_resolves_to = r.master_resolves_to = {"127.0.0.1"};
+    r.network.host = "box";
+    r.network.host_resolves_to = r.network.master_resolves_to = {"127.0.0.1"};
     r.contract.world_size = 2;
   }
   CHECK(diagnose(local_expectation(1, 2), local).problems.empty());
@@ -134,9 +135,9 @@ TEST_CASE("doctor: a host name that resolves to loopback, on several hosts only"
 
 TEST_CASE("doctor: another build of the program or of dtlaunch on a node") {
   auto reports = job();
-  reports[4].program.hash = "00000000000000cc";
-  reports[5].program.hash = "00000000000000cc";
-  reports[3].launcher_version = "dtlaunch 0.0.9";
+  reports[4].programs.program.hash = "00000000000000cc";
+  reports[5].programs.program.hash = "00000000000000cc";
+  reports[3].programs.launcher_version = "dtlaunch 0.0.9";
   const Verdict v = diagnose(kThreeNodes, reports);
   REQUIRE(kinds(v) == std::vector<std::string>{"program-differs", "program-differs"});
   CHECK(v.problems[0].hosts == std::vector<std::string>{"node3"});
@@ -147,23 +148,23 @@ TEST_CASE("doctor: another build of the program or of dtlaunch on a node") {
 
 TEST_CASE("doctor: two ranks bound to one GPU, unless sharing was asked for") {
   auto reports = job();
-  reports[0].bound_device = reports[1].bound_device = "0";
-  reports[2].bound_device = "0";  // another host: not shared
-  reports[3].bound_device = "1";
+  reports[0].placement.bound_device = reports[1].placement.bound_device = "0";
+  reports[2].placement.bound_device = "0";  // another host: not shared
+  reports[3].placement.bound_device = "1";
   Verdict v = diagnose(kThreeNodes, reports);
   const Problem& p = only(v, "gpu-shared");
   CHECK(p.ranks == std::vector<std::uint32_t>{0, 1});
   CHECK(p.hosts == std::vector<std::string>{"node1"});
-  reports[0].gpu_sharing_allowed = reports[1].gpu_sharing_allowed = true;
+  reports[0].placement.gpu_sharing_allowed = reports[1].placement.gpu_sharing_allowed = true;
   CHECK(diagnose(kThreeNodes, reports).ok());
 }
 
 TEST_CASE("doctor: a rank whose CPUs are all on another NUMA node than its GPU") {
   auto reports = job();
-  reports[1].bound_device = "5";
-  reports[1].cpus = "0-7";
-  reports[1].gpu_local_cpus = "56-111,168-223";
-  reports[1].cpus_far_from_gpu = true;
+  reports[1].placement.bound_device = "5";
+  reports[1].placement.cpus = "0-7";
+  reports[1].placement.gpu_local_cpus = "56-111,168-223";
+  reports[1].placement.cpus_far_from_gpu = true;
   const Verdict v = diagnose(kThreeNodes, reports);
   CHECK(v.ok());  // slower, not broken
   const Problem& p = only(v, "cpu-far-from-gpu");
@@ -175,16 +176,16 @@ TEST_CASE("doctor: a rank whose CPUs are all on another NUMA node than its GPU")
 
 TEST_CASE("doctor: warnings do not fail the check") {
   auto reports = job();
-  reports[0].gpu_isolated_by_slurm = true;
-  reports[2].gpus_on_node = 8;
-  reports[2].shm_bytes = 64ull << 20;
-  reports[3].gpus_on_node = 8;
-  reports[3].shm_bytes = 64ull << 20;  // same host: said once
-  reports[4].infiniband_devices = 2;
-  reports[4].memlock_bytes = 64 * 1024;
-  reports[5].sent_unix_ms = reports[5].received_unix_ms + 3000;
-  reports[1].received_unix_ms = reports[0].received_unix_ms + 12'000;
-  reports[1].sent_unix_ms = reports[1].received_unix_ms;
+  reports[0].placement.gpu_isolated_by_slurm = true;
+  reports[2].placement.gpus_on_node = 8;
+  reports[2].resources.shm_bytes = 64ull << 20;
+  reports[3].placement.gpus_on_node = 8;
+  reports[3].resources.shm_bytes = 64ull << 20;  // same host: said once
+  reports[4].resources.infiniband_devices = 2;
+  reports[4].resources.memlock_bytes = 64 * 1024;
+  reports[5].clock.sent_unix_ms = reports[5].clock.received_unix_ms + 3000;
+  reports[1].clock.received_unix_ms = reports[0].clock.received_unix_ms + 12'000;
+  reports[1].clock.sent_unix_ms = reports[1].clock.received_unix_ms;
   const Verdict v = diagnose(kThreeNodes, reports);
   CHECK(v.ok());
   CHECK(kinds(v) == std::vector<std::string>{"gpu-isolated", "small-shm", "memlock-limited",
@@ -196,15 +197,52 @@ TEST_CASE("doctor: warnings do not fail the check") {
 
 TEST_CASE("doctor: reports survive the wire form, odd bytes included") {
   TaskReport r = healthy(3);
-  r.host = "we\\ird\nhost=x";
-  r.memlock_bytes = 65536;
-  r.sent_unix_ms = -5;
-  r.master_resolves_to = {"10.0.0.1", "fe80::1%eth0"};
+  r.network.host = "we\\ird\nhost=x";
+  r.resources.memlock_bytes = 65536;
+  r.clock.sent_unix_ms = -5;
+  r.network.master_resolves_to = {"10.0.0.1", "fe80::1%eth0"};
   TaskReport back = decode(encode(r));
-  back.received_unix_ms = r.received_unix_ms;
+  back.clock.received_unix_ms = r.clock.received_unix_ms;
   CHECK(back == r);
   CHECK_THROWS(decode("rank=x\n"));
   CHECK_THROWS(decode("no equals sign"));
+}
+
+TEST_CASE("doctor: a fact a report does not carry keeps its default, a malformed one is named") {
+  TaskReport r = healthy(3);
+  r.resources.memlock_bytes = 65536;
+  r.placement.gpu_sharing_allowed = true;
+  r.placement.gpus_on_node = 4;
+  const std::string text = encode(r);
+  // A report of a dtlaunch that does not know these facts: each topic's table leaves them.
+  std::string older;
+  for (std::size_t at = 0, eol; at < text.size(); at = eol + 1) {
+    eol = text.find('\n', at);
+    const std::string line = text.substr(at, eol + 1 - at);
+    if (!line.starts_with("memlock_bytes=") && !line.starts_with("gpu_sharing_allowed=") &&
+        !line.starts_with("gpus_on_node=") && !line.starts_with("launcher_size="))
+      older += line;
+  }
+  REQUIRE(older.size() < text.size());
+  const TaskReport back = decode(older);
+  CHECK_FALSE(back.resources.memlock_bytes);
+  CHECK_FALSE(back.placement.gpu_sharing_allowed);
+  CHECK(back.placement.gpus_on_node == 0);
+  CHECK(back.programs.launcher.size == 0);
+  CHECK(back.programs.launcher.path == r.programs.launcher.path);
+  CHECK(back.network == r.network);
+  CHECK(back.resources.shm_bytes == r.resources.shm_bytes);
+  for (const char* bad : {"gpus_on_node=many\n", "gpu_sharing_allowed=2\n", "sent_unix_ms=x\n",
+                          "launcher_size=-1\n"}) {
+    INFO(bad);
+    try {
+      decode(text + bad);
+      FAIL("decoded");
+    } catch (const dtlaunch::core::Error& e) {
+      const std::string key(bad, std::string_view(bad).find('='));
+      CHECK(std::string(e.what()).find("doctor report: " + key + "=") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("doctor: the whole contract travels with the report, and the first format still reads") {
@@ -218,7 +256,7 @@ TEST_CASE("doctor: the whole contract travels with the report, and the first for
   r.contract.omp_num_threads = "8";
   r.contract.pci_device_order = true;
   TaskReport back = decode(encode(r));
-  back.received_unix_ms = r.received_unix_ms;
+  back.clock.received_unix_ms = r.clock.received_unix_ms;
   CHECK(back.contract == r.contract);
   // A report without the "contract." keys (the first format) gives the rest their defaults.
   std::string first_format;
@@ -259,25 +297,25 @@ TEST_CASE("doctor: report fields in problem lines are escaped and bounded, which
   std::vector<TaskReport> reports = job();
   for (TaskReport& r : reports) {
     const std::string tag = std::to_string(r.contract.rank);
-    r.host = evil + tag;
+    r.network.host = evil + tag;
     r.contract.master_addr = evil + "m" + tag;
     r.contract.dtlaunch_run_id = evil + "r" + tag;
-    r.master_resolves_to = {"127.0.0.1" + evil};
-    r.host_resolves_to = {"127.0.1.1" + evil};
-    r.bound_device = evil;
-    r.cpus = evil;
-    r.gpu_local_cpus = evil;
-    r.cpus_far_from_gpu = true;
-    r.gpus_on_node = 1;
-    r.shm_bytes = 1;
-    r.infiniband_devices = 1;
-    r.memlock_bytes = 64;
-    r.gpu_isolated_by_slurm = true;
-    r.program = {evil + "p" + tag, 1, evil + tag};
-    r.launcher = {evil + "l" + tag, 1, evil + tag};
-    r.launcher_version = evil + tag;
-    r.sent_unix_ms = 0;
-    r.received_unix_ms = 1'000'000 + 20'000 * r.contract.rank;
+    r.network.master_resolves_to = {"127.0.0.1" + evil};
+    r.network.host_resolves_to = {"127.0.1.1" + evil};
+    r.placement.bound_device = evil;
+    r.placement.cpus = evil;
+    r.placement.gpu_local_cpus = evil;
+    r.placement.cpus_far_from_gpu = true;
+    r.placement.gpus_on_node = 1;
+    r.resources.shm_bytes = 1;
+    r.resources.infiniband_devices = 1;
+    r.resources.memlock_bytes = 64;
+    r.placement.gpu_isolated_by_slurm = true;
+    r.programs.program = {evil + "p" + tag, 1, evil + tag};
+    r.programs.launcher = {evil + "l" + tag, 1, evil + tag};
+    r.programs.launcher_version = evil + tag;
+    r.clock.sent_unix_ms = 0;
+    r.clock.received_unix_ms = 1'000'000 + 20'000 * r.contract.rank;
   }
   reports.push_back(reports[3]);  // duplicate-rank
   reports.pop_back();
@@ -318,38 +356,38 @@ TEST_CASE("doctor: a fully populated report encodes to the same bytes as before"
                 .supervisor = "123-00ff",
                 .omp_num_threads = "8",
                 .pci_device_order = true};
-  r.host = "node2";
-  r.master_resolves_to = {"10.0.0.1", "fe80::1%eth0"};
-  r.host_resolves_to = {"10.0.0.2"};
-  r.local_addr = "10.0.0.2";
-  r.visible_devices = "0,1";
-  r.bound_device = "1";
-  r.gpu_sharing_allowed = true;
-  r.gpu_isolated_by_slurm = true;
-  r.gpus_on_node = 2;
-  r.cpus = "0-7";
-  r.gpu_local_cpus = "8-15";
-  r.cpus_far_from_gpu = true;
-  r.omp_num_threads = "8";
-  r.shm_bytes = 1 << 20;
-  r.memlock_bytes = 65536;
-  r.infiniband_devices = 1;
-  r.program = {"/bin/tr ain", 123, "00112233aabbccdd"};
-  r.exec_error = "/bin/tr ain: cannot execute: x\ny";
-  r.exec_status = 126;
-  r.launcher = {"/opt/dtlaunch", 456, "ffeeddccbbaa9988"};
-  r.launcher_version = "1.2.3";
-  r.sent_unix_ms = -5;
-  r.received_unix_ms = 77;  // set by rank 0, never sent
-  r.env = {{"NCCL_DEBUG", "INFO"}, {"OMP_A", "b\\c"}};
-  r.node_software = true;
-  r.libraries = {{"libc.so.6", {"/lib/libc.so.6", 10, "0123456789abcdef"}},
-                 {"libgone.so", {"", 0, ""}}};
-  r.libraries_note = "note";
-  r.driver_version = "550.54";
-  r.gpu_models = {"H100", "H100"};
-  r.kernel = "6.1.0";
-  r.network_port = 40000;
+  r.network.host = "node2";
+  r.network.master_resolves_to = {"10.0.0.1", "fe80::1%eth0"};
+  r.network.host_resolves_to = {"10.0.0.2"};
+  r.network.local_addr = "10.0.0.2";
+  r.placement.visible_devices = "0,1";
+  r.placement.bound_device = "1";
+  r.placement.gpu_sharing_allowed = true;
+  r.placement.gpu_isolated_by_slurm = true;
+  r.placement.gpus_on_node = 2;
+  r.placement.cpus = "0-7";
+  r.placement.gpu_local_cpus = "8-15";
+  r.placement.cpus_far_from_gpu = true;
+  r.placement.omp_num_threads = "8";
+  r.resources.shm_bytes = 1 << 20;
+  r.resources.memlock_bytes = 65536;
+  r.resources.infiniband_devices = 1;
+  r.programs.program = {"/bin/tr ain", 123, "00112233aabbccdd"};
+  r.programs.exec_error = "/bin/tr ain: cannot execute: x\ny";
+  r.programs.exec_status = 126;
+  r.programs.launcher = {"/opt/dtlaunch", 456, "ffeeddccbbaa9988"};
+  r.programs.launcher_version = "1.2.3";
+  r.clock.sent_unix_ms = -5;
+  r.clock.received_unix_ms = 77;  // set by rank 0, never sent
+  r.software.env = {{"NCCL_DEBUG", "INFO"}, {"OMP_A", "b\\c"}};
+  r.software.node_software = true;
+  r.software.libraries = {{"libc.so.6", {"/lib/libc.so.6", 10, "0123456789abcdef"}},
+                          {"libgone.so", {"", 0, ""}}};
+  r.software.libraries_note = "note";
+  r.software.driver_version = "550.54";
+  r.software.gpu_models = {"H100", "H100"};
+  r.software.kernel = "6.1.0";
+  r.network_test_port = 40000;
   const std::string golden =
       "rank=3\nlocal_rank=1\nnode_rank=1\nworld_size=6\nnnodes=3\nmaster_addr=node1\n"
       "master_port=29500\nrun_id=slurm-42.0\ncontract.local_world_size=2\n"
@@ -370,10 +408,10 @@ TEST_CASE("doctor: a fully populated report encodes to the same bytes as before"
       "network_port=40000\n";
   CHECK(encode(r) == golden);
   TaskReport back = decode(golden);
-  back.received_unix_ms = r.received_unix_ms;
+  back.clock.received_unix_ms = r.clock.received_unix_ms;
   CHECK(back == r);
   // An unlimited memlock travels as a word, not a number.
-  r.memlock_bytes.reset();
+  r.resources.memlock_bytes.reset();
   CHECK(encode(r).find("\nmemlock_bytes=unlimited\n") != std::string::npos);
-  CHECK(decode(encode(r)).memlock_bytes == std::nullopt);
+  CHECK(decode(encode(r)).resources.memlock_bytes == std::nullopt);
 }
