@@ -157,7 +157,9 @@ std::vector<LinkResult> decode_results(std::string_view text) {
   std::vector<LinkResult> results;
   for_each_line(text, [&](std::string_view line) {
     const auto w = words_of(line);
-    if (w.size() < 6 || w[0] != "link" || results.size() >= 64)
+    if (results.size() >= 64)
+      throw core::Error(core::ExitCode::kBadInput, "doctor network results: more than 64");
+    if (w.size() < 6 || w[0] != "link")
       throw core::Error(core::ExitCode::kBadInput,
                         "doctor network result: line '" + core::excerpt(line) + "'");
     LinkResult r;
@@ -175,34 +177,49 @@ std::vector<LinkResult> decode_results(std::string_view text) {
 
 namespace {
 
-struct Directed {
-  std::uint32_t from, to;
-  double rate;
+// A measured side of a link, as evidence about one of its nodes: the peer at its other end.
+struct PeerValue {
+  std::uint32_t peer;
+  double value;
 };
 
-// The results sorted out: the rates of each direction, the timed links, and per node how many
-// tests tried it and could not connect. A test that could not connect says nothing of a rate:
-// it counts against the peer it tried, which a node that checked in but takes no connection is.
+// The results sorted out per node: what it sends, what it receives and its round trips, each
+// with the peer of the link; which peers tested it, and which of them could not connect. A test
+// that could not connect says nothing of a rate: it counts against the peer it tried, which a
+// node that checked in but takes no connection is.
 struct Measurements {
-  explicit Measurements(std::size_t n) : tested(n), refused(n), first_error(n) {}
-  std::vector<Directed> directed;
-  std::vector<LinkResult> timed;
-  std::vector<std::size_t> tested, refused;
+  explicit Measurements(std::size_t n)
+      : sent(n), received(n), round_trips(n), testers(n), failed_by(n), first_error(n) {}
+  std::vector<std::vector<PeerValue>> sent, received, round_trips;
+  std::vector<std::set<std::uint32_t>> testers, failed_by;
   std::vector<std::string> first_error;
+  std::size_t tests = 0, failed = 0;
 };
 
 Measurements sort_out(const std::vector<LinkResult>& results, std::size_t n) {
   Measurements m(n);
   for (const LinkResult& r : results) {
-    if (r.from >= n || r.to >= n) continue;
-    ++m.tested[r.to];
+    if (r.from >= n || r.to >= n || r.from == r.to) continue;
+    ++m.tests;
+    m.testers[r.to].insert(r.from);
     if (!r.error.empty()) {
-      if (m.refused[r.to]++ == 0) m.first_error[r.to] = r.error;
+      ++m.failed;
+      if (m.failed_by[r.to].insert(r.from).second && m.first_error[r.to].empty())
+        m.first_error[r.to] = r.error;
       continue;
     }
-    if (r.up_bytes_per_s >= 0) m.directed.push_back({r.from, r.to, r.up_bytes_per_s});
-    if (r.down_bytes_per_s >= 0) m.directed.push_back({r.to, r.from, r.down_bytes_per_s});
-    if (r.rtt_us > 0) m.timed.push_back(r);
+    if (r.up_bytes_per_s >= 0) {
+      m.sent[r.from].push_back({r.to, r.up_bytes_per_s});
+      m.received[r.to].push_back({r.from, r.up_bytes_per_s});
+    }
+    if (r.down_bytes_per_s >= 0) {
+      m.sent[r.to].push_back({r.from, r.down_bytes_per_s});
+      m.received[r.from].push_back({r.to, r.down_bytes_per_s});
+    }
+    if (r.rtt_us > 0) {
+      m.round_trips[r.from].push_back({r.to, r.rtt_us});
+      m.round_trips[r.to].push_back({r.from, r.rtt_us});
+    }
   }
   return m;
 }
@@ -224,13 +241,18 @@ struct Side {
   double median = 0;  // the job's, in the side's unit
 };
 
-Side judge_side(const std::vector<std::vector<double>>& per_node, bool higher_is_slow, double k,
-                double min_ratio, double max_ratio, double floor) {
+struct SideLimits {
+  bool higher_is_slow;
+  double k, min_ratio, max_ratio, floor;
+  std::size_t min_peers;
+};
+
+Side judge_side(const std::vector<std::vector<PeerValue>>& per_node, const SideLimits& l) {
   Side side;
   std::vector<double> medians;
   for (const auto& values : per_node) {
     std::vector<double> logs;
-    for (double v : values) logs.push_back(log_of(v));
+    for (const PeerValue& v : values) logs.push_back(log_of(v.value));
     side.node_log.push_back(logs.empty() ? std::nullopt
                                          : std::optional(robust_spread(logs).median));
     if (side.node_log.back()) medians.push_back(*side.node_log.back());
@@ -239,11 +261,19 @@ Side judge_side(const std::vector<std::vector<double>>& per_node, bool higher_is
   side.median = std::pow(10.0, job.median);
   // The MAD widens the margin on a noisy run, but only so far: with few nodes one slow node
   // inflates it, and a node 50x slower than the median is never noise.
-  const double margin = std::clamp(k * job.sigma, std::log10(min_ratio), std::log10(max_ratio));
-  for (const auto& node : side.node_log) {
-    const bool beyond =
-        node && (higher_is_slow ? *node > job.median + margin : *node < job.median - margin);
-    side.slow.push_back(beyond && std::abs(std::pow(10.0, *node) - side.median) > floor);
+  const double margin =
+      std::clamp(l.k * job.sigma, std::log10(l.min_ratio), std::log10(l.max_ratio));
+  auto beyond = [&](double log) {
+    return (l.higher_is_slow ? log > job.median + margin : log < job.median - margin) &&
+           std::abs(std::pow(10.0, log) - side.median) > l.floor;
+  };
+  for (std::size_t i = 0; i < per_node.size(); ++i) {
+    // Either end of a link can make it slow: only links to several peers convict a node.
+    std::set<std::uint32_t> witnesses;
+    for (const PeerValue& v : per_node[i])
+      if (beyond(log_of(v.value))) witnesses.insert(v.peer);
+    side.slow.push_back(side.node_log[i] && beyond(*side.node_log[i]) &&
+                        witnesses.size() >= l.min_peers);
   }
   return side;
 }
@@ -252,41 +282,42 @@ struct Sides {
   Side sent, received, round_trips;
 };
 
-Sides judge_sides(const Measurements& m, const NetworkLimits& limits, std::size_t n) {
-  std::vector<std::vector<double>> sent(n), received(n), round_trips(n);
-  for (const Directed& d : m.directed) {
-    sent[d.from].push_back(d.rate);
-    received[d.to].push_back(d.rate);
-  }
-  for (const LinkResult& r : m.timed)
-    for (std::uint32_t node : {r.from, r.to}) round_trips[node].push_back(r.rtt_us);
-  return {judge_side(sent, false, limits.k, limits.min_rate_ratio, limits.max_rate_ratio, 0),
-          judge_side(received, false, limits.k, limits.min_rate_ratio, limits.max_rate_ratio, 0),
-          judge_side(round_trips, true, limits.k, limits.min_rtt_ratio, limits.max_rtt_ratio,
-                     limits.latency_floor_us)};
+Sides judge_sides(const Measurements& m, const NetworkLimits& limits) {
+  const SideLimits rate{false, limits.k,        limits.min_rate_ratio, limits.max_rate_ratio,
+                        0,     limits.min_peers};
+  const SideLimits rtt{true,
+                       limits.k,
+                       limits.min_rtt_ratio,
+                       limits.max_rtt_ratio,
+                       limits.latency_floor_us,
+                       limits.min_peers};
+  return {judge_side(m.sent, rate), judge_side(m.received, rate), judge_side(m.round_trips, rtt)};
 }
 
 // Most tests failing says more about the network than about any node: a firewall that lets
 // only the rendezvous port through, say. Blaming every node would exclude the whole job.
 std::optional<Problem> most_tests_failed(const Measurements& m) {
-  const std::size_t all_tests = std::accumulate(m.tested.begin(), m.tested.end(), std::size_t{0});
-  const std::size_t all_refused =
-      std::accumulate(m.refused.begin(), m.refused.end(), std::size_t{0});
-  if (all_tests == 0 || 2 * all_refused <= all_tests) return std::nullopt;
+  if (m.tests == 0 || 2 * m.failed <= m.tests) return std::nullopt;
   const auto first = std::find_if(m.first_error.begin(), m.first_error.end(),
                                   [](const std::string& e) { return !e.empty(); });
   return Problem{"network-test-failed",
                  Severity::kWarning,
                  {},
                  {},
-                 std::to_string(all_refused) + " of the " + std::to_string(all_tests) +
+                 std::to_string(m.failed) + " of the " + std::to_string(m.tests) +
                      " network tests could not connect (" + core::excerpt(*first, 120) +
                      "): do the nodes accept TCP connections on ports other than the "
                      "rendezvous port? No node is blamed"};
 }
 
+// Whether more than half of the peers that tested node i could not connect to it.
+bool mostly_unreachable(const Measurements& m, std::size_t i) {
+  return 2 * m.failed_by[i].size() > m.testers[i].size();
+}
+
 // What is slow about node i, each against the job's median; empty when nothing is.
-std::vector<std::string> slow_sides(const Sides& s, const Measurements& m, std::size_t i) {
+std::vector<std::string> slow_sides(const Sides& s, const Measurements& m, std::size_t i,
+                                    std::size_t min_peers) {
   std::vector<std::string> why;
   auto at = [&](const Side& side) { return std::pow(10.0, *side.node_log[i]); };
   if (s.sent.slow[i])
@@ -298,11 +329,29 @@ std::vector<std::string> slow_sides(const Sides& s, const Measurements& m, std::
   if (s.round_trips.slow[i])
     why.push_back("answers in " + rtt_text(at(s.round_trips)) + " against the job's " +
                   rtt_text(s.round_trips.median));
-  if (2 * m.refused[i] > m.tested[i] && m.tested[i] > 0)
-    why.push_back("cannot be reached by " + std::to_string(m.refused[i]) + " of the " +
-                  std::to_string(m.tested[i]) + " peers that tested it (" +
+  if (mostly_unreachable(m, i) && m.failed_by[i].size() >= min_peers)
+    why.push_back("cannot be reached by " + std::to_string(m.failed_by[i].size()) + " of the " +
+                  std::to_string(m.testers[i].size()) + " peers that tested it (" +
                   core::excerpt(m.first_error[i], 120) + ")");
   return why;
+}
+
+// A node that fewer than `min_peers` peers could not reach, most of those that tested it (with
+// three nodes each is tested by one): said, as that peer's word, but not blamed on the node.
+std::optional<Problem> unconfirmed_unreachable(const Measurements& m, std::size_t i,
+                                               const std::vector<std::string>& hosts,
+                                               const std::vector<std::uint32_t>& ranks) {
+  if (!mostly_unreachable(m, i)) return std::nullopt;
+  std::string by;
+  for (std::uint32_t peer : m.failed_by[i])
+    by += (by.empty() ? "" : ", ") + core::excerpt(hosts[peer], 60);
+  return Problem{"slow-network",
+                 Severity::kWarning,
+                 {ranks[i]},
+                 {hosts[i]},
+                 core::excerpt(hosts[i], 60) + " could not be reached by " + by + " (" +
+                     core::excerpt(m.first_error[i], 120) +
+                     "): too few peers to tell which end is at fault, not excluded"};
 }
 
 }  // namespace
@@ -315,11 +364,14 @@ std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
   if (n < limits.min_nodes) return {};
   const Measurements m = sort_out(results, n);
   if (auto failed = most_tests_failed(m)) return {*failed};
-  const Sides sides = judge_sides(m, limits, n);
+  const Sides sides = judge_sides(m, limits);
   std::vector<Problem> problems;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::vector<std::string> why = slow_sides(sides, m, i);
-    if (why.empty()) continue;
+    const std::vector<std::string> why = slow_sides(sides, m, i, limits.min_peers);
+    if (why.empty()) {
+      if (auto warning = unconfirmed_unreachable(m, i, hosts, ranks)) problems.push_back(*warning);
+      continue;
+    }
     std::string message = core::excerpt(hosts[i], 60) + " ";
     for (std::size_t k = 0; k < why.size(); ++k)
       message += (k == 0 ? "" : k + 1 == why.size() ? " and " : ", ") + why[k];
@@ -329,6 +381,80 @@ std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
     problems.push_back({"slow-network", Severity::kError, {ranks[i]}, {hosts[i]}, message});
   }
   return problems;
+}
+
+namespace {
+
+// What one node's results held beyond the tests it was assigned.
+struct Refusals {
+  std::size_t others = 0;      // about another node's tests
+  std::size_t unassigned = 0;  // about a peer outside its plan
+  std::size_t repeats = 0;     // about a peer it had already reported
+};
+
+std::vector<LinkResult> believe(std::uint32_t node, const std::vector<std::uint32_t>& assigned,
+                                const std::vector<LinkResult>& claimed, Refusals& refused) {
+  std::vector<LinkResult> believed;
+  std::set<std::uint32_t> reported;
+  for (const LinkResult& r : claimed) {
+    if (r.from != node)
+      ++refused.others;
+    else if (std::find(assigned.begin(), assigned.end(), r.to) == assigned.end())
+      ++refused.unassigned;
+    else if (!reported.insert(r.to).second)
+      ++refused.repeats;
+    else
+      believed.push_back(r);
+  }
+  return believed;
+}
+
+std::optional<Problem> refusal(const std::string& host, std::uint32_t rank, std::size_t assigned,
+                               const NodeResults& sent, const Refusals& r) {
+  std::string what;
+  if (!sent.unreadable.empty()) {
+    what = "sent network results that could not be read (" + core::excerpt(sent.unreadable, 120) +
+           "): all refused";
+  } else {
+    std::string parts;
+    auto part = [&](std::size_t count, const char* text) {
+      if (count) parts += (parts.empty() ? "" : ", ") + std::to_string(count) + text;
+    };
+    part(r.repeats, " repeating a peer");
+    part(r.unassigned, " about peers outside its plan");
+    part(r.others, " about other nodes' tests");
+    if (parts.empty()) return std::nullopt;
+    what = "sent " + std::to_string(sent.results.size()) + " network results for its " +
+           std::to_string(assigned) + " assigned test(s); refused " + parts;
+  }
+  return Problem{"network-results-refused",
+                 Severity::kWarning,
+                 {rank},
+                 {host},
+                 core::excerpt(host, 60) + " " + what + ". Refused results are not judged"};
+}
+
+}  // namespace
+
+NetworkJudgement judge_claims(const std::vector<std::vector<std::uint32_t>>& assigned,
+                              const std::vector<NodeResults>& sent,
+                              const std::vector<std::string>& hosts,
+                              const std::vector<std::uint32_t>& ranks,
+                              const NetworkLimits& limits) {
+  NetworkJudgement judgement;
+  std::vector<Problem> refused;
+  const std::vector<std::uint32_t> none;
+  for (std::uint32_t i = 0; i < hosts.size() && i < sent.size(); ++i) {
+    const std::vector<std::uint32_t>& plan = i < assigned.size() ? assigned[i] : none;
+    Refusals r;
+    if (sent[i].unreadable.empty())
+      for (LinkResult& b : believe(i, plan, sent[i].results, r))
+        judgement.believed.push_back(std::move(b));
+    if (auto p = refusal(hosts[i], ranks[i], plan.size(), sent[i], r)) refused.push_back(*p);
+  }
+  judgement.problems = judge_network(judgement.believed, hosts, ranks, limits);
+  judgement.problems.insert(judgement.problems.end(), refused.begin(), refused.end());
+  return judgement;
 }
 
 std::string summarize_network(const std::vector<LinkResult>& results, std::size_t nodes) {

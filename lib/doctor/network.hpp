@@ -59,6 +59,7 @@ std::vector<LinkResult> decode_results(std::string_view text);  // throws Error 
 // tiny, from flagging a node 20% off; `max_rate_ratio` (and `max_rtt_ratio`) times is an outlier
 // whatever the MAD, which one slow node of few inflates.
 struct NetworkLimits {
+  std::size_t min_peers = 2;  // distinct peers whose links must show a node slow (see below)
   double k = 3.0;
   double min_rate_ratio = 5.0;
   double min_rtt_ratio = 3.0;
@@ -69,11 +70,37 @@ struct NetworkLimits {
 };
 
 // The slow-network problems (error level) for the nodes (`hosts[i]`, `ranks[i]`: the host and
-// the rank that tested for node i).
+// the rank that tested for node i). A link's measurement is in the hands of both its ends (either
+// can make it slow for real, or report or acknowledge any number), so one link, or one peer's
+// links, never convicts a node: a side of a node is slow only when its links to at least
+// `min_peers` distinct peers are, and a node is unreachable only when that many peers could not
+// connect to it (one that could not is a warning). `results` must hold one test per pair at
+// most, as believe_results leaves them.
 std::vector<Problem> judge_network(const std::vector<LinkResult>& results,
                                    const std::vector<std::string>& hosts,
                                    const std::vector<std::uint32_t>& ranks,
                                    const NetworkLimits& limits = {});
+
+// What one node sent rank 0 as its results: decoded, or why they could not be.
+struct NodeResults {
+  std::vector<LinkResult> results;
+  std::string unreadable;  // "" when they were read
+};
+
+// The results rank 0 believes, and the problems: a node speaks only of the tests it was
+// assigned (`assigned[i]`: the peers plan_peers gave node i), once per peer. Results about
+// another node's tests, about a peer outside its plan, a peer's repeats, and results that could
+// not be read are refused, never judged: one `network-results-refused` warning per node says what
+// was refused. `sent[i]`: what node i sent (empty when nothing came).
+struct NetworkJudgement {
+  std::vector<LinkResult> believed;
+  std::vector<Problem> problems;  // judge_network's, then the refusals
+};
+NetworkJudgement judge_claims(const std::vector<std::vector<std::uint32_t>>& assigned,
+                              const std::vector<NodeResults>& sent,
+                              const std::vector<std::string>& hosts,
+                              const std::vector<std::uint32_t>& ranks,
+                              const NetworkLimits& limits = {});
 
 // One line for the table: how many tests, the median and range of the rates, the median round
 // trip; "" when no test was made.

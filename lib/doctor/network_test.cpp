@@ -40,12 +40,13 @@ std::vector<TestedNode> tested_nodes(const std::vector<TaskReport>& reports,
   return nodes;
 }
 
-// Each node's peers and its time slot per peer, within the budget.
+// Each node's plan: its assigned peers (`peers`, plan_peers') and its time slot per peer,
+// within the budget.
 std::vector<NetworkPlan> network_plans(const std::vector<TestedNode>& nodes,
                                        const std::vector<TaskReport>& reports,
+                                       const std::vector<std::vector<std::uint32_t>>& peers,
                                        const NetworkOptions& network) {
   const auto n = static_cast<std::uint32_t>(nodes.size());
-  const auto peers = plan_peers(n, network.random_peers);
   std::size_t rounds = 1;
   for (const auto& p : peers) rounds = std::max(rounds, p.size());
   const auto slot = std::chrono::duration_cast<std::chrono::milliseconds>(network.budget / rounds);
@@ -64,12 +65,12 @@ std::vector<NetworkPlan> network_plans(const std::vector<TestedNode>& nodes,
   return plans;
 }
 
-// The results the nodes whose plan went out send back by `gather_end`; a node speaks for
-// itself only.
-std::vector<LinkResult> gather_results(const std::vector<TestedNode>& nodes,
-                                       std::vector<bool> pending, Clock::time_point gather_end) {
+// What the nodes whose plan went out send back by `gather_end`, as they sent it: judge_claims
+// decides what of it to believe.
+std::vector<NodeResults> gather_results(const std::vector<TestedNode>& nodes,
+                                        std::vector<bool> pending, Clock::time_point gather_end) {
   const auto n = static_cast<std::uint32_t>(nodes.size());
-  std::vector<LinkResult> results;
+  std::vector<NodeResults> results(n);
   std::vector<std::string> in(n);
   std::vector<pollfd> polled;
   while (std::count(pending.begin(), pending.end(), true) > 0 && Clock::now() < gather_end) {
@@ -91,11 +92,11 @@ std::vector<LinkResult> gather_results(const std::vector<TestedNode>& nodes,
       try {
         if (auto body = take_frame(in[i], kResultMagic)) {
           pending[i] = false;
-          for (LinkResult& r : decode_results(*body))
-            if (r.from == i) results.push_back(std::move(r));
+          results[i].results = decode_results(*body);
         }
-      } catch (const std::exception&) {
+      } catch (const std::exception& e) {
         pending[i] = false;
+        results[i].unreadable = e.what();
       }
     }
   }
@@ -111,7 +112,8 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
   const std::vector<TestedNode> nodes = tested_nodes(reports, agents, own_agent != nullptr);
   if (nodes.size() < 2) return {};
   const auto n = static_cast<std::uint32_t>(nodes.size());
-  const std::vector<NetworkPlan> plans = network_plans(nodes, reports, network);
+  const auto assigned = plan_peers(n, network.random_peers);
+  const std::vector<NetworkPlan> plans = network_plans(nodes, reports, assigned, network);
   const auto start = Clock::now();
   const auto end = start + network.budget;
   std::vector<bool> pending(n, false);
@@ -123,21 +125,23 @@ std::vector<Problem> test_network(std::vector<NetworkLink>& links, std::string& 
   std::thread own;
   for (std::uint32_t i = 0; i < n; ++i)
     if (nodes[i].fd < 0) own = std::thread([&, i] { own_results = own_agent->run(plans[i], end); });
-  std::vector<LinkResult> results =
+  std::vector<NodeResults> sent =
       gather_results(nodes, std::move(pending), end + std::chrono::seconds(2));
   if (own.joinable()) own.join();
-  results.insert(results.end(), own_results.begin(), own_results.end());
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (nodes[i].fd < 0) sent[i].results = std::move(own_results);
   std::vector<std::string> hosts;
   std::vector<std::uint32_t> ranks;
   for (const TestedNode& node : nodes) {
     hosts.push_back(reports[node.report].network.host);
     ranks.push_back(reports[node.report].contract.rank);
   }
-  for (const LinkResult& r : results)
+  NetworkJudgement judgement = judge_claims(assigned, sent, hosts, ranks);
+  for (const LinkResult& r : judgement.believed)
     links.push_back(
         {hosts[r.from], hosts[r.to], r.rtt_us, r.up_bytes_per_s, r.down_bytes_per_s, r.error});
-  summary = summarize_network(results, n);
-  return judge_network(results, hosts, ranks);
+  summary = summarize_network(judgement.believed, n);
+  return std::move(judgement.problems);
 }
 
 Clock::time_point run_plan(int fd, const std::string& body, const NetworkAgent& agent) {
