@@ -51,9 +51,10 @@ TaskReport report_of(std::uint32_t rank, std::uint32_t world, std::uint16_t port
   r.contract.dtlaunch_run_id = "slurm-4242.0";
   r.network.master_resolves_to = {"10.0.0.1"};
   r.network.host_resolves_to = {"10.0." + std::to_string(r.contract.node_rank / 250) + "." +
-                        std::to_string(r.contract.node_rank % 250 + 1)};
+                                std::to_string(r.contract.node_rank % 250 + 1)};
   r.network.local_addr = r.network.host_resolves_to.front();
-  r.placement.cpus = std::to_string(r.contract.local_rank * 8) + "-" + std::to_string(r.contract.local_rank * 8 + 7);
+  r.placement.cpus = std::to_string(r.contract.local_rank * 8) + "-" +
+                     std::to_string(r.contract.local_rank * 8 + 7);
   r.placement.omp_num_threads = "8";
   r.resources.shm_bytes = 512ull << 30;
   r.programs.program = {"/shared/venv/bin/python3", 6831736, "bed2d04ddc5f1f29"};
@@ -190,7 +191,7 @@ Rank0Stats rank0(std::uint32_t world, std::uint32_t per_connection, std::uint16_
   // The generators start once rank 0 is about to listen: those that come too early retry.
   for (std::uint32_t g = 0; g < generators; ++g)
     if (::write(go_write, "g", 1) != 1) std::exit(1);
-  const Verdict verdict = serve(expected, std::move(own), port, t0 + std::chrono::seconds(120));
+  const Diagnosis verdict = serve(expected, std::move(own), port, t0 + std::chrono::seconds(120));
   const auto t1 = Clock::now();
   ::getrusage(RUSAGE_SELF, &after);
   const std::string table = render_table(verdict);

@@ -34,7 +34,7 @@ double run_once(std::uint32_t n, double& spawn_seconds) {
   };
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::seconds(60);
-  Verdict verdict;
+  Diagnosis verdict;
   std::thread server([&] { verdict = serve(expected, {report(0)}, port, deadline); });
   std::vector<std::thread> clients;
   std::vector<int> status(n, -1);

@@ -71,7 +71,7 @@ void compare_to_rank0(const TaskReport& rank0, const std::vector<const TaskRepor
 
 }  // namespace
 
-bool Verdict::ok() const {
+bool Diagnosis::ok() const {
   return std::none_of(problems.begin(), problems.end(),
                       [](const Problem& p) { return p.severity == Severity::kError; });
 }
@@ -405,13 +405,13 @@ constexpr Check kChecks[] = {
 
 }  // namespace
 
-Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
-                 std::vector<Problem> found_by_rank0, const CheckLimits& limits) {
+Diagnosis diagnose(const Expectation& expected, std::vector<TaskReport> reports,
+                   std::vector<Problem> found_by_rank0, const CheckLimits& limits) {
   Evidence ev{expected, limits, {}, {}, nullptr};
   for (const TaskReport& r : reports) ev.by_rank[r.contract.rank].push_back(&r);
   for (const auto& [rank, claims] : ev.by_rank) ev.firsts.push_back(claims.front());
   if (ev.by_rank.count(0)) ev.rank0 = ev.by_rank[0].front();
-  Verdict verdict;
+  Diagnosis verdict;
   verdict.problems = std::move(found_by_rank0);
   for (const Check check : kChecks) check(ev, verdict.problems);
   // The first report of each rank moves into the verdict: a copy would double rank 0's peak

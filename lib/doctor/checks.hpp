@@ -28,7 +28,8 @@ struct NetworkLink {
   std::string error;
 };
 
-struct Verdict {
+// Rank 0's judgement of the whole job: what diagnose() found in the reports.
+struct Diagnosis {
   std::vector<TaskReport> reports;  // by rank; duplicates kept after the first
   std::vector<Problem> problems;
   std::vector<NetworkLink> network;  // with --network: every test made
@@ -45,12 +46,12 @@ struct CheckLimits {
 
 // `reports` as they arrived at rank 0 (rank 0's own first), with received_unix_ms set.
 // `rank0_problem` is what rank 0 itself found before any report came (its port in use), if any.
-Verdict diagnose(const Expectation& expected, std::vector<TaskReport> reports,
-                 std::vector<Problem> found_by_rank0 = {}, const CheckLimits& limits = {});
+Diagnosis diagnose(const Expectation& expected, std::vector<TaskReport> reports,
+                   std::vector<Problem> found_by_rank0 = {}, const CheckLimits& limits = {});
 
 // The report rank 0 prints: a table, one row per node, then the problems; or one JSON object
 // {"ok": bool, "ranks": [...], "problems": [...]} (docs/doctor.md lists every key).
-std::string render_table(const Verdict& verdict);
-std::string render_json(const Verdict& verdict);
+std::string render_table(const Diagnosis& verdict);
+std::string render_json(const Diagnosis& verdict);
 
 }  // namespace dtlaunch::doctor

@@ -118,7 +118,7 @@ namespace {
 int judge(const launch::LaunchPlan& launch_plan, std::vector<TaskReport> mine,
           Clock::time_point deadline, const LaunchCheckOptions& options, const NetworkAgent* agent,
           std::ostream& out) {
-  const Verdict verdict =
+  const Diagnosis verdict =
       serve(expectation_of(launch_plan), std::move(mine), launch_plan.spec.master.port, deadline,
             options.network, agent, options.relay);
   const std::string report = options.json ? render_json(verdict) : render_table(verdict);

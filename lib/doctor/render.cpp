@@ -101,7 +101,7 @@ std::vector<std::string> node_row(const std::string& host, const std::vector<con
 
 }  // namespace
 
-std::string render_table(const Verdict& verdict) {
+std::string render_table(const Diagnosis& verdict) {
   // One row per node, in the order of each node's lowest rank.
   std::vector<std::string> order;
   std::map<std::string, std::vector<const TaskReport*>> by_host;
@@ -153,7 +153,7 @@ std::string render_table(const Verdict& verdict) {
   return out;
 }
 
-std::string render_json(const Verdict& verdict) {
+std::string render_json(const Diagnosis& verdict) {
   std::int64_t first = INT64_MAX;
   for (const TaskReport& r : verdict.reports) first = std::min(first, r.clock.received_unix_ms);
   auto str = [](std::string_view s) { return json_quote(s); };

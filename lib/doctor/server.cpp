@@ -224,7 +224,7 @@ class CheckIn {
 
   // The verdict goes back to every task, so that every task exits with the same status; then
   // the clients close first, which leaves no TIME_WAIT on rank 0's port for the program.
-  void answer(const Verdict& verdict) {
+  void answer(const Diagnosis& verdict) {
     listener_.reset();
     const std::string status = "status=" + std::to_string(verdict.ok() ? 0 : 3) + "\n";
     const auto send_deadline = Clock::now() + std::chrono::seconds(2);
@@ -433,9 +433,9 @@ class CheckIn {
 
 }  // namespace
 
-Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
-              Clock::time_point deadline, const NetworkOptions& network,
-              const NetworkAgent* own_agent, const Relay& relay) {
+Diagnosis serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
+                Clock::time_point deadline, const NetworkOptions& network,
+                const NetworkAgent* own_agent, const Relay& relay) {
   // Rank 0's own reports arrive now, on rank 0's clock: the time they were probed is not
   // when they were sent (probing takes seconds on a loaded node, which read as clock skew).
   const std::int64_t now_ms = unix_ms();
@@ -444,7 +444,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
   Fd listener = listen_on(port, error);
   if (listener.get() < 0) {
     const TaskReport& r0 = own.front();
-    Verdict verdict;
+    Diagnosis verdict;
     verdict.reports = std::move(own);
     verdict.problems.push_back(listen_problem(port, r0.network.host, error));
     return verdict;
@@ -461,7 +461,7 @@ Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uin
         test_network(links, summary, reports, check_in.agents(), network, own_agent);
     found.insert(found.end(), slow.begin(), slow.end());
   }
-  Verdict verdict = diagnose(expected, std::move(reports), std::move(found));
+  Diagnosis verdict = diagnose(expected, std::move(reports), std::move(found));
   verdict.network = std::move(links);
   verdict.network_summary = std::move(summary);
   check_in.answer(verdict);

@@ -20,8 +20,8 @@ class NetworkAgent;
 // With network.enabled, the nodes' agents (those whose report has a network_port; rank 0's own
 // is `own_agent`) then run the network test (network_test.hpp) before the verdict.
 // `relay`: what the check-in relays (wire.hpp); rank 0's own share goes to relay.received.
-Verdict serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
-              Clock::time_point deadline, const NetworkOptions& network = {},
-              const NetworkAgent* own_agent = nullptr, const Relay& relay = {});
+Diagnosis serve(const Expectation& expected, std::vector<TaskReport> own, std::uint16_t port,
+                Clock::time_point deadline, const NetworkOptions& network = {},
+                const NetworkAgent* own_agent = nullptr, const Relay& relay = {});
 
 }  // namespace dtlaunch::doctor

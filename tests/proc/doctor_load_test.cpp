@@ -41,7 +41,7 @@ TEST_CASE("doctor serve: a job whose reports pass 64 MiB in all is served whole"
   };
   std::vector<TaskReport> own;
   for (std::uint32_t k = 0; k < kPerNode; ++k) own.push_back(report(k));
-  Verdict verdict;
+  Diagnosis verdict;
   std::thread server([&] {
     verdict = serve(expected, std::move(own), port, Clock::now() + std::chrono::seconds(60));
   });

@@ -38,7 +38,7 @@ std::vector<TaskReport> job() {
   return reports;
 }
 
-std::vector<const Problem*> of_kind(const Verdict& v, const std::string& kind) {
+std::vector<const Problem*> of_kind(const Diagnosis& v, const std::string& kind) {
   std::vector<const Problem*> out;
   for (const Problem& p : v.problems)
     if (p.kind == kind) out.push_back(&p);
@@ -53,7 +53,7 @@ void set_env(TaskReport& r, const std::string& name, const std::string& value) {
 }  // namespace
 
 TEST_CASE("doctor compare: a healthy job has no software problem and nothing to exclude") {
-  const Verdict v = diagnose(kFourNodes, job());
+  const Diagnosis v = diagnose(kFourNodes, job());
   CHECK(v.problems.empty());
   CHECK(v.exclude.empty());
 }
@@ -62,7 +62,7 @@ TEST_CASE(
     "doctor compare: a stray variable on one node's tasks is env-differs, that node excluded") {
   auto reports = job();
   for (std::uint32_t rank : {4u, 5u}) set_env(reports[rank], "NCCL_SOCKET_IFNAME", "eth9");
-  const Verdict v = diagnose(kFourNodes, reports);
+  const Diagnosis v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "env-differs");
   REQUIRE(found.size() == 1);
   const Problem& p = *found.front();
@@ -78,7 +78,7 @@ TEST_CASE(
 TEST_CASE("doctor compare: the odd node is named even when it is rank 0's") {
   auto reports = job();
   for (std::uint32_t rank : {0u, 1u}) reports[rank].software.env = {{"NCCL_DEBUG", "INFO"}};
-  const Verdict v = diagnose(kFourNodes, reports);
+  const Diagnosis v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "env-differs");
   REQUIRE(found.size() == 2);  // NCCL_DEBUG differs, OMP_PROC_BIND is unset there
   for (const Problem* p : found) CHECK(p->hosts == std::vector<std::string>{"node1"});
@@ -98,7 +98,7 @@ TEST_CASE("doctor compare: on a tie rank 0's value is the reference") {
   reports[0].contract.nnodes = reports[1].contract.nnodes = 2;
   reports[1].contract.node_rank = 1;
   reports[1].software.env = {{"NCCL_DEBUG", "INFO"}, {"OMP_PROC_BIND", "close"}};
-  const Verdict v = diagnose(two, reports);
+  const Diagnosis v = diagnose(two, reports);
   const auto found = of_kind(v, "env-differs");
   REQUIRE(found.size() == 1);
   CHECK(found.front()->hosts == std::vector<std::string>{"a2"});
@@ -109,7 +109,7 @@ TEST_CASE("doctor compare: another copy of a library on one node is libraries-di
   reports[6].software.libraries[1].file = {"/tmp/other/libc10.so", 712, "00000000000000ff"};
   // The same bytes elsewhere are the same library: node2 installs torch under another prefix.
   reports[2].software.libraries[2].file.path = "/usr/local/torch/lib/libtorch_cpu.so";
-  const Verdict v = diagnose(kFourNodes, reports);
+  const Diagnosis v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "libraries-differ");
   REQUIRE(found.size() == 1);
   CHECK(found.front()->hosts == std::vector<std::string>{"node4"});
@@ -126,7 +126,7 @@ TEST_CASE("doctor compare: a library not found, or one more, on a node") {
   reports[2].software.libraries[1].file = {};  // node2: not found
   reports[4].software.libraries.push_back(
       {"libextra.so", {"/opt/x/libextra.so", 10, "0000000000000011"}});
-  const Verdict v = diagnose(kFourNodes, reports);
+  const Diagnosis v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "libraries-differ");
   REQUIRE(found.size() == 2);
   CHECK(found[0]->message.starts_with("libc10.so differs on node2: not found there"));
@@ -145,7 +145,7 @@ TEST_CASE("doctor compare: many differing libraries are summed up after four") {
         r.software.libraries.push_back(
             {name, {"/opt/" + name, 10, r.network.host == "node4" ? "1" : "2"}});
   }
-  const Verdict v = diagnose(kFourNodes, reports);
+  const Diagnosis v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "libraries-differ");
   REQUIRE(found.size() == 5);
   CHECK(found.back()->message == "6 more libraries differ on node4 (--format json lists them)");
@@ -155,7 +155,7 @@ TEST_CASE("doctor compare: another driver is an error, other GPU models a warnin
   auto reports = job();
   reports[2].software.driver_version = "550.54.15";
   reports[6].software.gpu_models = {"NVIDIA A100-SXM4-80GB"};
-  const Verdict v = diagnose(kFourNodes, reports);
+  const Diagnosis v = diagnose(kFourNodes, reports);
   const auto found = of_kind(v, "driver-differs");
   REQUIRE(found.size() == 2);
   CHECK(found[0]->severity == Severity::kError);
@@ -202,7 +202,7 @@ TEST_CASE("doctor compare: the exclude list is every cured node, in the job's or
 TEST_CASE("doctor compare: the table and the JSON carry the exclude list") {
   auto reports = job();
   for (std::uint32_t rank : {4u, 5u}) set_env(reports[rank], "NCCL_SOCKET_IFNAME", "eth9");
-  const Verdict v = diagnose(kFourNodes, reports);
+  const Diagnosis v = diagnose(kFourNodes, reports);
   const std::string table = render_table(v);
   CHECK(table.find("\nexclude: node3   (srun/sbatch --exclude=node3)\n") != std::string::npos);
   CHECK(table.find("6.1.0-18-amd64") != std::string::npos);  // the kernel, as information

@@ -24,13 +24,13 @@ std::vector<TaskReport> job() {
   return reports;
 }
 
-std::vector<std::string> kinds(const Verdict& v) {
+std::vector<std::string> kinds(const Diagnosis& v) {
   std::vector<std::string> out;
   for (const Problem& p : v.problems) out.push_back(p.kind);
   return out;
 }
 
-const Problem& only(const Verdict& v, const std::string& kind) {
+const Problem& only(const Diagnosis& v, const std::string& kind) {
   auto it = std::find_if(v.problems.begin(), v.problems.end(),
                          [&](const Problem& p) { return p.kind == kind; });
   REQUIRE(it != v.problems.end());
@@ -40,7 +40,7 @@ const Problem& only(const Verdict& v, const std::string& kind) {
 }  // namespace
 
 TEST_CASE("doctor: a healthy job has no problem") {
-  const Verdict v = diagnose(kThreeNodes, job());
+  const Diagnosis v = diagnose(kThreeNodes, job());
   CHECK(v.ok());
   CHECK(v.problems.empty());
   CHECK(v.reports.size() == 6);
@@ -49,7 +49,7 @@ TEST_CASE("doctor: a healthy job has no problem") {
 TEST_CASE("doctor: a missing rank is named with the host and local rank the layout gives it") {
   auto reports = job();
   reports.erase(reports.begin() + 3);  // rank 3: node2, local rank 1
-  const Verdict v = diagnose(kThreeNodes, reports);
+  const Diagnosis v = diagnose(kThreeNodes, reports);
   CHECK_FALSE(v.ok());
   CHECK(kinds(v) == std::vector<std::string>{"missing-rank"});
   const Problem& p = only(v, "missing-rank");
@@ -63,7 +63,7 @@ TEST_CASE("doctor: a missing rank is named with the host and local rank the layo
 TEST_CASE("doctor: a node that sent nothing is unreachable, and its ranks are missing") {
   auto reports = job();
   reports.erase(reports.begin() + 4, reports.end());  // node3: ranks 4-5
-  const Verdict v = diagnose(kThreeNodes, reports);
+  const Diagnosis v = diagnose(kThreeNodes, reports);
   CHECK(kinds(v) == std::vector<std::string>{"missing-rank", "missing-rank", "unreachable"});
   CHECK(v.problems[0].message ==
         "rank 4 should run on node3 as local rank 0, and nothing came from node3");
@@ -86,7 +86,7 @@ TEST_CASE("doctor: the cyclic distribution places ranks round-robin") {
 TEST_CASE("doctor: two tasks claiming one rank") {
   auto reports = job();
   reports[5].contract.rank = 4;
-  const Verdict v = diagnose(kThreeNodes, reports);
+  const Diagnosis v = diagnose(kThreeNodes, reports);
   const Problem& p = only(v, "duplicate-rank");
   CHECK(p.ranks == std::vector<std::uint32_t>{4});
   CHECK(p.hosts == std::vector<std::string>{"node3"});
@@ -98,7 +98,7 @@ TEST_CASE("doctor: tasks that disagree with rank 0 about the world or the rendez
   reports[4].contract.world_size = 8;
   reports[5].contract.master_port = 29501;
   reports[2].contract.dtlaunch_run_id = "slurm-41.0";
-  const Verdict v = diagnose(kThreeNodes, reports);
+  const Diagnosis v = diagnose(kThreeNodes, reports);
   const Problem& p = only(v, "world-mismatch");
   CHECK(p.ranks == std::vector<std::uint32_t>{4, 5, 2});
   CHECK(p.message.find("WORLD_SIZE 8 on rank 4 (node3) but 6 on rank 0") != std::string::npos);
@@ -111,7 +111,7 @@ TEST_CASE("doctor: a host name that resolves to loopback, on several hosts only"
   auto reports = job();
   reports[2].network.host_resolves_to = {"127.0.1.1"};
   reports[3].network.host_resolves_to = {"127.0.1.1"};
-  Verdict v = diagnose(kThreeNodes, reports);
+  Diagnosis v = diagnose(kThreeNodes, reports);
   const Problem& p = only(v, "host-resolves-to-loopback");
   CHECK(p.hosts == std::vector<std::string>{"node2"});
   CHECK(p.message.find("GLOO_SOCKET_IFNAME") != std::string::npos);
@@ -138,7 +138,7 @@ TEST_CASE("doctor: another build of the program or of dtlaunch on a node") {
   reports[4].programs.program.hash = "00000000000000cc";
   reports[5].programs.program.hash = "00000000000000cc";
   reports[3].programs.launcher_version = "dtlaunch 0.0.9";
-  const Verdict v = diagnose(kThreeNodes, reports);
+  const Diagnosis v = diagnose(kThreeNodes, reports);
   REQUIRE(kinds(v) == std::vector<std::string>{"program-differs", "program-differs"});
   CHECK(v.problems[0].hosts == std::vector<std::string>{"node3"});
   CHECK(v.problems[0].message.find("the program differs on node3: /opt/train") == 0);
@@ -151,7 +151,7 @@ TEST_CASE("doctor: two ranks bound to one GPU, unless sharing was asked for") {
   reports[0].placement.bound_device = reports[1].placement.bound_device = "0";
   reports[2].placement.bound_device = "0";  // another host: not shared
   reports[3].placement.bound_device = "1";
-  Verdict v = diagnose(kThreeNodes, reports);
+  Diagnosis v = diagnose(kThreeNodes, reports);
   const Problem& p = only(v, "gpu-shared");
   CHECK(p.ranks == std::vector<std::uint32_t>{0, 1});
   CHECK(p.hosts == std::vector<std::string>{"node1"});
@@ -165,7 +165,7 @@ TEST_CASE("doctor: a rank whose CPUs are all on another NUMA node than its GPU")
   reports[1].placement.cpus = "0-7";
   reports[1].placement.gpu_local_cpus = "56-111,168-223";
   reports[1].placement.cpus_far_from_gpu = true;
-  const Verdict v = diagnose(kThreeNodes, reports);
+  const Diagnosis v = diagnose(kThreeNodes, reports);
   CHECK(v.ok());  // slower, not broken
   const Problem& p = only(v, "cpu-far-from-gpu");
   CHECK(p.ranks == std::vector<std::uint32_t>{1});
@@ -186,7 +186,7 @@ TEST_CASE("doctor: warnings do not fail the check") {
   reports[5].clock.sent_unix_ms = reports[5].clock.received_unix_ms + 3000;
   reports[1].clock.received_unix_ms = reports[0].clock.received_unix_ms + 12'000;
   reports[1].clock.sent_unix_ms = reports[1].clock.received_unix_ms;
-  const Verdict v = diagnose(kThreeNodes, reports);
+  const Diagnosis v = diagnose(kThreeNodes, reports);
   CHECK(v.ok());
   CHECK(kinds(v) == std::vector<std::string>{"gpu-isolated", "small-shm", "memlock-limited",
                                              "slow-start", "clock-skew"});
@@ -277,7 +277,7 @@ TEST_CASE("doctor: the whole contract travels with the report, and the first for
 TEST_CASE("doctor: the table has one row per node and the JSON the documented keys") {
   auto reports = job();
   reports.pop_back();
-  const Verdict v = diagnose(kThreeNodes, reports);
+  const Diagnosis v = diagnose(kThreeNodes, reports);
   const std::string table = render_table(v);
   CHECK(table.find("node1  0-1") != std::string::npos);
   CHECK(table.find("node3  4 ") != std::string::npos);
@@ -321,7 +321,7 @@ TEST_CASE("doctor: report fields in problem lines are escaped and bounded, which
   reports.pop_back();
   reports.push_back(reports[2]);
   reports.back().contract.rank = 9;  // not below the world size
-  const Verdict v = diagnose(kThreeNodes, reports, {}, {});
+  const Diagnosis v = diagnose(kThreeNodes, reports, {}, {});
   REQUIRE(v.problems.size() >= 10);
   for (const Problem& p : v.problems) {
     INFO(p.kind);
