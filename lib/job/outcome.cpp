@@ -104,6 +104,10 @@ void read_lost_hosts(std::string_view line, Evidence& evidence) {
   }
   const auto reporters = rank_hosts(line.substr(0, at));
   if (!reporters.empty() && evidence.lost_nodes.count(reporters.back())) return;
+  // Only the reporter's first verdict: the ones after it, within the runtime's gathering window,
+  // are mostly the other survivors exiting 76 on that same verdict ("rank 4 (cn3) exited"), and
+  // believing them blamed every node for one loss. A lost node's other ranks are on its host.
+  rest = rest.substr(0, rest.find("; "));
   const auto named = rank_hosts(rest);
   for (const auto& host : named) evidence.lost_nodes.insert(host);
   if (!named.empty() && evidence.first_lost_message.empty())

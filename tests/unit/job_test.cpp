@@ -183,6 +183,20 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
        Verdict::kRestart,
        {"cn2"},
        1},
+      {"one verdict: the ranks that exited on it after it are not lost",
+       {"dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) frozen "
+        "(silent for 3 s; its host still accepts connections), seen by rank 0; rank 4 (cn3) "
+        "exited (its connection closed), seen by rank 5",
+        "dtlaunch ddp: rank 5 (cn3): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) frozen "
+        "(silent for 3 s; its host still accepts connections), seen by rank 0; rank 0 (cn1) "
+        "exited (its connection closed), seen by rank 1",
+        "srun: error: cn1: tasks 0-1: Exited with exit code 76",
+        "srun: error: cn3: tasks 4-5: Exited with exit code 76",
+        "srun: error: cn2: tasks 2-3: Exited with exit code 76"},
+       1,
+       Verdict::kRestart,
+       {"cn2"},
+       1},
       {"dtlaunch --watch names the lost node",
        {"dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 4 (cn3) unreachable (silent for "
         "3 s; no connection to it), seen by rank 0; stopping the program, exit 76",
