@@ -240,6 +240,32 @@ std::optional<Outcome> program_failed(const Evidence& e, const std::vector<std::
                    "the program failed (" + status_text(status) + ") on " + list(failed), failed);
 }
 
+// A 76 that no "peer lost" line explains is the program's own status, not the runtime's (nor
+// --watch's, which both say whom they lost). On every node: a failure they share. First to end,
+// the others killed after it by srun: that node. With a node that said nothing, the silent-node
+// reading below stands (a lost node's survivors whose lines did not come through).
+std::optional<Outcome> unexplained_peer_lost_status(const Evidence& e,
+                                                    const std::vector<std::string>& nodes) {
+  if (!e.lost_nodes.empty() || e.failures.empty()) return std::nullopt;
+  const auto is_76 = [](const TaskFailure& f) { return f.status == kPeerLostStatus; };
+  const auto with_76 = nodes_failed_with(e, is_76);
+  const auto reported = nodes_failed_with(e, [](const TaskFailure&) { return true; });
+  if (with_76.empty() || reported.size() < nodes.size()) return std::nullopt;
+  if (with_76.size() == nodes.size() && nodes.size() > 1)
+    return stop_with(Verdict::kPermanent, kPeerLostStatus,
+                     "every node exited 76 and no rank said which peer it lost: the program's own "
+                     "status, which every node shares; a restart cannot fix it");
+  const TaskFailure& first = e.failures.front();
+  if (!is_76(first)) return std::nullopt;
+  Outcome o = stop_with(Verdict::kRestart, kPeerLostStatus,
+                        "tasks " + first.tasks + " on " + first.node +
+                            " exited 76 with no peer named lost (the program's own status; first "
+                            "to end)",
+                        {first.node});
+  o.signature = "exit 76";
+  return o;
+}
+
 // Killed: the first node srun saw end that way, the others being srun's own kill.
 std::optional<Outcome> first_killed(const Evidence& e, int srun_status) {
   for (const auto& f : e.failures) {
@@ -269,8 +295,8 @@ std::optional<Outcome> not_worth_retrying(const Evidence& e, const std::set<int>
   for (const auto& f : e.failures) {
     if (f.status < 1 || f.status > 255 || !no_retry_exits.count(f.status)) continue;
     return stop_with(Verdict::kPermanent, f.status,
-                     "tasks " + f.tasks + " on " + f.node + " exited " +
-                         std::to_string(f.status) + ", one of --no-retry-exit's statuses",
+                     "tasks " + f.tasks + " on " + f.node + " exited " + std::to_string(f.status) +
+                         ", one of --no-retry-exit's statuses",
                      {f.node});
   }
   return std::nullopt;
@@ -320,6 +346,7 @@ Outcome classify_without_signature(const Evidence& e, const std::vector<std::str
   if (auto o = preflight_failed(e, nodes)) return *o;
   if (auto o = peers_named_lost(e, nodes, srun_status)) return *o;
   if (auto o = program_failed(e, nodes)) return *o;
+  if (auto o = unexplained_peer_lost_status(e, nodes)) return *o;
   if (auto o = first_killed(e, srun_status)) return *o;
   if (auto o = silent_nodes(e, nodes)) return *o;
   return stop_with(Verdict::kRestart, srun_status,
@@ -335,7 +362,7 @@ Outcome classify_without_signature(const Evidence& e, const std::vector<std::str
 Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int srun_status,
                  const std::set<int>& no_retry_exits) {
   Outcome o = classify_without_signature(e, nodes, srun_status, no_retry_exits);
-  if (o.verdict == Verdict::kRestart) o.signature = signature_of(e, o);
+  if (o.verdict == Verdict::kRestart && o.signature.empty()) o.signature = signature_of(e, o);
   return o;
 }
 
