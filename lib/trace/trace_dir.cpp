@@ -95,6 +95,7 @@ void write_output_file(const std::string& path, const std::string& data) {
 }
 
 using RunKey = std::pair<std::string, int>;  // run id, attempt
+using Runs = std::map<RunKey, std::vector<Candidate>>;
 
 // `word` as one word of a shell command line, quoted only when it must be: a hint's command is
 // meant to be pasted.
@@ -108,7 +109,6 @@ std::string shell_word(const std::string& word) {
   for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
-using Runs = std::map<RunKey, std::vector<Candidate>>;
 
 // The *.json names in dir (not the runtime's *.tmp.* files), sorted.
 std::vector<std::string> record_names(const std::string& dir) {
@@ -186,13 +186,16 @@ const RunKey* newest(const Runs& runs, const std::string& run_id, std::optional<
   return chosen;
 }
 
-// What exists, for an error that refuses a selection: "0, 1" (the attempts of one run) or
-// "a (attempts 0, 1), b (attempt 0)" (every run, the first 10).
+// What exists, for an error that refuses a selection: "0, 1" (the attempts of one run, the first
+// 20) or "a (attempts 0, 1), b (attempt 0)" (every run, the first 10).
 std::string attempts_of(const Runs& runs, const std::string& run_id) {
+  constexpr size_t kListed = 20;
   std::string out;
+  size_t n = 0;
   for (const auto& key : runs)
-    if (key.first.first == run_id)
+    if (key.first.first == run_id && n++ < kListed)
       out += (out.empty() ? "" : ", ") + std::to_string(key.first.second);
+  if (n > kListed) out += " and " + std::to_string(n - kListed) + " more";
   return out;
 }
 std::string runs_list(const Runs& runs) {
