@@ -24,6 +24,9 @@ CLI::App* add_trace_command(CLI::App& app, trace::TraceOptions& options) {
                   "also write a self-contained HTML timeline (one track per rank) to this file");
   sub->add_option("--run", options.run_id,
                   "the run id whose files to read (default: the run of the newest file)");
+  sub->add_option("--attempt", options.attempt,
+                  "which attempt of the run to read, a number as the verdict's first line shows "
+                  "it (default: the attempt of the run's newest file)");
   return sub;
 }
 

@@ -282,7 +282,8 @@ inline constexpr Setting kTimeline =
     on_off("DTLAUNCH_DDP_TIMELINE", Owner::kRuntime, "0", "1: rank 0's startup line always");
 inline constexpr Setting kHeartbeatTimeout =
     number("DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", Owner::kRuntime, 86'400, "10",
-           "whole seconds of silence after which a peer is lost; 0: no heartbeat");
+           "whole seconds a peer may be unresponsive (frozen, cut off) before it is lost: "
+           "declared within this + min(1 s, this/5); 0: no heartbeat");
 inline constexpr Setting kMallocMmapThreshold =
     text("MALLOC_MMAP_THRESHOLD_", Owner::kRuntime, "32 MiB with keep_step_memory",
          "set: DistributedDataParallel leaves glibc's mmap threshold to it");

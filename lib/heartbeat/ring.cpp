@@ -166,8 +166,13 @@ TimePoint Ring::next_deadline() const {
 }
 
 milliseconds Ring::limit() const {
-  return startup_ && !answered_ ? std::max(1, settings_.startup_timeouts) * settings_.timeout
-                                : settings_.timeout;
+  // The timeout is how long a rank may be frozen. Counted from its last beat, the silence also
+  // holds the time from that beat to the freeze, up to one interval (issue 35: a 4.5 s freeze
+  // with a 5 s timeout and a 1 s interval was declared), so a rank that has beaten gets one
+  // interval more, and a freeze is declared within timeout + interval. Before its first beat the
+  // silence counts from the watch's start or the handshake, which a freeze does not precede.
+  if (answered_) return settings_.timeout + settings_.interval;
+  return startup_ ? std::max(1, settings_.startup_timeouts) * settings_.timeout : settings_.timeout;
 }
 
 std::vector<Verdict> Ring::take_news() {

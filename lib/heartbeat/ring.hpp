@@ -4,10 +4,13 @@
 // simulated time.
 //
 // Each rank watches its successor, the next rank on the ring not yet known to be lost. A rank is
-// lost when its connection closes (exited), when it stays silent for the timeout (frozen when a
-// fresh connect() to it still completes, unreachable when it does not), or when a connection to
-// it is refused or times out. A verdict is flooded both ways along the ring, so every rank hears
-// of it after at most world/2 hops and nothing ever reaches every rank at once.
+// lost when its connection closes (exited), when it stays unresponsive for the timeout (frozen
+// when a fresh connect() to it still completes, unreachable when it does not), or when a
+// connection to it is refused or times out. Unresponsive for the timeout: silent for the timeout
+// plus one interval since its last heartbeat, the beat that was due when it stopped; so a
+// freeze shorter than the timeout is never declared, and a longer one within timeout +
+// interval. A verdict is flooded both ways along the ring, so every rank hears of it after at
+// most world/2 hops and nothing ever reaches every rank at once.
 #pragma once
 
 #include <chrono>
@@ -51,7 +54,7 @@ struct Verdict {
 
 struct Settings {
   milliseconds interval{1000};  // between two heartbeats on a link
-  milliseconds timeout{10000};  // silence after which a watched rank is lost
+  milliseconds timeout{10000};  // how long a watched rank may be unresponsive (Ring::limit)
   // How many timeouts the first successor has until its heartbeat thread first speaks: 3 where
   // a rank's endpoint may be published before its thread starts (dtlaunch --watch exchanges the
   // endpoints first), 1 where the thread starts before its endpoint is published (the DDP
@@ -104,8 +107,8 @@ class Ring {
   // The watched rank has been silent long enough for a probe (once per silence): the shell
   // connects to it and reports with probed().
   std::optional<int> probe_due(TimePoint now);
-  // Declares the watched rank lost when it has been silent for the timeout. Call whenever time
-  // passes; next_deadline() says when it next matters.
+  // Declares the watched rank lost when it has been silent for its limit (timeout + interval
+  // after a beat). Call whenever time passes; next_deadline() says when it next matters.
   void tick(TimePoint now);
   TimePoint next_deadline() const;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <queue>
+#include <utility>
 
 namespace dtlaunch::heartbeat {
 namespace {
@@ -31,7 +32,8 @@ class Simulation {
         state_(static_cast<size_t>(world_), Fault::kNone),
         next_beat_(static_cast<size_t>(world_), TimePoint{}),
         wake_at_(static_cast<size_t>(world_), TimePoint::max()),
-        received_(static_cast<size_t>(world_), 0) {
+        received_(static_cast<size_t>(world_), 0),
+        held_(static_cast<size_t>(world_)) {
     rings_.reserve(static_cast<size_t>(world_));
     for (int r = 0; r < world_; ++r)
       rings_.push_back(std::make_unique<Ring>(r, world_, setup.settings, TimePoint{}));
@@ -45,7 +47,7 @@ class Simulation {
       e.to = f.rank;
       e.fault = f.fault;
       push(e);
-      first_fault_ = std::min(first_fault_, e.at);
+      if (f.fault != Fault::kResume) first_fault_ = std::min(first_fault_, e.at);
     }
   }
 
@@ -59,7 +61,13 @@ class Simulation {
         inject(e);
         continue;
       }
-      if (!alive(e.to) || !deliver(e)) continue;
+      if (!alive(e.to)) {
+        // A frozen rank's kernel keeps what comes in for it; a cut-off or dead one's is lost.
+        if (state_[static_cast<size_t>(e.to)] == Fault::kFreeze && e.kind != Kind::kWake)
+          held_[static_cast<size_t>(e.to)].push_back(e);
+        continue;
+      }
+      if (!deliver(e)) continue;
       step(e.to, e.at);
     }
     out_.max_received_by_one = *std::max_element(received_.begin(), received_.end());
@@ -94,6 +102,19 @@ class Simulation {
   }
 
   void inject(const Event& e) {
+    if (e.fault == Fault::kResume) {
+      // As a thawed process: it reads what its sockets held, then looks at the time (its
+      // wake-ups were dropped meanwhile) and beats, overdue.
+      const size_t r = static_cast<size_t>(e.to);
+      state_[r] = Fault::kNone;
+      wake_at_[r] = TimePoint::max();
+      for (Event held : std::exchange(held_[r], {})) {
+        held.at = e.at;
+        deliver(held);
+      }
+      step(e.to, e.at);
+      return;
+    }
     state_[static_cast<size_t>(e.to)] = e.fault;
     if (e.fault != Fault::kExit) return;
     // The kernel closes its connections: its neighbours see EOF.
@@ -212,6 +233,7 @@ class Simulation {
   std::vector<TimePoint> next_beat_;
   std::vector<TimePoint> wake_at_;
   std::vector<uint64_t> received_;
+  std::vector<std::vector<Event>> held_;  // what came for a frozen rank, delivered at its resume
   SimulationResult out_;
   TimePoint first_fault_ = TimePoint::max();
   std::priority_queue<Event, std::vector<Event>, std::greater<>> queue_;

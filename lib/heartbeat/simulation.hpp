@@ -11,7 +11,8 @@
 
 namespace dtlaunch::heartbeat {
 
-enum class Fault : uint8_t { kNone, kExit, kFreeze, kPartition };
+// kResume: a frozen rank runs again (SIGCONT) and reads what was sent to it meanwhile.
+enum class Fault : uint8_t { kNone, kExit, kFreeze, kPartition, kResume };
 
 struct SimulationSetup {
   int world = 4;

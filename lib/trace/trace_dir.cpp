@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -17,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "core/parse.hpp"
 #include "core/text.hpp"
 #include "trace/record.hpp"
 #include "trace/timeline.hpp"
@@ -94,6 +97,19 @@ void write_output_file(const std::string& path, const std::string& data) {
 using RunKey = std::pair<std::string, int>;  // run id, attempt
 using Runs = std::map<RunKey, std::vector<Candidate>>;
 
+// `word` as one word of a shell command line, quoted only when it must be: a hint's command is
+// meant to be pasted.
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           (c != '\0' && std::strchr("_./:=@%+-,", c) != nullptr);
+  });
+  if (plain) return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // The *.json names in dir (not the runtime's *.tmp.* files), sorted.
 std::vector<std::string> record_names(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -154,32 +170,82 @@ Runs read_headers(const std::string& dir, const std::vector<std::string>& names,
   return runs;
 }
 
-// The run of the newest dump, or --run's; nullptr when there is none.
-const RunKey* choose_run(const Runs& runs, const std::string& run_id) {
+// The key of the newest dump among the runs named `run_id` (any when empty) and, when given, of
+// that attempt; nullptr when none matches.
+const RunKey* newest(const Runs& runs, const std::string& run_id, std::optional<int> attempt) {
   const RunKey* chosen = nullptr;
-  int64_t newest = INT64_MIN;
+  int64_t newest_us = INT64_MIN;
   for (const auto& [key, files] : runs) {
-    if (!run_id.empty() && key.first != run_id) continue;
+    if ((!run_id.empty() && key.first != run_id) || (attempt && key.second != *attempt)) continue;
     for (const auto& c : files)
-      if (c.header.dumped_at_us > newest || chosen == nullptr) {
-        if (c.header.dumped_at_us > newest) newest = c.header.dumped_at_us;
+      if (chosen == nullptr || c.header.dumped_at_us > newest_us) {
+        newest_us = c.header.dumped_at_us;
         chosen = &key;
       }
   }
   return chosen;
 }
 
-// No run to read: says why on `err` and returns kTraceNoInput; throws for an unknown --run.
-int no_run(const TraceOptions& options, const Runs& runs, const std::vector<std::string>& broken,
-           std::ostream& err) {
+// What exists, for an error that refuses a selection: "0, 1" (the attempts of one run, the first
+// 20) or "a (attempts 0, 1), b (attempt 0)" (every run, the first 10).
+std::string attempts_of(const Runs& runs, const std::string& run_id) {
+  constexpr size_t kListed = 20;
+  std::string out;
+  size_t n = 0;
+  for (const auto& key : runs)
+    if (key.first.first == run_id && n++ < kListed)
+      out += (out.empty() ? "" : ", ") + std::to_string(key.first.second);
+  if (n > kListed) out += " and " + std::to_string(n - kListed) + " more";
+  return out;
+}
+std::string runs_list(const Runs& runs) {
+  constexpr size_t kListed = 10;
+  std::vector<std::string> ids;
+  for (const auto& key : runs)
+    if (ids.empty() || ids.back() != key.first.first) ids.push_back(key.first.first);
+  std::string out;
+  for (size_t i = 0; i < ids.size() && i < kListed; ++i) {
+    const std::string attempts = attempts_of(runs, ids[i]);
+    out += (i ? ", '" : "'") + excerpt(ids[i], 64) + "'" +
+           (attempts.find(',') == std::string::npos ? " (attempt " : " (attempts ") + attempts +
+           ")";
+  }
+  if (ids.size() > kListed) out += " and " + std::to_string(ids.size() - kListed) + " more";
+  return out;
+}
+
+// The run --run names, or the newest dump's; its attempt --attempt names, or its newest dump's.
+// nullptr when DIR holds no record; throws for a run or an attempt that is not there.
+const RunKey* choose_run(const Runs& runs, const TraceOptions& options) {
+  const std::string in_dir = " in '" + excerpt(options.dir) + "'";
+  const RunKey* run = newest(runs, options.run_id, std::nullopt);
+  if (run == nullptr && !runs.empty())
+    throw core::Error::bad_env(
+        "--run", options.run_id,
+        "no flight record of that run" + in_dir + "; runs there: " + runs_list(runs));
+  if (options.attempt.empty()) return run;
+  const std::optional<uint64_t> n = core::parse_uint(options.attempt, INT_MAX);
+  const std::string exist = run == nullptr ? in_dir + " (no flight record there)"
+                                           : " of run '" + excerpt(run->first, 64) + "'" + in_dir +
+                                                 ": " + attempts_of(runs, run->first);
+  if (!n)
+    throw core::Error::bad_env("--attempt", options.attempt,
+                               "expected one of the attempts" + exist);
+  if (run == nullptr) return nullptr;
+  const RunKey* chosen = newest(runs, run->first, static_cast<int>(*n));
+  if (chosen == nullptr)
+    throw core::Error::bad_env("--attempt", options.attempt,
+                               "no such attempt; the attempts" + exist);
+  return chosen;
+}
+
+// No run to read: says why on `err` and returns kTraceNoInput.
+int no_run(const TraceOptions& options, const std::vector<std::string>& broken, std::ostream& err) {
   const std::string& dir = options.dir;
   for (size_t i = 0; i < broken.size() && i < kSkippedListed; ++i)
     err << "dtlaunch trace: skipped " << excerpt(broken[i], 300) << "\n";
   if (broken.size() > kSkippedListed)
     err << "dtlaunch trace: ... and " << broken.size() - kSkippedListed << " more skipped files\n";
-  if (!options.run_id.empty() && !runs.empty())
-    throw core::Error::usage("trace: no flight record of run " + excerpt(options.run_id) + " in " +
-                             excerpt(dir));
   err << "dtlaunch trace: " << excerpt(dir)
       << (broken.empty() ? ": no flight record (*.json) in it; set DTLAUNCH_DDP_TRACE_DIR for the "
                            "job, and dump with kill -USR2 or at an error"
@@ -189,8 +255,8 @@ int no_run(const TraceOptions& options, const Runs& runs, const std::vector<std:
 }
 
 // Pass 2: each rank's newest file of the chosen run into the merger; `used` gets those read.
-Verdict merge_run(const Runs& runs, const RunKey& chosen, const std::vector<std::string>& broken,
-                  std::vector<const Candidate*>& used) {
+Verdict merge_run(const std::string& dir, const Runs& runs, const RunKey& chosen,
+                  const std::vector<std::string>& broken, std::vector<const Candidate*>& used) {
   const std::vector<Candidate>& files = runs.at(chosen);
   int world = 0;
   for (const auto& c : files) world = std::max(world, c.header.world_size);
@@ -204,8 +270,9 @@ Verdict merge_run(const Runs& runs, const RunKey& chosen, const std::vector<std:
   for (const auto& [key, other] : runs)
     if (key != chosen)
       merger.other_run(key.first + " attempt " + std::to_string(key.second) + " (" +
-                       std::to_string(other.size()) + " files; dtlaunch trace --run " + key.first +
-                       ")");
+                       std::to_string(other.size()) + " files; dtlaunch trace " + shell_word(dir) +
+                       " --run " + shell_word(key.first) + " --attempt " +
+                       std::to_string(key.second) + ")");
   for (const auto& [rank, c] : per_rank) {
     std::string why;
     auto text = read_whole(c->path, &why);
@@ -245,14 +312,15 @@ void draw(const TraceOptions& options, const Verdict& v, const std::string& text
 
 int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err) {
   const std::string& dir = options.dir;
-  // Pass 1: headers. The newest dump decides the run, unless --run names one.
+  // Pass 1: headers. The newest dump decides the run and attempt, unless --run, --attempt name
+  // them.
   std::vector<std::string> broken;
   const Runs runs = read_headers(dir, record_names(dir), broken);
-  const RunKey* chosen = choose_run(runs, options.run_id);
-  if (chosen == nullptr) return no_run(options, runs, broken, err);
+  const RunKey* chosen = choose_run(runs, options);
+  if (chosen == nullptr) return no_run(options, broken, err);
 
   std::vector<const Candidate*> used;
-  const Verdict v = merge_run(runs, *chosen, broken, used);
+  const Verdict v = merge_run(dir, runs, *chosen, broken, used);
   bool any = false;
   for (const auto& r : v.ranks) any = any || r.present;
   const std::string text = render_text(v, dir);

@@ -367,7 +367,7 @@ std::string render_text(const Verdict& v, const std::string& dir) {
     out += "... and " + std::to_string(v.skipped.size() - kSkippedListed) +
            " more skipped files (--format json lists them all)\n";
   for (const auto& s : v.other_runs)
-    out += "other run in the directory: " + core::excerpt(s, 200, core::Quote::kNone) + "\n";
+    out += "other run in the directory: " + core::excerpt(s, 600, core::Quote::kNone) + "\n";
   return out;
 }
 

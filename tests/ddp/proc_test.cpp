@@ -574,7 +574,7 @@ std::string read_file(const std::string& path) {
 std::string trace_verdict(const std::string& dir, int status) {
   std::ostringstream out, err;
   const int got =
-      dtlaunch::trace::run_trace({dir, dtlaunch::trace::TraceFormat::kText, "", ""}, out, err);
+      dtlaunch::trace::run_trace({dir, dtlaunch::trace::TraceFormat::kText, "", "", ""}, out, err);
   INFO(out.str() + err.str());
   CHECK(got == status);
   return out.str() + err.str();

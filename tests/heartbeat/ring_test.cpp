@@ -63,23 +63,25 @@ TEST_CASE("a ring of two: each watches the other, one neighbour") {
   CHECK(ring.verdicts().size() == 1);
 }
 
-TEST_CASE("silence: probed before the timeout, frozen or unreachable at it, never before") {
+TEST_CASE("silence: probed before the limit, frozen or unreachable at it, never before") {
+  // After a beat the limit is the timeout plus one interval (3 s + 0.5 s): the beat may have
+  // come up to an interval before the rank stopped.
   for (const Probe probe : {Probe::kAccepted, Probe::kTimedOut}) {
     Ring ring(0, 3, settings(3000), at(0));
     ring.heard(1, at(1000), Position{41, 2});
-    CHECK_FALSE(ring.probe_due(at(3000)).has_value());  // 2 s silent: not yet
-    CHECK(ring.probe_due(at(3250)) == 1);               // timeout - probe lead (750 ms)
-    CHECK_FALSE(ring.probe_due(at(3300)).has_value());  // once
-    ring.probed(1, probe, at(3260));
-    ring.tick(at(3999));
+    CHECK_FALSE(ring.probe_due(at(3700)).has_value());  // 2.7 s silent: not yet
+    CHECK(ring.probe_due(at(3750)) == 1);               // limit - probe lead (750 ms)
+    CHECK_FALSE(ring.probe_due(at(3800)).has_value());  // once
+    ring.probed(1, probe, at(3760));
+    ring.tick(at(4499));
     CHECK(ring.verdicts().empty());
-    CHECK(ring.next_deadline() == at(4000));
-    ring.tick(at(4000));
+    CHECK(ring.next_deadline() == at(4500));
+    ring.tick(at(4500));
     REQUIRE(ring.verdicts().size() == 1);
     const Verdict& v = ring.verdicts()[0];
     CHECK(v.rank == 1);
     CHECK(v.how == (probe == Probe::kAccepted ? How::kFrozen : How::kUnreachable));
-    CHECK(v.silent_for == milliseconds(3000));
+    CHECK(v.silent_for == milliseconds(3500));
     CHECK(v.last.seq == 41);
     CHECK(v.seen_by == 0);
     CHECK(ring.watched() == 2);
@@ -94,10 +96,12 @@ TEST_CASE("at start-up the successor has three timeouts until it first speaks") 
   CHECK(ring.probe_due(at(8350)) == 1);
   ring.tick(at(9100));
   REQUIRE(ring.verdicts().size() == 1);
-  // Once it spoke, one timeout.
+  // Once it spoke, one timeout and one interval after its last beat.
   Ring spoke(0, 3, settings(3000), at(0));
   spoke.heard(1, at(100), Position{1, 1});
-  spoke.tick(at(3100));
+  spoke.tick(at(3599));
+  CHECK(spoke.verdicts().empty());
+  spoke.tick(at(3600));
   CHECK(spoke.verdicts().size() == 1);
 }
 
@@ -117,13 +121,13 @@ TEST_CASE("with one start-up timeout the first successor is lost after one timeo
 TEST_CASE("a beat after the probe clears the silence") {
   Ring ring(0, 3, settings(3000), at(0));
   ring.heard(1, at(0), Position{});
-  CHECK(ring.probe_due(at(2250)) == 1);
-  ring.probed(1, Probe::kAccepted, at(2260));
+  CHECK(ring.probe_due(at(2750)) == 1);
+  ring.probed(1, Probe::kAccepted, at(2760));
   ring.heard(1, at(2900));
-  ring.tick(at(3000));
-  ring.tick(at(5000));
+  ring.tick(at(3500));
+  ring.tick(at(5500));
   CHECK(ring.verdicts().empty());
-  CHECK(ring.probe_due(at(5150)) == 1);  // a new silence gets a new probe
+  CHECK(ring.probe_due(at(5650)) == 1);  // a new silence gets a new probe
 }
 
 TEST_CASE("a refused connection or probe means the rank exited") {
@@ -204,7 +208,9 @@ TEST_CASE("frames round-trip") {
 }
 
 // The whole ring on simulated time.
-TEST_CASE("simulated: every survivor learns of each loss, by how it was seen, within the timeout") {
+TEST_CASE(
+    "simulated: every survivor learns of each loss, by how it was seen, within timeout + "
+    "interval") {
   struct Case {
     const char* name;
     int world;
@@ -256,11 +262,12 @@ TEST_CASE("simulated: every survivor learns of each loss, by how it was seen, wi
       const auto& vs = r.verdicts[static_cast<size_t>(rank)];
       CHECK(lost_ranks(vs) == c.lost);
       for (const auto& v : vs) CHECK(v.how == c.how);
-      // Declared within the timeout (+ the network's few milliseconds).
+      // Declared within the timeout and one interval (+ the network's few milliseconds); the
+      // faults fall just before a beat, the worst case.
       CHECK(r.first_verdict_ms[static_cast<size_t>(rank)] >= 0);
-      CHECK(r.first_verdict_ms[static_cast<size_t>(rank)] <= 3000 + 100);
-      // Every loss, even of two neighbours frozen at once: 1.5 timeouts.
-      CHECK(r.all_verdicts_ms[static_cast<size_t>(rank)] <= 4500 + 100);
+      CHECK(r.first_verdict_ms[static_cast<size_t>(rank)] <= 3000 + 500 + 100);
+      // Every loss, even of two neighbours frozen at once: 1.5 timeouts and one interval.
+      CHECK(r.all_verdicts_ms[static_cast<size_t>(rank)] <= 4500 + 500 + 100);
     }
   }
 }
@@ -286,4 +293,49 @@ TEST_CASE("simulated: a slow network up to the timeout minus an interval is no l
   setup.duration = milliseconds(20000);
   const SimulationResult r = simulate(setup);
   for (const auto& vs : r.verdicts) CHECK(vs.empty());
+}
+
+// Issue 35 E: rank 0 stopped for 4.5 s (3 busy ranks, timeout 5 s, interval 1 s) was declared
+// "frozen (silent for 5.001 s)": the silence counted the time from its last beat to the freeze
+// too. The timeout is how long a rank may be frozen: at every phase of the freeze against the
+// beats, a freeze of the timeout less 10 ms is no loss, and one of the timeout and an interval
+// and 10 ms more is declared, within timeout + interval of the freeze.
+TEST_CASE("simulated: a freeze shorter than the timeout is no loss, a longer one is declared") {
+  const struct {
+    int timeout_ms, interval_ms;
+  } cases[] = {{5000, 1000}, {3000, 600}, {3000, 500}, {10000, 1000}};
+  for (const auto& c : cases) {
+    for (int tenth = 0; tenth < 10; ++tenth) {
+      const milliseconds freeze_at(20000 + c.interval_ms * tenth / 10);
+      const milliseconds timeout(c.timeout_ms), interval(c.interval_ms), eps(10);
+      for (const bool longer : {false, true}) {
+        INFO("timeout " << c.timeout_ms << " ms, interval " << c.interval_ms << " ms, frozen at "
+                        << freeze_at.count() << " ms for "
+                        << (longer ? "timeout + interval + 10 ms" : "timeout - 10 ms"));
+        SimulationSetup setup;
+        setup.world = 3;
+        setup.settings = settings(c.timeout_ms, c.interval_ms);
+        setup.settings.startup_timeouts = 1;
+        const milliseconds length = longer ? timeout + interval + eps : timeout - eps;
+        setup.faults = {{0, Fault::kFreeze, freeze_at}, {0, Fault::kResume, freeze_at + length}};
+        setup.duration = freeze_at + length + 3 * timeout;
+        const SimulationResult r = simulate(setup);
+        for (const int rank : {1, 2}) {
+          INFO("rank " << rank);
+          const auto& vs = r.verdicts[static_cast<size_t>(rank)];
+          if (!longer) {
+            CHECK(vs.empty());
+            continue;
+          }
+          // The first verdict (rank 0, thawed after it, may then accuse its own successor,
+          // whose beats it missed while frozen: the zombie's business, not this test's).
+          REQUIRE(!vs.empty());
+          CHECK(vs[0].rank == 0);
+          CHECK(vs[0].how == How::kFrozen);
+          CHECK(r.first_verdict_ms[static_cast<size_t>(rank)] <=
+                (timeout + interval + milliseconds(5)).count());
+        }
+      }
+    }
+  }
 }

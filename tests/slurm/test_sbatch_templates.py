@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """Scenario 6: the sbatch templates in scripts/sbatch/, submitted for real with sbatch, waited
-for, and their output checked. Only the sizes are overridden on the sbatch command line (the test
-nodes have 4 CPUs and 4 fake GPUs); job names, time limits, output files, signal and requeue come
-from the templates' own #SBATCH lines. The program is the probe (test_sbatch_train.py runs
-dtlaunch-train in them)."""
+for, and their output checked. First, every template submitted exactly as its `# Submit:` line
+says must fit the test nodes (4 CPUs and 4 fake GPUs each): sbatch accepts a request no node can
+meet and leaves it pending forever (issue 35: resilient.sbatch asked 4 tasks x 8 CPUs per node),
+so `sbatch --test-only` must find it a start. Then only the sizes are overridden on the sbatch
+command line; job names, time limits, output files, signal and requeue come from the templates'
+own #SBATCH lines. The program is the probe (test_sbatch_train.py runs dtlaunch-train in them)."""
 import os
 
 import slurmtest
@@ -14,6 +16,23 @@ def probe_env(out, *extra):
     return {"DTLAUNCH": ctx.dtlaunch, "TRAIN": ctx.probe,
             "TRAIN_ARGS": " ".join(["--out", out, "--rendezvous"] + list(extra))}
 
+
+# ---- each template as its header says to submit it fits the nodes -------------------------------
+templates = os.path.join(ctx.repo, "scripts", "sbatch")
+for name in sorted(n for n in os.listdir(templates) if n.endswith(".sbatch")):
+    path = os.path.join(templates, name)
+    with open(path) as f:
+        submit = [line for line in f if line.startswith("# Submit: sbatch ")]
+    if not ctx.eq(len(submit), 1, f"{name}: '# Submit: sbatch ...' lines"):
+        continue
+    # "# Submit: sbatch -N4 scripts/sbatch/resilient.sbatch   # trains on 3 nodes, 1 spare"
+    options = [w for w in submit[0].split("#")[1].split()[2:] if w.startswith("-")]
+    command = " ".join(["sbatch"] + options + [name])
+    p = ctx.run(["sbatch", "--test-only"] + options + [path], timeout=20)
+    print(f"template {name}: {command} --test-only: {p.stderr.strip()}")
+    ctx.check(p.returncode == 0 and " to start at " in p.stderr,
+              f"{name}: `{command}`, as its header says, fits no test node (4 CPUs, 4 GPUs): "
+              f"{p.stderr.strip()!r}")
 
 # ---- single node ------------------------------------------------------------------------------
 print("template single-node.sbatch")

@@ -42,7 +42,7 @@ struct MonitorSettings {
   // default twice the watchers' poll interval (0.2 s up to 1000 ranks, world/1000 s beyond,
   // at most 2 s) plus 0.5 s.
   std::chrono::milliseconds grace{900};
-  // DTLAUNCH_DDP_HEARTBEAT_TIMEOUT (whole seconds): silence after which a peer is lost
+  // DTLAUNCH_DDP_HEARTBEAT_TIMEOUT (whole seconds): how long a peer may be unresponsive
   // (peer_watch.hpp); 0: no heartbeat.
   std::chrono::milliseconds heartbeat_timeout{10000};
 
