@@ -21,6 +21,7 @@
 #include "core/fd.hpp"
 #include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
+#include "job/srun_output.hpp"
 #include "outcome.hpp"
 #include "proc/fd.hpp"
 #include "proc/output_relay.hpp"
@@ -180,11 +181,12 @@ std::vector<std::string> running_steps(const std::string& job_id) {
   return steps;
 }
 
-// One stream of srun (its stdout or stderr): passed on unchanged, read line by line.
+// One stream of srun (its stdout or stderr): passed on, the labels srun puts on the tasks' lines
+// taken off, and read line by line (srun_output.hpp).
 struct Stream {
   core::UniqueFd fd;
   int to = -1;
-  std::string partial;
+  SrunOutput reader;
 };
 
 // Passes srun's output on through the console, which never blocks (a stalled reader must not stop
@@ -202,23 +204,16 @@ void pass_on(proc::Console& console, int fd, std::string_view data) {
   }
 }
 
-bool pump(Stream& s, proc::Console& console, Evidence& evidence) {
+bool pump(Stream& s, proc::Console& console) {
   char buf[8192];
   const ssize_t n = ::read(s.fd.get(), buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) {
-    if (!s.partial.empty()) observe_line(s.partial, evidence);
-    s.partial.clear();
+    pass_on(console, s.to, s.reader.finish());
     s.fd.reset();
     return false;
   }
-  pass_on(console, s.to, std::string_view(buf, static_cast<size_t>(n)));
-  s.partial.append(buf, static_cast<size_t>(n));
-  std::size_t start = 0;
-  for (std::size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1)
-    observe_line(std::string_view(s.partial).substr(start, nl - start), evidence);
-  s.partial.erase(0, start);
-  if (s.partial.size() > 65536) s.partial.clear();  // no newline in 64 KiB: not a status line
+  pass_on(console, s.to, s.reader.feed(std::string_view(buf, static_cast<size_t>(n))));
   return true;
 }
 
@@ -239,7 +234,7 @@ struct AttemptRun {
 
 // Waits up to 100 ms for srun's output or for room in our own, reads what came into `evidence` and
 // writes what waited.
-void pump_ready(Stream (&streams)[2], proc::Console& console, Evidence& evidence) {
+void pump_ready(Stream (&streams)[2], proc::Console& console) {
   pollfd fds[4];
   nfds_t n = 0;
   for (auto& s : streams)
@@ -249,7 +244,7 @@ void pump_ready(Stream (&streams)[2], proc::Console& console, Evidence& evidence
   if (::poll(fds, n, 100) <= 0) return;
   for (auto& s : streams)
     for (nfds_t i = 0; i < n; ++i)
-      if (s.fd.get() == fds[i].fd && fds[i].revents) pump(s, console, evidence);
+      if (s.fd.get() == fds[i].fd && fds[i].revents) pump(s, console);
   for (int fd : {STDOUT_FILENO, STDERR_FILENO}) console.flush(fd);
 }
 
@@ -307,17 +302,21 @@ void deliver_to_tasks(const std::string& job_id, int sig, std::ostream& err) {
   capture({"scancel", "--signal=" + std::to_string(sig), job_id});
 }
 
-AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& job_id,
-                       milliseconds grace, proc::Console& console, std::ostream& err) {
+AttemptRun run_attempt(const std::vector<std::string>& argv, bool strip_labels,
+                       const std::string& job_id, milliseconds grace, proc::Console& console,
+                       std::ostream& err) {
   AttemptRun run;
+  const auto observe = [&evidence = run.evidence](std::string_view line, LineSource source) {
+    observe_line(line, source, evidence);
+  };
   proc::Pipe out = srun_pipe(), errs = srun_pipe();
   const auto start = Clock::now();
   const pid_t pid = spawn_srun(argv, out.write.get(), errs.write.get());
   g_srun_pid = pid;
   out.write.reset();
   errs.write.reset();
-  Stream streams[2] = {{std::move(out.read), STDOUT_FILENO, {}},
-                       {std::move(errs.read), STDERR_FILENO, {}}};
+  Stream streams[2] = {{std::move(out.read), STDOUT_FILENO, SrunOutput(strip_labels, observe)},
+                       {std::move(errs.read), STDERR_FILENO, SrunOutput(strip_labels, observe)}};
   StepStopper stopper(pid, job_id, grace);
   std::optional<Clock::time_point> first_failure, signalled;
   int wstatus = 0;
@@ -326,7 +325,7 @@ AttemptRun run_attempt(const std::vector<std::string>& argv, const std::string& 
     return std::chrono::duration_cast<milliseconds>(Clock::now() - t);
   };
   while (!reaped || streams[0].fd || streams[1].fd) {
-    pump_ready(streams, console, run.evidence);
+    pump_ready(streams, console);
     if (!reaped && ::waitpid(pid, &wstatus, WNOHANG) == pid) {
       reaped = true;
       g_srun_pid = 0;
@@ -407,7 +406,8 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
     const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options, restart);
     err << "dtlaunch job: attempt " << restart + 1 << " on " << hostlist::compress(nodes)
         << (restart ? " (restart " + std::to_string(restart) + ")" : std::string()) << std::endl;
-    AttemptRun run = run_attempt(argv, allocation.job_id, options.stop_grace, console, err);
+    AttemptRun run = run_attempt(argv, !srun_labels_asked(options.srun_args), allocation.job_id,
+                                 options.stop_grace, console, err);
     AttemptRecord record;
     record.attempt = restart + 1;
     record.nodes = nodes;

@@ -69,7 +69,8 @@ std::set<int> parse_exit_statuses(std::string_view flag, std::string_view text) 
     const std::string_view part = rest.substr(0, comma);
     const auto dash = part.find('-');
     const auto first = core::parse_uint(part.substr(0, dash), 255);
-    const auto last = dash == std::string_view::npos ? first : core::parse_uint(part.substr(dash + 1), 255);
+    const auto last =
+        dash == std::string_view::npos ? first : core::parse_uint(part.substr(dash + 1), 255);
     if (!first || !last || *first < 1 || *last < *first)
       throw Error::bad_env(flag, text,
                            "'" + core::excerpt(part, 40, core::Quote::kNone) +
@@ -155,6 +156,9 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
   if (restart > 0) argv.push_back("--overlap");
   if (allocation.gpus_per_node) argv.push_back("--gpus-per-node=" + *allocation.gpus_per_node);
   if (allocation.cpus_per_task) argv.push_back("--cpus-per-task=" + *allocation.cpus_per_task);
+  // Each task's lines labelled, srun's own not: only srun's own say how a task ended
+  // (srun_output.hpp); the driver takes the labels off again unless the user asked for them.
+  if (!srun_labels_asked(options.srun_args)) argv.push_back("--label");
   argv.insert(argv.end(), options.srun_args.begin(), options.srun_args.end());
   argv.push_back(dtlaunch);
   argv.push_back("--preflight");
@@ -169,6 +173,11 @@ std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32
   const std::string count = std::to_string(restart);
   return {{std::string(contract::setting::kRestartCount.name), count},
           {std::string(contract::env_var::kRestartCount), count}};
+}
+
+bool srun_labels_asked(const std::vector<std::string>& srun_args) {
+  return std::any_of(srun_args.begin(), srun_args.end(),
+                     [](const std::string& a) { return a == "-l" || a == "--label"; });
 }
 
 }  // namespace dtlaunch::job

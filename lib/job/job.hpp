@@ -80,4 +80,8 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
 // The variables an attempt adds to the driver's environment (restart count, status records).
 std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart);
 
+// The user's --srun-arg asks srun to label the tasks' lines (-l, --label): the job's output then
+// keeps the labels that srun is always given.
+bool srun_labels_asked(const std::vector<std::string>& srun_args);
+
 }  // namespace dtlaunch::job

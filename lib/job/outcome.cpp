@@ -153,10 +153,10 @@ std::string list(const std::set<std::string>& names) {
 
 }  // namespace
 
-void observe_line(std::string_view line, Evidence& evidence) {
-  TaskFailure failure;
-  if (read_srun_failure(line, failure)) {
-    evidence.failures.push_back(std::move(failure));
+void observe_line(std::string_view line, LineSource source, Evidence& evidence) {
+  if (source == LineSource::kSrun) {
+    TaskFailure failure;
+    if (read_srun_failure(line, failure)) evidence.failures.push_back(std::move(failure));
     return;
   }
   read_lost_hosts(line, evidence);

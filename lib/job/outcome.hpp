@@ -1,6 +1,7 @@
 // What an attempt's output says about who failed and why (the pure core of `dtlaunch job`).
 // The evidence is read line by line from the streamed output of srun and its tasks:
-//   - srun's per-node lines: "srun: error: NODE: tasks 0-1: Exited with exit code 76",
+//   - srun's own per-node lines (never a task's: srun labels those, srun_output.hpp):
+//     "srun: error: NODE: tasks 0-1: Exited with exit code 76",
 //     "srun: error: NODE: task 2: Killed", in the order srun saw them;
 //   - the DDP runtime's "peer lost" messages, naming each lost rank's host: "rank 4 (cn3) exited",
 //     or "this rank 2 (cn2) was declared lost" on a cut-off node;
@@ -15,6 +16,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "job/srun_output.hpp"
 
 namespace dtlaunch::job {
 
@@ -34,7 +37,8 @@ struct Evidence {
 };
 
 // Reads one line of output into `evidence` (any other line is ignored).
-void observe_line(std::string_view line, Evidence& evidence);
+// `source`: srun's own line, or a task's (srun_output.hpp); only srun's own say how a task ended.
+void observe_line(std::string_view line, LineSource source, Evidence& evidence);
 
 enum class Verdict {
   kSucceeded,  // srun exited 0: the job is done

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """dtlaunch job whose stdout nobody reads (`dtlaunch job ... | sleep 600`) while the program writes
-5 MB, then SIGTERM to dtlaunch job: a stalled reader must not stop supervision. The driver must end
+8 MB, then SIGTERM to dtlaunch job: a stalled reader must not stop supervision. The driver must end
 the step and exit within its stop grace (--stop-grace 2, with the escalation's 5 s and a margin for
 a loaded machine) with the status of a step ended by a signal, leave no step in squeue, and say in
 one line on stderr that it drops the output nobody reads (docs/resilience.md). Before the fix the
@@ -19,8 +19,9 @@ for name in ("pid", "status", "written"):
         os.remove(os.path.join(work, name))
 program = os.path.join(work, "chatty.sh")
 with open(program, "w") as f:
-    # 5 MB: more than the 4 MiB the driver keeps for a slow reader, plus every pipe on the way.
-    f.write(f"#!/bin/sh\nhead -c 5000000 /dev/zero | tr '\\0' x | fold -w 99\n"
+    # 8 MB: more than the 4 MiB the driver keeps for a slow reader, plus every pipe and buffer on
+    # the way (srun --label holds more: 5 MB left the driver 4.19 MB, just under its 4 MiB).
+    f.write(f"#!/bin/sh\nhead -c 8000000 /dev/zero | tr '\\0' x | fold -w 99\n"
             f"echo done > {work}/written\nexec sleep 100\n")
 os.chmod(program, 0o755)
 batch = os.path.join(work, "stall.sbatch")
@@ -52,7 +53,7 @@ try:
         # itself blocks too, so this wait is bounded and the test goes on either way.
         t = time.monotonic()
         written = wait_for(os.path.join(work, "written"), 20)
-        print(f"  the program wrote its 5 MB: {written} ({time.monotonic() - t:.1f} s)")
+        print(f"  the program wrote its 8 MB: {written} ({time.monotonic() - t:.1f} s)")
         t0 = time.monotonic()
         os.kill(driver, signal.SIGTERM)
         exited = wait_for(os.path.join(work, "status"), 2 + 5 + 5)

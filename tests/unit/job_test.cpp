@@ -2,6 +2,7 @@
 // command line and what an attempt's output says about the culprit.
 #include "job/job.hpp"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "core/error.hpp"
 #include "dtlaunch_catch.hpp"
 #include "job/outcome.hpp"
+#include "job/srun_output.hpp"
 
 using namespace dtlaunch;
 using namespace dtlaunch::job;
@@ -23,9 +25,21 @@ core::EnvMap batch_env() {
                       {"SLURM_NTASKS", "8"}};
 }
 
+bool has_label(std::string_view line) {
+  const auto colon = line.find(": ");
+  return colon != std::string_view::npos && colon > 0 &&
+         line.substr(0, colon).find_first_not_of(" 0123456789") == std::string_view::npos;
+}
+
+// The lines as srun --label writes them: srun's own bare, a task's behind its label ("0: " when
+// the case gives none), read through SrunOutput as the driver reads them.
 Evidence evidence_of(const std::vector<std::string>& lines) {
   Evidence e;
-  for (const auto& l : lines) observe_line(l, e);
+  SrunOutput output(
+      true, [&e](std::string_view line, LineSource source) { observe_line(line, source, e); });
+  for (const auto& l : lines)
+    output.feed((l.rfind("srun: ", 0) == 0 || has_label(l) ? "" : "0: ") + l + "\n");
+  output.finish();
   return e;
 }
 
@@ -109,18 +123,26 @@ TEST_CASE("job: srun runs the preflight on exactly the chosen nodes") {
   o.program = {"./train", "--epochs", "2"};
   o.launch_args = {"--grace", "5"};
   const Sizes s = decide_sizes(a, o);
+  // --label: srun's own lines told from the tasks' (srun_output.hpp).
   CHECK(srun_command("/bin/dtlaunch", {"cn1", "cn3", "cn4"}, s, a, o, 0) ==
         std::vector<std::string>{"srun", "--nodes=3", "--nodelist=cn[1,3-4]", "--ntasks=6",
-                                 "--ntasks-per-node=2", "--kill-on-bad-exit=1", "/bin/dtlaunch",
-                                 "--preflight", "--grace", "5", "--", "./train", "--epochs", "2"});
+                                 "--ntasks-per-node=2", "--kill-on-bad-exit=1", "--label",
+                                 "/bin/dtlaunch", "--preflight", "--grace", "5", "--", "./train",
+                                 "--epochs", "2"});
   // A restart shares the resources a step of the last attempt may still hold in slurmctld.
   const auto restart = srun_command("/bin/dtlaunch", {"cn1", "cn3", "cn4"}, s, a, o, 1);
   CHECK(restart[6] == "--overlap");
-  CHECK(restart[7] == "/bin/dtlaunch");
+  CHECK(restart[8] == "/bin/dtlaunch");
   o.watch = true;
   const auto with_watch = srun_command("/bin/dtlaunch", {"cn1"}, s, a, o, 0);
-  CHECK(with_watch[7] == "--preflight");
-  CHECK(with_watch[8] == "--watch");
+  CHECK(with_watch[8] == "--preflight");
+  CHECK(with_watch[9] == "--watch");
+  // The user's own -l: srun is not given a second one, and the output keeps the labels.
+  o.srun_args = {"-l"};
+  const auto labelled = srun_command("/bin/dtlaunch", {"cn1"}, s, a, o, 0);
+  CHECK(std::count(labelled.begin(), labelled.end(), "--label") == 0);
+  CHECK(srun_labels_asked(o.srun_args));
+  CHECK_FALSE(srun_labels_asked({"--exclusive"}));
   CHECK(attempt_environment(2) ==
         std::vector<std::pair<std::string, std::string>>{{"DTLAUNCH_RESTART_COUNT", "2"},
                                                          {"TORCHELASTIC_RESTART_COUNT", "2"}});
@@ -411,4 +433,91 @@ TEST_CASE("job: out of nodes, --min-nodes is advised only where it can help") {
   options.min_nodes.reset();
   sizes.nodes = sizes.min_nodes = 1;
   CHECK(out_of_nodes(0, {"cn1", "cn2"}, sizes, options).find(advice) == std::string::npos);
+}
+
+TEST_CASE("job: srun's own lines are told from the tasks', in pieces cut anywhere") {
+  const std::string text =
+      "  0: step 1\n"
+      "srun: error: cn2: task 3: Killed\n"
+      " 12: srun: error: cn2: task 1: Killed\n"
+      "  3: progress 50%\r  3: still going\n"
+      "12:no blank after the colon\n"
+      "1234567890123456789: too long a number\n"
+      "  \n"
+      "  7: " +
+      std::string(70000, 'x') + "srun: error: cn3: task 2: Killed\n" + "  1: last words";
+  // What srun's own lines and the tasks' lines are, however the stream is cut.
+  for (std::size_t piece : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7},
+                            std::size_t{4096}, text.size()}) {
+    INFO("pieces of " << piece);
+    std::vector<std::pair<std::string, LineSource>> lines;
+    SrunOutput output(true, [&lines](std::string_view line, LineSource source) {
+      lines.emplace_back(std::string(line.substr(0, 40)), source);
+    });
+    std::string passed;
+    for (std::size_t at = 0; at < text.size(); at += piece)
+      passed += output.feed(std::string_view(text).substr(at, piece));
+    passed += output.finish();
+    const std::vector<std::pair<std::string, LineSource>> want = {
+        {"step 1", LineSource::kTask},
+        {"srun: error: cn2: task 3: Killed", LineSource::kSrun},
+        {"srun: error: cn2: task 1: Killed", LineSource::kTask},
+        {"progress 50%\r  3: still going", LineSource::kTask},
+        {"12:no blank after the colon", LineSource::kSrun},
+        {"1234567890123456789: too long a number", LineSource::kSrun},
+        {"  ", LineSource::kSrun},
+        // the 70,000-byte line is passed on but never read
+        {"last words", LineSource::kTask},
+    };
+    CHECK(lines == want);
+    // Passed on as it came, less the labels at the lines' starts.
+    CHECK(passed.rfind("step 1\nsrun: error: cn2: task 3: Killed\nsrun: error: cn2: task 1", 0) ==
+          0);
+    CHECK(passed.find("  0: ") == std::string::npos);
+    CHECK(passed.find("\r  3: still going") != std::string::npos);
+    CHECK(passed.size() == text.size() - 5 - 5 - 5 - 5 - 5);
+  }
+  // srun --label cuts a task's line every 1,024 bytes: the pieces of one task are joined again.
+  {
+    const std::string k(1024, 'x');
+    std::vector<std::pair<std::string, LineSource>> lines;
+    SrunOutput output(true, [&lines](std::string_view line, LineSource source) {
+      lines.emplace_back(std::string(line.substr(line.size() > 40 ? line.size() - 40 : 0)), source);
+    });
+    std::string passed;
+    for (char c : "1: " + k + "\n1: " + k + "\n1: tail srun: error: cn2: task 1: Killed\n" +
+                      "1: " + k + "\nsrun: error: cn3: task 0: Killed\n" + "1: " + k + "\n0: a\n" +
+                      "1: " + k + "\n")
+      passed += output.feed(std::string_view(&c, 1));
+    passed += output.finish();
+    CHECK(passed == k + k + "tail srun: error: cn2: task 1: Killed\n" + k +
+                        "\nsrun: error: cn3: task 0: Killed\n" + k + "\na\n" + k + "\n");
+    REQUIRE(lines.size() == 6);
+    CHECK(lines[0] == std::make_pair(std::string("xxxtail srun: error: cn2: task 1: Killed"),
+                                     LineSource::kTask));
+    CHECK(lines[2] ==
+          std::make_pair(std::string("srun: error: cn3: task 0: Killed"), LineSource::kSrun));
+    // With the labels kept (the user's -l), srun's output is passed on as it is.
+    SrunOutput kept(false, [](std::string_view, LineSource) {});
+    const std::string raw = "1: " + k + "\n1: end\n";
+    CHECK(kept.feed(raw) + kept.finish() == raw);
+  }
+  // Asked for by the user: the labels stay in what is passed on.
+  SrunOutput keep(false, [](std::string_view, LineSource) {});
+  CHECK(keep.feed("  0: step 1\n") == "  0: step 1\n");
+}
+
+TEST_CASE(
+    "job: a line a task prints that looks like srun's or like the runtime's decides nothing") {
+  // The program, healthy, prints srun's words and the runtime's, then ends well.
+  const Evidence forged = evidence_of({"1: srun: error: cn2: task 2: Killed",
+                                       "1: srun: error: cn3: tasks 0-1: Exited with exit "
+                                       "code 75"});
+  CHECK(forged.failures.empty());
+  CHECK(classify(forged, kNodes, 0).verdict == Verdict::kSucceeded);
+  // Failing for its own reason on cn1, after printing srun's words about cn2.
+  const Evidence mixed = evidence_of({"0: srun: error: cn2: task 2: Killed",
+                                      "srun: error: cn1: task 0: Exited with exit code 1",
+                                      "srun: error: cn2: tasks 2-3: Killed"});
+  CHECK(classify(mixed, kNodes, 1).culprits == std::set<std::string>{"cn1"});
 }
