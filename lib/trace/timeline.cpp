@@ -46,14 +46,14 @@ std::string num(double v) {
   return buf;
 }
 
-std::string rank_label(const Verdict& v, size_t r) {
+std::string rank_label(const Findings& v, size_t r) {
   const RankSummary& rs = v.ranks[r];
   return "rank " + std::to_string(r) + (rs.present ? " (" + rs.host + ")" : "");
 }
 
 }  // namespace
 
-int64_t time_origin_us(const Verdict& v) {
+int64_t time_origin_us(const Findings& v) {
   int64_t t0 = INT64_MAX;
   for (const auto& [seq, last] : v.last_entered) t0 = std::min(t0, last.first);
   for (const auto& r : v.ranks)
@@ -61,7 +61,7 @@ int64_t time_origin_us(const Verdict& v) {
   return t0 == INT64_MAX ? 0 : t0;
 }
 
-std::string chrome_begin(const Verdict& v) {
+std::string chrome_begin(const Findings& v) {
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   out += "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": " +
          core::json_quote("dtlaunch run " + v.run_id + " attempt " + std::to_string(v.attempt)) +
@@ -80,7 +80,7 @@ std::string chrome_begin(const Verdict& v) {
   return out;
 }
 
-std::string chrome_rank(const Verdict& v, const RankFile& f, int64_t t0_us, bool) {
+std::string chrome_rank(const Findings& v, const RankFile& f, int64_t t0_us, bool) {
   std::string out;
   const int64_t offset = f.header.clock_offset_us.value_or(0);
   const int64_t dumped = f.header.dumped_at_us + offset;
@@ -112,7 +112,7 @@ std::string chrome_rank(const Verdict& v, const RankFile& f, int64_t t0_us, bool
   return out;
 }
 
-std::string chrome_end(const Verdict&) {
+std::string chrome_end(const Findings&) {
   return "\n]}\n";
 }
 
@@ -120,13 +120,13 @@ int timeline_row_px(int world_size) {
   return std::clamp(640 / std::max(world_size, 1), 3, 28);
 }
 
-std::pair<uint64_t, uint64_t> timeline_window(const Verdict& v, uint64_t window) {
+std::pair<uint64_t, uint64_t> timeline_window(const Findings& v, uint64_t window) {
   const uint64_t hi =
       v.divergent_seq != 0 ? std::min(v.collectives_seen, v.divergent_seq + 2) : v.collectives_seen;
   return {hi >= window ? hi - window + 1 : 1, hi};
 }
 
-Timeline::Timeline(const Verdict& v) : v_(v) {
+Timeline::Timeline(const Findings& v) : v_(v) {
   std::tie(lo_, hi_) = timeline_window(v);
   rows_.resize(v.ranks.size());
   dumped_at_.resize(v.ranks.size(), 0);

@@ -13,10 +13,10 @@
 namespace dtlaunch::trace {
 
 // The Chrome trace is written one rank file at a time: begin, each rank's events, end.
-std::string chrome_begin(const Verdict& v);
-std::string chrome_rank(const Verdict& v, const RankFile& f, int64_t t0_us, bool first);
-std::string chrome_end(const Verdict& v);
-int64_t time_origin_us(const Verdict& v);  // the earliest entry, rank 0's clock
+std::string chrome_begin(const Findings& v);
+std::string chrome_rank(const Findings& v, const RankFile& f, int64_t t0_us, bool first);
+std::string chrome_end(const Findings& v);
+int64_t time_origin_us(const Findings& v);  // the earliest entry, rank 0's clock
 
 // The HTML timeline's layout, which the screenshot test reads back: row r's band spans
 // [kTimelineTop + r * row_px, kTimelineTop + (r + 1) * row_px), its marker the columns
@@ -26,12 +26,12 @@ inline constexpr const char* kStragglerColour = "#e00000";
 inline constexpr const char* kMissingColour = "#808080";
 int timeline_row_px(int world_size);
 // The collectives the picture shows: the last `window` up to the divergence (or the newest).
-std::pair<uint64_t, uint64_t> timeline_window(const Verdict& v, uint64_t window = 60);
+std::pair<uint64_t, uint64_t> timeline_window(const Findings& v, uint64_t window = 60);
 
 // Collects the entries of the window, one file at a time, then renders the page.
 class Timeline {
  public:
-  explicit Timeline(const Verdict& v);
+  explicit Timeline(const Findings& v);
   void add(const RankFile& f);
   std::string html(const std::string& verdict_text) const;
 
@@ -44,7 +44,7 @@ class Timeline {
   std::string svg_head(int width, int height, int row_px, double span_us) const;
   std::string svg_row(int r, int row_px, int width, const TimeScale& x) const;
 
-  const Verdict& v_;
+  const Findings& v_;
   uint64_t lo_, hi_;
   std::vector<std::vector<Entry>> rows_;  // per rank, aligned to rank 0's clock
   std::vector<int64_t> dumped_at_;

@@ -255,7 +255,7 @@ int no_run(const TraceOptions& options, const std::vector<std::string>& broken, 
 }
 
 // Pass 2: each rank's newest file of the chosen run into the merger; `used` gets those read.
-Verdict merge_run(const std::string& dir, const Runs& runs, const RunKey& chosen,
+Findings merge_run(const std::string& dir, const Runs& runs, const RunKey& chosen,
                   const std::vector<std::string>& broken, std::vector<const Candidate*>& used) {
   const std::vector<Candidate>& files = runs.at(chosen);
   int world = 0;
@@ -289,7 +289,7 @@ Verdict merge_run(const std::string& dir, const Runs& runs, const RunKey& chosen
 }
 
 // Pass 3, for the pictures: the Chrome trace on `out`, the HTML timeline to --html.
-void draw(const TraceOptions& options, const Verdict& v, const std::string& text,
+void draw(const TraceOptions& options, const Findings& v, const std::string& text,
           const std::vector<const Candidate*>& used, std::ostream& out) {
   const bool chrome = options.format == TraceFormat::kChrome;
   Timeline timeline(v);
@@ -320,7 +320,7 @@ int run_trace(const TraceOptions& options, std::ostream& out, std::ostream& err)
   if (chosen == nullptr) return no_run(options, broken, err);
 
   std::vector<const Candidate*> used;
-  const Verdict v = merge_run(dir, runs, *chosen, broken, used);
+  const Findings v = merge_run(dir, runs, *chosen, broken, used);
   bool any = false;
   for (const auto& r : v.ranks) any = any || r.present;
   const std::string text = render_text(v, dir);

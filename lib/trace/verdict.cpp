@@ -61,14 +61,14 @@ std::string ranks_text(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::vector<int> Verdict::missing() const {
+std::vector<int> Findings::missing() const {
   std::vector<int> out;
   for (size_t r = 0; r < ranks.size(); ++r)
     if (!ranks[r].present) out.push_back(static_cast<int>(r));
   return out;
 }
 
-bool Verdict::healthy() const {
+bool Findings::healthy() const {
   return missing().empty() && (divergent_seq == 0 || !divergence_stalled) &&
          mismatched_collectives == 0 && stragglers.empty();
 }
@@ -234,7 +234,7 @@ void Merger::find_stragglers(size_t present) {
   }
 }
 
-Verdict Merger::finish() {
+Findings Merger::finish() {
   size_t present = 0;
   for (const auto& r : v_.ranks) present += r.present ? 1 : 0;
   if (present == 0) return v_;
@@ -249,14 +249,14 @@ Verdict Merger::finish() {
 
 namespace {
 
-std::string rank_where(const Verdict& v, int rank) {
+std::string rank_where(const Findings& v, int rank) {
   const RankSummary& r = v.ranks[static_cast<size_t>(rank)];
   if (!r.present) return "rank " + std::to_string(rank);
   return "rank " + std::to_string(rank) + " (" + core::excerpt(r.host, 64, core::Quote::kNone) +
          ", local rank " + std::to_string(r.local_rank) + ")";
 }
 
-std::string group_text(const Verdict& v, const std::vector<int>& ranks) {
+std::string group_text(const Findings& v, const std::vector<int>& ranks) {
   if (ranks.size() == 1) return rank_where(v, ranks[0]);
   return "ranks " + ranks_text(ranks);
 }
@@ -277,7 +277,7 @@ const char* state_word(EntryState s) {
 }
 
 // The divergence line: the first collective not every rank completed, and where each rank is.
-std::string divergence_line(const Verdict& v) {
+std::string divergence_line(const Findings& v) {
   if (v.divergent_seq == 0)
     return v.collectives_seen > 0
                ? "no divergence: every rank completed every collective its file holds\n"
@@ -311,7 +311,7 @@ std::string divergence_line(const Verdict& v) {
 }
 
 // The mismatch line: how many collectives the ranks disagree on, and the first one's groups.
-std::string mismatch_line(const Verdict& v) {
+std::string mismatch_line(const Findings& v) {
   if (v.mismatched_collectives == 0) return "";
   std::string out = "mismatches: " + std::to_string(v.mismatched_collectives) +
                     (v.mismatched_collectives == 1 ? " collective" : " collectives") +
@@ -333,7 +333,7 @@ std::string mismatch_line(const Verdict& v) {
 
 }  // namespace
 
-std::string render_text(const Verdict& v, const std::string& dir) {
+std::string render_text(const Findings& v, const std::string& dir) {
   std::string out;
   const auto missing = v.missing();
   size_t present = v.ranks.size() - missing.size();
@@ -371,7 +371,7 @@ std::string render_text(const Verdict& v, const std::string& dir) {
   return out;
 }
 
-std::string render_json(const Verdict& v, const std::string& dir) {
+std::string render_json(const Findings& v, const std::string& dir) {
   auto ints = [](const std::vector<int>& xs) {
     return "[" + core::join(xs, ", ", [](auto x) { return std::to_string(x); }) + "]";
   };

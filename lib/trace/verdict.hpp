@@ -48,7 +48,9 @@ struct Straggler {
   double waited_s = 0, span_s = 0;         // what the others waited for it, in the span
 };
 
-struct Verdict {
+// What the records of one run say: each rank's place, where they diverged, what mismatched, who
+// was lost (merge_run in trace_dir.cpp builds it; the text, HTML and chrome views draw it).
+struct Findings {
   std::string run_id;
   int attempt = 0;
   int world_size = 0;
@@ -89,7 +91,7 @@ class Merger {
     v_.skipped.push_back(file + ": " + why);
   }
   void other_run(const std::string& what) { v_.other_runs.push_back(what); }
-  Verdict finish();
+  Findings finish();
 
  private:
   // The steps of finish(); `present`: the ranks with a file.
@@ -97,7 +99,7 @@ class Merger {
   void count_mismatches();
   void find_stragglers(size_t present);
 
-  Verdict v_;
+  Findings v_;
   std::map<uint64_t, CollectiveSummary> seqs_;
   // Per rank, per collective it entered: how late it was against the second latest.
   std::vector<std::vector<double>> late_ms_;
@@ -107,7 +109,7 @@ class Merger {
 // kSkippedListed skipped files and counts the rest (a directory of 100,000 junk files was
 // 100,000 lines); the JSON lists them all.
 inline constexpr size_t kSkippedListed = 20;
-std::string render_text(const Verdict& v, const std::string& dir);
-std::string render_json(const Verdict& v, const std::string& dir);
+std::string render_text(const Findings& v, const std::string& dir);
+std::string render_json(const Findings& v, const std::string& dir);
 
 }  // namespace dtlaunch::trace

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (file->header.world_size > 4096) return 0;  // per-rank tables: keep each run fast
   Merger merger(file->header.run_id, file->header.attempt, file->header.world_size);
   merger.add("fuzz.json", *file);
-  const Verdict v = merger.finish();
+  const Findings v = merger.finish();
   (void)render_text(v, "dir");
   (void)render_json(v, "dir");
   Timeline timeline(v);

@@ -90,7 +90,7 @@ std::vector<std::string> job(int world, int steps, uint32_t seed, int64_t jitter
   return files;
 }
 
-Verdict merge(const std::vector<std::string>& files, int world) {
+Findings merge(const std::vector<std::string>& files, int world) {
   Merger m("run-1", 0, world);
   for (size_t r = 0; r < files.size(); ++r)
     if (!files[r].empty()) m.add("f" + std::to_string(r), parsed(files[r]));
@@ -146,7 +146,7 @@ TEST_CASE(
     "waiters") {
   const std::vector<FakeEntry> waiter = {{1, 100, 200}, {2, 300, 400}, {3, 500, 0, "failed"}};
   const std::vector<FakeEntry> skipper = {{1, 100, 200}, {2, 300, 400}};
-  const Verdict v = merge({rank_file(0, 3, waiter, "error"), rank_file(1, 3, skipper),
+  const Findings v = merge({rank_file(0, 3, waiter, "error"), rank_file(1, 3, skipper),
                            rank_file(2, 3, waiter, "error")},
                           3);
   CHECK(v.divergent_seq == 3);
@@ -166,7 +166,7 @@ TEST_CASE("trace: missing ranks are named, mismatches are counted in full with b
     odd.push_back({s, int64_t(s) * 100, int64_t(s) * 100 + 50, "completed", s > 3 ? 5 : 4});
   std::vector<FakeEntry> even;
   for (uint64_t s = 1; s <= 500; ++s) even.push_back({s, int64_t(s) * 100, int64_t(s) * 100 + 50});
-  const Verdict v =
+  const Findings v =
       merge({rank_file(0, 4, even), rank_file(1, 4, odd), "", rank_file(3, 4, even)}, 4);
   CHECK(v.missing() == std::vector<int>{2});
   CHECK(v.mismatched_collectives == 497);
@@ -182,10 +182,10 @@ TEST_CASE("trace: missing ranks are named, mismatches are counted in full with b
 TEST_CASE("trace: a straggler is named, healthy jittery runs name nobody") {
   for (uint32_t seed = 1; seed <= 30; ++seed) {
     INFO("seed " << seed);
-    const Verdict healthy = merge(job(4, 300, seed, 3000), 4);
+    const Findings healthy = merge(job(4, 300, seed, 3000), 4);
     CHECK(healthy.stragglers.empty());
     CHECK(healthy.healthy());
-    const Verdict slow = merge(job(4, 300, seed, 3000, 2, 20000), 4);
+    const Findings slow = merge(job(4, 300, seed, 3000, 2, 20000), 4);
     REQUIRE(slow.stragglers.size() == 1);
     CHECK(slow.stragglers[0].rank == 2);
     CHECK(slow.stragglers[0].median_late_ms > 15);
