@@ -69,7 +69,8 @@ std::set<int> parse_exit_statuses(std::string_view flag, std::string_view text) 
     const std::string_view part = rest.substr(0, comma);
     const auto dash = part.find('-');
     const auto first = core::parse_uint(part.substr(0, dash), 255);
-    const auto last = dash == std::string_view::npos ? first : core::parse_uint(part.substr(dash + 1), 255);
+    const auto last =
+        dash == std::string_view::npos ? first : core::parse_uint(part.substr(dash + 1), 255);
     if (!first || !last || *first < 1 || *last < *first)
       throw Error::bad_env(flag, text,
                            "'" + core::excerpt(part, 40, core::Quote::kNone) +
@@ -165,10 +166,12 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
   return argv;
 }
 
-std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart) {
+std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart,
+                                                                     const std::string& job_key) {
   const std::string count = std::to_string(restart);
   return {{std::string(contract::setting::kRestartCount.name), count},
-          {std::string(contract::env_var::kRestartCount), count}};
+          {std::string(contract::env_var::kRestartCount), count},
+          {std::string(contract::env_var::kJobKey), job_key}};
 }
 
 }  // namespace dtlaunch::job

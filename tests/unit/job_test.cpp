@@ -121,9 +121,11 @@ TEST_CASE("job: srun runs the preflight on exactly the chosen nodes") {
   const auto with_watch = srun_command("/bin/dtlaunch", {"cn1"}, s, a, o, 0);
   CHECK(with_watch[7] == "--preflight");
   CHECK(with_watch[8] == "--watch");
-  CHECK(attempt_environment(2) ==
+  const std::string key(64, 'b');
+  CHECK(attempt_environment(2, key) ==
         std::vector<std::pair<std::string, std::string>>{{"DTLAUNCH_RESTART_COUNT", "2"},
-                                                         {"TORCHELASTIC_RESTART_COUNT", "2"}});
+                                                         {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                                         {"DTLAUNCH_JOB_KEY", key}});
 }
 
 TEST_CASE("job: srun's per-node lines are read, other lines are not") {
