@@ -201,9 +201,10 @@ Message hello_message(const NodeOptions& o) {
 }
 
 // How long a connection that a stranger may have opened has to say a valid hello: a rank says it
-// as soon as its connect() completes.
+// as soon as its connect() completes, but a rank starved of CPU must not have its link closed
+// (it would read that as this rank's exit), hence half the timeout, 2 to 5 s.
 milliseconds hello_window(const Settings& s) {
-  return std::clamp<milliseconds>(2 * s.interval, milliseconds(2000), milliseconds(5000));
+  return std::clamp<milliseconds>(s.timeout / 2, milliseconds(2000), milliseconds(5000));
 }
 
 // Closes each accepted connection that has not said a valid hello in time: a stranger's, or
