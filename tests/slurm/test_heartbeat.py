@@ -20,7 +20,10 @@ TIMEOUT = 3
 BOUND = TIMEOUT + 5
 NODES = 4
 layout = [f"-N{NODES}", "--ntasks-per-node=1", "--cpus-per-task=1", "--kill-on-bad-exit=1", "-l"]
-env = dict(ctx.env, DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=str(TIMEOUT))
+# A job key, as the templates export one (docs/security.md): the heartbeat's frames are sealed
+# across the nodes.
+env = dict(ctx.env, DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=str(TIMEOUT),
+           DTLAUNCH_JOB_KEY=os.urandom(32).hex())
 
 
 def train_pids(k):
