@@ -55,7 +55,7 @@ def listening(pid):
     except OSError:
         return []
     ports = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):  # the rank's namespace
         for line in open(table).read().splitlines()[1:]:
             f = line.split()
             if f[3] == "0A" and f[9] in inodes:
