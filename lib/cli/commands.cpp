@@ -10,6 +10,7 @@
 #include "contract/contract.hpp"
 #include "contract/settings.hpp"
 #include "core/error.hpp"
+#include "core/hmac.hpp"
 #include "core/text.hpp"
 #include "doctor/launch_check.hpp"
 #include "hostlist/hostlist.hpp"
@@ -110,7 +111,10 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
       const std::uint64_t tag =
           std::hash<std::string>{}(spec.master.addr + ":" + std::to_string(spec.master.port) + "/" +
                                    std::to_string(spec.world_size));
-      return watch->run(self, flags.watch_timeout, grace, tag);
+      std::optional<core::JobKey> key;
+      if (const auto hex = contract::read_text(env, contract::setting::kJobKey))
+        key = core::parse_job_key(*hex, contract::env_var::kJobKey);
+      return watch->run(self, flags.watch_timeout, grace, tag, key);
     }
     proc::exec_worker(self);
   }
@@ -122,7 +126,10 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
   supervision.descendant_marker = *launch_plan.descendant_marker;
   auto make_workers = [&](std::uint32_t restart_count) {
     std::vector<proc::WorkerProcess> processes;
-    for (const launch::PlannedWorker& w : launch::plan_workers(launch_plan, env, restart_count))
+    // A fresh secret per attempt: a frame captured in one attempt is refused in the next.
+    const std::string key = core::to_hex(core::make_job_key());
+    for (const launch::PlannedWorker& w :
+         launch::plan_workers(launch_plan, env, restart_count, key))
       processes.push_back(worker_process(spec, w));
     return processes;
   };

@@ -4,6 +4,7 @@
 
 #include "contract/settings.hpp"
 #include "core/error.hpp"
+#include "core/hmac.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
 
@@ -111,6 +112,13 @@ constexpr std::array kExported = {
                 "dtlaunch's pid and 16 random hex digits; not set under Slurm, where the step's "
                 "cgroup does this",
                 Write::kSet, [](const WorkerContract& c) { return c.supervisor; }},
+    ExportedVar{v::kJobKey,
+                "the job's secret, 64 hex digits: the heartbeat's frames are authenticated with "
+                "it, so that a process outside the job cannot end or steer it "
+                "(docs/security.md); --dry-run prints it redacted",
+                "local mode: a fresh one per attempt; under Slurm the inherited one (dtlaunch job "
+                "makes one per attempt), left as it is",
+                Write::kSet, [](const WorkerContract& c) { return c.job_key; }},
 };
 
 constexpr std::array kRemoved = {
@@ -258,6 +266,14 @@ WorkerContract parse_contract(const core::EnvMap& env,
   if (run_id)
     if (const std::string why = run_id_problem(*run_id); !why.empty())
       in.problem(std::string(v::kRunId) + "='" + core::excerpt(*run_id) + "' " + why);
+  const auto job_key = in.text(v::kJobKey, false);
+  if (job_key) {
+    try {  // the value is a secret: never quoted
+      core::parse_job_key(*job_key, v::kJobKey);
+    } catch (const core::Error& e) {
+      in.problem(e.what());
+    }
+  }
   for (const std::string& problem : more_problems) in.problem(problem);
   in.throw_if_any();
 
@@ -277,6 +293,7 @@ WorkerContract parse_contract(const core::EnvMap& env,
   c.device = device;
   if (auto visible = env.get_raw(v::kCudaVisibleDevices)) c.visible_devices = std::string(*visible);
   c.supervisor = in.text(v::kSupervisor, false);
+  c.job_key = job_key;
   c.omp_num_threads = in.text(v::kOmpNumThreads, false);
   c.pci_device_order = env.get(v::kCudaDeviceOrder) == "PCI_BUS_ID";
   return c;

@@ -42,6 +42,10 @@ struct WorkerContract {
   // OMP_NUM_THREADS and CUDA_DEVICE_ORDER=PCI_BUS_ID, each only where the user has not set it.
   std::optional<std::string> omp_num_threads;
   bool pci_device_order = false;
+  // DTLAUNCH_JOB_KEY, 64 hex digits: the secret that authenticates the heartbeat's frames to the
+  // job (docs/security.md); nullopt: an inherited one stands (Slurm: dtlaunch job's, or the
+  // batch script's).
+  std::optional<std::string> job_key;
 
   bool operator==(const WorkerContract&) const = default;
 };
@@ -122,6 +126,7 @@ inline constexpr std::string_view kCudaDevice = "DTLAUNCH_CUDA_DEVICE";
 inline constexpr std::string_view kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
 inline constexpr std::string_view kCudaDeviceOrder = "CUDA_DEVICE_ORDER";
 inline constexpr std::string_view kSupervisor = "DTLAUNCH_SUPERVISOR";
+inline constexpr std::string_view kJobKey = "DTLAUNCH_JOB_KEY";
 }  // namespace env_var
 
 // "DTLAUNCH_SUPERVISOR=<tag>": how the guardian recognises a supervised worker's descendants by

@@ -31,8 +31,8 @@ constexpr auto kAll = std::to_array<const Setting*>(
      &s::kLocalWorldSize, &s::kNodeRank, &s::kNnodes, &s::kCudaDevice, &s::kRunId,
      &s::kGlooSocketIfname, &s::kUseLibuv, &s::kShm, &s::kTraceEntries, &s::kTraceDir,
      &s::kTraceAtExit, &s::kDumpSignal, &s::kTorchelasticRestartCount, &s::kMaxRestarts,
-     &s::kSlurmRestartCount, &s::kCheck, &s::kReportGraceMs, &s::kTimeline, &s::kHeartbeatTimeout,
-     &s::kMallocMmapThreshold, &s::kMallocTrimThreshold,
+     &s::kSlurmRestartCount, &s::kCheck, &s::kReportGraceMs, &s::kTimeline, &s::kJobKey,
+     &s::kHeartbeatTimeout, &s::kMallocMmapThreshold, &s::kMallocTrimThreshold,
      // example
      &s::kXdgCacheHome});
 

@@ -280,6 +280,10 @@ inline constexpr Setting kReportGraceMs =
            "how long a failed rank waits for the others' positions");
 inline constexpr Setting kTimeline =
     on_off("DTLAUNCH_DDP_TIMELINE", Owner::kRuntime, "0", "1: rank 0's startup line always");
+inline constexpr Setting kJobKey =
+    text(env_var::kJobKey, Owner::kRuntime, "none: frames checked for their shape only",
+         "64 hex digits: the job's secret that authenticates the heartbeat (docs/security.md); "
+         "dtlaunch sets it, read by the runtime and --watch");
 inline constexpr Setting kHeartbeatTimeout =
     number("DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", Owner::kRuntime, 86'400, "10",
            "whole seconds a peer may be unresponsive (frozen, cut off) before it is lost: "

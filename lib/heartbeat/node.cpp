@@ -20,6 +20,7 @@
 
 #include "core/fd.hpp"
 #include "core/socket.hpp"
+#include "heartbeat/gate.hpp"
 #include "heartbeat/wire.hpp"
 
 namespace dtlaunch::heartbeat {
@@ -38,7 +39,37 @@ Endpoint parse_endpoint(const std::string& text) {
   return e;
 }
 
-Listener::Listener() {
+namespace {
+
+// A listening socket bound to numeric `address`; -1 when it cannot be.
+int listen_on(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(address.c_str(), "0", &hints, &found) != 0) return -1;
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, ::freeaddrinfo);
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+}  // namespace
+
+Listener::Listener(const std::string& address) {
+  if (!address.empty()) fd_ = listen_on(address);
+  if (fd_ < 0) bind_any();
+  if (::listen(fd_, 64) != 0)
+    throw std::system_error(errno, std::generic_category(), "heartbeat: listen");
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(a).sin6_port
+                                        : reinterpret_cast<sockaddr_in&>(a).sin_port);
+}
+
+void Listener::bind_any() {
   fd_ = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   bool v6 = fd_ >= 0;
   if (v6) {
@@ -60,13 +91,6 @@ Listener::Listener() {
     if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
       throw std::system_error(errno, std::generic_category(), "heartbeat: bind");
   }
-  if (::listen(fd_, 64) != 0)
-    throw std::system_error(errno, std::generic_category(), "heartbeat: listen");
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-  port_ = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(a).sin6_port
-                                        : reinterpret_cast<sockaddr_in&>(a).sin_port);
 }
 
 Listener::~Listener() {
@@ -108,8 +132,9 @@ struct Link {
   int rank = -1;  // -1 until its hello
   bool outgoing = false;
   bool connecting = false;
-  TimePoint connect_deadline{};
+  TimePoint deadline{};  // connecting: the connect()'s; accepted: the hello's
   std::vector<uint8_t> in;
+  LinkGate gate;
 };
 
 // The one probe under way: a connect() whose only answer is whether `rank` accepts it.
@@ -157,22 +182,39 @@ bool send_frame(int fd, const Frame& f) {
   return false;  // an error, or a partial frame that would desynchronise the stream
 }
 
-Frame verdict_frame(const Verdict& v) {
+Message verdict_message(const Verdict& v) {
   Message m;
   m.type = FrameType::kVerdict;
   m.rank = v.rank;
   m.position = v.last;
   m.verdict = v;
-  return encode(m);
+  return m;
 }
 
-Frame hello_frame(const NodeOptions& o) {
+Message hello_message(const NodeOptions& o) {
   Message m;
   m.type = FrameType::kHello;
   m.rank = o.self;
   m.tag = o.tag;
   if (o.position) m.position = o.position();
-  return encode(m);
+  return m;
+}
+
+// How long a connection that a stranger may have opened has to say a valid hello: a rank says it
+// as soon as its connect() completes, but a rank starved of CPU must not have its link closed
+// (it would read that as this rank's exit), hence half the timeout, 2 to 5 s.
+milliseconds hello_window(const Settings& s) {
+  return std::clamp<milliseconds>(s.timeout / 2, milliseconds(2000), milliseconds(5000));
+}
+
+// Closes each accepted connection that has not said a valid hello in time: a stranger's, or
+// one that trickles its frames.
+void close_unidentified(std::vector<Link>& links, Gate& gate, TimePoint t) {
+  std::erase_if(links, [&](const Link& l) {
+    const bool expired = !l.outgoing && !l.gate.greeted && t >= l.deadline;
+    if (expired) gate.count(Refusal::kNoHello);
+    return expired;
+  });
 }
 
 }  // namespace
@@ -222,6 +264,11 @@ void Node::add_endpoints(const std::map<int, Endpoint>& more) {
   wake();
 }
 
+Refused Node::refused() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return refused_;
+}
+
 std::vector<int> Node::own_sockets() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return own_sockets_;
@@ -234,6 +281,7 @@ class Node::Loop {
       : node_(node),
         o_(node.options_),
         ring_(o_.self, o_.world, o_.settings, Clock::now()),
+        gate_(o_.self, o_.world, o_.tag, o_.key),
         next_beat_(Clock::now()) {}
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
@@ -259,22 +307,28 @@ class Node::Loop {
     if (node_.goodbye_.load()) {
       // A watcher that switched to this rank a moment ago waits in the backlog: it hears the
       // goodbye too, instead of the reset that closing the listener sends it.
+      // Its hello is read first: a goodbye is sealed to a known rank.
       accept_all();
+      for (Link& l : links_)
+        if (!l.connecting && !l.gate.greeted) read_link(l, Clock::now());
       Message m;
       m.type = FrameType::kBye;
       m.rank = o_.self;
-      const Frame f = encode(m);
-      for (const Link& l : links_)
-        if (!l.connecting) send_frame(l.fd.get(), f);
+      for (Link& l : links_)
+        if (!l.connecting && l.gate.rank >= 0) send_message(l, m);
     }
   }
 
  private:
   void close_link(size_t i) { links_.erase(links_.begin() + static_cast<std::ptrdiff_t>(i)); }
-  void send_to(int rank, const Frame& f) {
-    for (const Link& l : links_) {
+  // Sealed for the link's peer, which is known: this rank opened the link, or the peer said hello.
+  bool send_message(Link& l, const Message& m) {
+    return send_frame(l.fd.get(), gate_.seal(m, l.gate.rank, l.outgoing));
+  }
+  void send_to(int rank, const Message& m) {
+    for (Link& l : links_) {
       if (l.rank != rank || l.connecting) continue;
-      if (send_frame(l.fd.get(), f)) node_.sent_.fetch_add(1, std::memory_order_relaxed);
+      if (send_message(l, m)) node_.sent_.fetch_add(1, std::memory_order_relaxed);
       return;  // one link per rank is enough
     }
   }
@@ -310,7 +364,8 @@ class Node::Loop {
       ring_.connect_failed(w, probe_of(-fd), now);
       connect_pending_ = ring_.watched() != w;
     } else {
-      links_.push_back({core::UniqueFd(fd), w, true, true, now + o_.settings.timeout, {}});
+      links_.push_back(
+          {core::UniqueFd(fd), w, true, true, now + o_.settings.timeout, {}, {false, w, false}});
     }
   }
 
@@ -336,17 +391,16 @@ class Node::Loop {
       if (o_.on_verdict) o_.on_verdict(v);
       for (size_t i = links_.size(); i-- > 0;)
         if (links_[i].rank == v.rank) close_link(i);
-      const Frame f = verdict_frame(v);
-      for (const int n : ring_.neighbours()) send_to(n, f);
+      for (const int n : ring_.neighbours()) send_to(n, verdict_message(v));
     }
     return any;
   }
 
   // Every verdict known here, to a new neighbour: one flooded while the link to it was still
   // connecting (a new successor after a loss) would otherwise stop here.
-  bool send_verdicts(int fd) {
+  bool send_verdicts(Link& l) {
     for (const Verdict& v : ring_.verdicts())
-      if (!send_frame(fd, verdict_frame(v))) return false;
+      if (!send_message(l, verdict_message(v))) return false;
     return true;
   }
 
@@ -369,8 +423,7 @@ class Node::Loop {
     m.type = FrameType::kBeat;
     m.rank = o_.self;
     if (o_.position) m.position = o_.position();
-    const Frame f = encode(m);
-    for (const int n : ring_.neighbours()) send_to(n, f);
+    for (const int n : ring_.neighbours()) send_to(n, m);
     next_beat_ = now + o_.settings.interval;
   }
 
@@ -379,7 +432,7 @@ class Node::Loop {
     TimePoint until = std::min(next_beat_, ring_.next_deadline());
     if (probe_.fd) until = std::min(until, probe_.deadline);
     for (const Link& l : links_)
-      if (l.connecting) until = std::min(until, l.connect_deadline);
+      if (l.connecting || (!l.outgoing && !l.gate.greeted)) until = std::min(until, l.deadline);
     std::vector<pollfd> fds;
     fds.push_back({node_.wake_read_, POLLIN, 0});
     fds.push_back({node_.listen_fd_, POLLIN, 0});
@@ -409,7 +462,16 @@ class Node::Loop {
       if (!keep) dead.push_back(i);
     }
     for (size_t k = dead.size(); k-- > 0;) close_link(dead[k]);
+    close_unidentified(links_, gate_, t);
+    publish_refused();
     return true;
+  }
+
+  void publish_refused() {
+    if (gate_.refused().total() == published_refused_) return;
+    published_refused_ = gate_.refused().total();
+    std::lock_guard<std::mutex> lock(node_.mutex_);
+    node_.refused_ = gate_.refused();
   }
 
   void accept_all() {
@@ -418,7 +480,8 @@ class Node::Loop {
       if (fd < 0) break;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      links_.push_back({core::UniqueFd(fd), -1, false, false, {}, {}});
+      const TimePoint hello_by = Clock::now() + hello_window(o_.settings);
+      links_.push_back({core::UniqueFd(fd), -1, false, false, hello_by, {}, {true, -1, false}});
     }
   }
 
@@ -431,12 +494,12 @@ class Node::Loop {
 
   // A connect() in progress; false when the link must be dropped.
   bool finish_connect(Link& l, short revents, TimePoint t) {
-    const int err = connect_result(l.fd.get(), revents, t, l.connect_deadline);
+    const int err = connect_result(l.fd.get(), revents, t, l.deadline);
     if (err == 0) {
       l.connecting = false;
       // The rank we connected to counts as heard: it accepted.
       ring_.heard(l.rank, t);
-      return send_frame(l.fd.get(), hello_frame(o_)) && send_verdicts(l.fd.get());
+      return send_message(l, hello_message(o_)) && send_verdicts(l);
     }
     if (err > 0) {
       ring_.connect_failed(l.rank, probe_of(err), t);
@@ -460,33 +523,33 @@ class Node::Loop {
     for (; ok && l.in.size() - at >= kFrameBytes; at += kFrameBytes) {
       Frame f;
       std::copy_n(l.in.begin() + static_cast<std::ptrdiff_t>(at), kFrameBytes, f.begin());
-      ok = handle_frame(l, decode(f), t);
+      // A refused frame is never acted on; a connection that has not said a valid hello first
+      // is a stranger's, and closed.
+      const std::optional<Message> m = gate_.admit(f, l.gate);
+      ok = m ? handle_frame(l, *m, t) : l.gate.greeted;
     }
     l.in.erase(l.in.begin(), l.in.begin() + static_cast<std::ptrdiff_t>(at));
     return ok;
   }
 
-  // One frame from a link; false for one that is not this job's heartbeat.
-  bool handle_frame(Link& l, const std::optional<Message>& m, TimePoint t) {
-    if (!m || m->rank < 0 || m->rank >= o_.world) return false;
-    switch (m->type) {
+  // One frame the gate admitted; false when the link must be dropped.
+  bool handle_frame(Link& l, const Message& m, TimePoint t) {
+    switch (m.type) {
       case FrameType::kHello:
-        if (m->tag != o_.tag) return false;
         if (l.rank < 0) {
-          l.rank = m->rank;
+          l.rank = m.rank;
           // Answered, so that the rank that connected learns this one's position at once.
-          if (!l.outgoing &&
-              !(send_frame(l.fd.get(), hello_frame(o_)) && send_verdicts(l.fd.get())))
+          if (!l.outgoing && !(send_message(l, hello_message(o_)) && send_verdicts(l)))
             return false;
         }
-        ring_.heard(m->rank, t, m->position);
+        ring_.heard(m.rank, t, m.position);
         break;
       case FrameType::kBeat:
-        if (l.rank >= 0) ring_.heard(l.rank, t, m->position);
+        if (l.rank >= 0) ring_.heard(l.rank, t, m.position);
         break;
       case FrameType::kVerdict:
         if (l.rank >= 0) ring_.heard(l.rank, t);
-        ring_.receive(m->verdict, t);
+        ring_.receive(m.verdict, t);
         break;
       case FrameType::kBye:
         if (l.rank >= 0) ring_.departed(l.rank, t);
@@ -499,10 +562,12 @@ class Node::Loop {
   Node& node_;
   NodeOptions& o_;
   Ring ring_;
+  Gate gate_;
   std::vector<Link> links_;
   PendingProbe probe_;
   TimePoint next_beat_;
   bool connect_pending_ = false;
+  uint64_t published_refused_ = 0;
 };
 
 void Node::run() {

@@ -1,6 +1,6 @@
 // The heartbeat's I/O shell: one thread that listens on a small TCP endpoint of its own, keeps a
 // connection to the watched rank (its ring successor) and accepts its predecessor's, sends a
-// 32-byte heartbeat on each every interval, probes a silent rank with a fresh connect(), and
+// sealed heartbeat on each every interval, probes a silent rank with a fresh connect(), and
 // floods verdicts; the decisions are the pure core's (ring.hpp). The thread never waits for
 // anything but poll(), so a busy or blocked caller never delays a heartbeat.
 #pragma once
@@ -14,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "heartbeat/gate.hpp"
 #include "heartbeat/ring.hpp"
+#include "heartbeat/wire.hpp"
 
 namespace dtlaunch::heartbeat {
 
@@ -29,11 +31,13 @@ std::string format_endpoint(const Endpoint& e);
 // Throws std::invalid_argument on a malformed record.
 Endpoint parse_endpoint(const std::string& text);
 
-// A listening socket on every interface, on a port the kernel picks (close-on-exec).
+// A listening socket on a port the kernel picks (close-on-exec), bound to `address` (numeric, the
+// one this rank publishes: the job's traffic goes there, docs/security.md); on every interface
+// when `address` is empty or cannot be bound.
 class Listener {
  public:
   // Throws std::system_error.
-  Listener();
+  explicit Listener(const std::string& address = "");
   ~Listener();
   Listener(Listener&& other) noexcept;
   Listener& operator=(Listener&&) = delete;
@@ -43,6 +47,7 @@ class Listener {
   int release() noexcept;
 
  private:
+  void bind_any();
   int fd_ = -1;
   uint16_t port_ = 0;
 };
@@ -56,6 +61,9 @@ struct NodeOptions {
   int world = 1;
   Settings settings;
   uint64_t tag = 0;  // the job's identity; connections carrying another are refused
+  // The job's secret (DTLAUNCH_JOB_KEY): every frame is sealed with it and one that is not is
+  // refused. None: frames are only checked for their shape and tag (docs/security.md).
+  Key key;
   // Endpoints known to this rank, by rank: at least its successor's, better the next few.
   // A rank whose endpoint is unknown is not watched (it counts as heard) until add_endpoints()
   // brings it: a rank that has not started yet is the start-up's business, not a loss.
@@ -79,6 +87,8 @@ class Node {
   void stop(bool say_goodbye = true);
   std::vector<Verdict> verdicts() const;
   bool any_lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  // The frames and connections refused so far (docs/security.md). Thread-safe.
+  Refused refused() const;
   // Frames sent and received so far (for the benchmarks).
   uint64_t frames_sent() const noexcept { return sent_.load(std::memory_order_relaxed); }
   // More endpoints, as they become known (a rank publishes its own once it has started): the
@@ -105,6 +115,7 @@ class Node {
   std::vector<Verdict> verdicts_;
   std::map<int, Endpoint> new_endpoints_;  // from add_endpoints(), not yet taken by the thread
   std::vector<int> own_sockets_;
+  Refused refused_;
   std::thread thread_;
 };
 

@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "core/fd.hpp"
+#include "core/hmac.hpp"
 #include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
 #include "job/srun_output.hpp"
@@ -401,7 +402,8 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
       result = out_of_nodes(nodes.size(), excluded, sizes, options);
       break;
     }
-    for (const auto& [name, value] : attempt_environment(restart))
+    for (const auto& [name, value] :
+         attempt_environment(restart, core::to_hex(core::make_job_key())))
       ::setenv(name.c_str(), value.c_str(), 1);
     const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options, restart);
     err << "dtlaunch job: attempt " << restart + 1 << " on " << hostlist::compress(nodes)

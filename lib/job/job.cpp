@@ -169,10 +169,12 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
   return argv;
 }
 
-std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart) {
+std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart,
+                                                                     const std::string& job_key) {
   const std::string count = std::to_string(restart);
   return {{std::string(contract::setting::kRestartCount.name), count},
-          {std::string(contract::env_var::kRestartCount), count}};
+          {std::string(contract::env_var::kRestartCount), count},
+          {std::string(contract::env_var::kJobKey), job_key}};
 }
 
 bool srun_labels_asked(const std::vector<std::string>& srun_args) {

@@ -77,8 +77,11 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
                                       const Allocation& allocation, const JobOptions& options,
                                       std::uint32_t restart);
 
-// The variables an attempt adds to the driver's environment (restart count, status records).
-std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart);
+// The variables an attempt adds to the driver's environment, which srun hands to the tasks: the
+// restart count, and the attempt's secret `job_key` (64 hex digits, fresh per attempt, so that a
+// frame captured in one attempt is refused in the next; docs/security.md).
+std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart,
+                                                                     const std::string& job_key);
 
 // The user's --srun-arg asks srun to label the tasks' lines (-l, --label): the job's output then
 // keeps the labels that srun is always given.

@@ -1,6 +1,7 @@
 #include "launch/plan.hpp"
 
 #include "contract/settings.hpp"
+#include "core/hmac.hpp"
 #include "core/parse.hpp"
 #include "launch/build_spec.hpp"
 #include "launch/worker_env.hpp"
@@ -48,20 +49,26 @@ LaunchPlan plan(const LaunchOptions& options, const core::EnvMap& env, const Sys
     p.who = "node " + std::to_string(p.spec.node_rank);
     p.speaks_for_job = p.spec.node_rank == 0;
   }
-  p.workers = plan_workers(p, env, p.mode == Mode::kSlurm ? slurm_restart_count(p.inputs) : 0);
+  p.workers = plan_workers(p, env, p.mode == Mode::kSlurm ? slurm_restart_count(p.inputs) : 0,
+                           core::to_hex(core::make_job_key()));
   return p;
 }
 
 std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const core::EnvMap& env,
-                                        std::uint32_t restart_count) {
+                                        std::uint32_t restart_count, const std::string& job_key) {
   const LaunchSpec& spec = plan.spec;
   if (plan.mode == Mode::kSlurm) {
     const SlurmStep& step = *plan.inputs.step;
     return {planned(spec, {step.procid, step.localid, restart_count}, env)};
   }
+  // Several launchers (--nnodes > 1) cannot agree on a key they each make: the inherited one
+  // stands there (the sbatch templates and dtlaunch job export one), docs/security.md.
+  std::optional<std::string> key;
+  if (spec.nnodes == 1) key = job_key;
   std::vector<PlannedWorker> workers;
   for (std::uint32_t local = 0; local < spec.local_world_size; ++local)
-    workers.push_back(planned(spec, {spec.first_rank_on_node + local, local, restart_count}, env));
+    workers.push_back(
+        planned(spec, {spec.first_rank_on_node + local, local, restart_count, key}, env));
   return workers;
 }
 

@@ -52,7 +52,9 @@ struct LaunchPlan {
 LaunchPlan plan(const LaunchOptions& options, const core::EnvMap& env, const System& system);
 
 // The workers of one attempt: restart_count 0 is plan().workers; local mode's restarts ask again.
+// `job_key` (64 hex digits) is the attempt's secret in standalone local mode; under Slurm and
+// with --nnodes > 1 the inherited one stands.
 std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const core::EnvMap& env,
-                                        std::uint32_t restart_count);
+                                        std::uint32_t restart_count, const std::string& job_key);
 
 }  // namespace dtlaunch::launch

@@ -6,6 +6,16 @@
 
 namespace dtlaunch::launch {
 
+namespace {
+
+// A dry run's output is pasted into tickets and logs: the job's secret is shown by its shape only.
+std::string shown_value(const contract::EnvChange& change) {
+  if (change.name == contract::env_var::kJobKey) return "(secret: 64 hex digits)";
+  return *change.value;
+}
+
+}  // namespace
+
 std::string shell_quote(const std::string& text) {
   std::string out = "'";
   for (char c : text) {
@@ -30,7 +40,7 @@ std::string render_shell(const std::vector<PlannedWorker>& workers,
              (worker.binding->mems.empty() ? "" : ":" + worker.binding->mems.to_list()) + "\n";
     for (const contract::EnvChange& change : worker.changes) {
       if (change.value)
-        out += "export " + change.name + "=" + shell_quote(*change.value) + "\n";
+        out += "export " + change.name + "=" + shell_quote(shown_value(change)) + "\n";
       else
         out += "unset " + change.name + "\n";
     }
@@ -60,7 +70,7 @@ std::string render_json(const std::vector<PlannedWorker>& workers,
     for (const contract::EnvChange& change : worker.changes) {
       if (!change.value) continue;
       out += (first ? "" : ", ") + core::json_quote(change.name) + ": " +
-             core::json_quote(*change.value);
+             core::json_quote(shown_value(change));
       first = false;
     }
     out += "}, \"unset\": [";

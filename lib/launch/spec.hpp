@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launch/options.hpp"
@@ -83,9 +84,18 @@ struct LaunchSpec {
 
 // One worker of the launch: a task under Slurm, a child process in local mode.
 struct WorkerInfo {
+  WorkerInfo() = default;
+  WorkerInfo(std::uint32_t rank_, std::uint32_t local_rank_, std::uint32_t restart_count_,
+             std::optional<std::string> job_key_ = std::nullopt)
+      : rank(rank_),
+        local_rank(local_rank_),
+        restart_count(restart_count_),
+        job_key(std::move(job_key_)) {}
   std::uint32_t rank = 0;
   std::uint32_t local_rank = 0;
   std::uint32_t restart_count = 0;
+  // Local mode: the attempt's secret (DTLAUNCH_JOB_KEY, 64 hex digits), fresh per attempt.
+  std::optional<std::string> job_key;
 };
 
 }  // namespace dtlaunch::launch

@@ -33,6 +33,7 @@ contract::WorkerContract worker_contract(const LaunchSpec& spec, const WorkerInf
   }
   c.pci_device_order = spec.affinity.export_device_order;
   c.supervisor = spec.supervisor_tag;
+  c.job_key = worker.job_key;
   return c;
 }
 

@@ -27,13 +27,14 @@ std::vector<std::uint32_t> ring_successors(std::uint32_t rank, std::uint32_t wor
 
 WatchJoin::WatchJoin(const std::string& master_addr, std::uint32_t rank, std::uint32_t world)
     : host_(core::short_host_name("?")), rank_(rank), world_(world) {
+  // The address the other tasks reach this one on: the heartbeat listens there only.
+  std::string address = heartbeat::local_address_towards(master_addr);
   try {
-    listener_ = std::make_unique<heartbeat::Listener>();
+    listener_ = std::make_unique<heartbeat::Listener>(address);
   } catch (const std::exception& e) {
     throw core::Error(core::ExitCode::kFailure,
                       std::string("--watch: cannot open the heartbeat endpoint: ") + e.what());
   }
-  std::string address = heartbeat::local_address_towards(master_addr);
   if (address.empty()) address = host_;
   endpoint_ = heartbeat::format_endpoint({address, listener_->port(), host_});
 }
@@ -41,7 +42,8 @@ WatchJoin::WatchJoin(const std::string& master_addr, std::uint32_t rank, std::ui
 WatchJoin::~WatchJoin() = default;
 
 int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds timeout,
-                   std::chrono::milliseconds grace, std::uint64_t tag) {
+                   std::chrono::milliseconds grace, std::uint64_t tag,
+                   std::optional<core::JobKey> key) {
   // The preflight's probes and buffers are freed; hand their pages back, so that dtlaunch stays
   // small for the whole run (docs/benchmarks.md: under 5 MB).
   ::malloc_trim(0);
@@ -56,6 +58,7 @@ int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds
     o.settings.timeout = timeout;
     o.settings.interval = std::min(std::chrono::milliseconds(1000), timeout / 5);
     o.tag = tag;
+    o.key = key;
     for (const auto& [r, text] : ring_) {
       try {
         o.endpoints[static_cast<int>(r)] = heartbeat::parse_endpoint(text);
@@ -95,7 +98,11 @@ int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds
   };
   // Goodbye: an orderly end here, whatever the program's status.
   w.before_return = [&] {
-    if (node) node->stop(true);
+    if (!node) return;
+    node->stop(true);
+    if (const std::string refused = node->refused().summary(); !refused.empty())
+      std::cerr << "dtlaunch --watch: rank " << rank_ << ": the heartbeat " << refused
+                << " from outside the job (docs/security.md)\n";
   };
   return proc::watch_program(program, w, std::cerr);
 }

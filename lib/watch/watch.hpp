@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/hmac.hpp"
 #include "proc/supervisor.hpp"
 
 namespace dtlaunch::heartbeat {
@@ -37,9 +39,10 @@ class WatchJoin {
   // The endpoints of ring_successors(rank), as the check-in handed them back.
   std::map<std::uint32_t, std::string>& ring() { return ring_; }
 
-  // Starts the heartbeat and the program, waits (proc/watch.hpp). `tag`: the job's identity.
+  // Starts the heartbeat and the program, waits (proc/watch.hpp). `tag`: the job's identity;
+  // `key`: its secret (DTLAUNCH_JOB_KEY), which seals the heartbeat's frames.
   int run(const proc::WorkerProcess& program, std::chrono::milliseconds timeout,
-          std::chrono::milliseconds grace, std::uint64_t tag);
+          std::chrono::milliseconds grace, std::uint64_t tag, std::optional<core::JobKey> key);
 
  private:
   std::unique_ptr<heartbeat::Listener> listener_;

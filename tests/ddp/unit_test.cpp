@@ -1,6 +1,7 @@
 // Pure parts of the DDP runtime: the launch environment and the bucket plan.
 #include <cstdlib>
 
+#include "../../lib/ddp/src/failure_record.hpp"
 #include "../../lib/ddp/src/internal.hpp"
 #include "dtlaunch/ddp.h"
 #include "dtlaunch_catch.hpp"
@@ -233,4 +234,43 @@ TEST_CASE("a malformed runtime setting fails init_process_group at once, its val
     }
     ::unsetenv(name.c_str());
   }
+}
+
+TEST_CASE("failure record: sealed with the job key; a forged one is flagged, any one escaped") {
+  using namespace dtlaunch::ddp::detail;
+  const auto key = dtlaunch::core::make_job_key();
+  const std::string sealed = encode_failure(1, "rendezvous timed out", key);
+  const FailureRecord good = decode_failure(sealed, key);
+  CHECK_FALSE(good.forged);
+  CHECK(good.kind == 1);
+  CHECK(good.message == "rendezvous timed out");
+  struct Case {
+    std::string record;
+    bool forged;
+    std::string message;
+  };
+  const Case cases[] = {
+      // What the probe wrote into the store: raw terminal escapes, no MAC.
+      {"2\n\x1b]0;owned\x07peer lost\x1b[2J", true, "\\x1b]0;owned\\x07peer lost\\x1b[2J"},
+      {encode_failure(1, "x", dtlaunch::core::make_job_key()), true, "x"},  // another job's
+      {"1 " + std::string(64, '0') + "\nrendezvous timed out", true, "rendezvous timed out"},
+      {sealed.substr(0, sealed.size() - 1), true, "rendezvous timed ou"},  // tampered
+      {"3" + sealed.substr(1), true, "rendezvous timed out"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.record);
+    const FailureRecord r = decode_failure(c.record, key);
+    CHECK(r.forged == c.forged);
+    CHECK(r.message == c.message);
+  }
+  // Without a key nothing can be told forged; the text is escaped still.
+  const FailureRecord plain = decode_failure("2\n\x1b[2Jlost\nsecond line", std::nullopt);
+  CHECK_FALSE(plain.forged);
+  CHECK(plain.kind == 2);
+  CHECK(plain.message == "\\x1b[2Jlost");
+  CHECK(decode_failure(encode_failure(4, "m", std::nullopt), std::nullopt).kind == 4);
+  CHECK(forged_failure_line("rank 3", decode_failure(cases[0].record, key)) ==
+        "dtlaunch ddp: rank 3: a forged failure record was ignored "
+        "(\"\\\\x1b]0;owned\\\\x07peer lost\\\\x1b[2J\": not sealed with the job key; "
+        "docs/security.md)");
 }

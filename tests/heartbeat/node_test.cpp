@@ -2,7 +2,9 @@
 // without a word, saying goodbye, or (in a child process) being frozen with SIGSTOP.
 #include "heartbeat/node.hpp"
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,7 +13,9 @@
 #include <random>
 #include <thread>
 
+#include "core/fd.hpp"
 #include "dtlaunch_catch.hpp"
+#include "heartbeat/gate.hpp"
 
 using namespace dtlaunch::heartbeat;
 using std::chrono::milliseconds;
@@ -21,7 +25,8 @@ namespace {
 struct Cluster {
   std::vector<Listener> listeners;
   std::map<int, Endpoint> endpoints;
-  explicit Cluster(int world) {
+  Key key;
+  explicit Cluster(int world, Key k = {}) : key(k) {
     for (int r = 0; r < world; ++r) {
       listeners.emplace_back();
       endpoints[r] = Endpoint{"127.0.0.1", listeners.back().port(), "host" + std::to_string(r)};
@@ -34,6 +39,7 @@ struct Cluster {
     o.settings.timeout = milliseconds(timeout_ms);
     o.settings.interval = milliseconds(timeout_ms / 5);
     o.tag = 0x5eed;
+    o.key = key;
     o.endpoints = endpoints;
     o.position = [rank] { return Position{static_cast<uint64_t>(100 + rank), 1}; };
     return o;
@@ -193,4 +199,81 @@ TEST_CASE("ranks ending together in random orders raise no alarm", "[.stress]") 
   }
   WARN("endings with a verdict: " << alarms << " of " << rounds * 4);
   CHECK(alarms == 0);
+}
+
+namespace {
+
+// A connection from outside the job to `port` on the loopback.
+dtlaunch::core::UniqueFd connect_to(uint16_t port) {
+  dtlaunch::core::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+void send_all(int fd, const uint8_t* p, size_t n) {
+  REQUIRE(::send(fd, p, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n));
+}
+
+// Issue 35's forged verdict, in the 32-byte frames of before: "rank 2 exited, seen by 0".
+std::array<uint8_t, 32> old_verdict() {
+  std::array<uint8_t, 32> f{};
+  f[0] = 0xB7, f[1] = 3, f[2] = 1, f[4] = 2;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("frames from outside the job are refused and counted, never acted on", "[proc]") {
+  Cluster c(3, dtlaunch::core::make_job_key());
+  std::vector<uint16_t> ports;
+  for (const Listener& l : c.listeners) ports.push_back(l.port());
+  auto nodes = start_all(c, 1000);
+  std::this_thread::sleep_for(milliseconds(300));
+  // Another job's rank 0, sealed with its own key: a hello, then a verdict, to each rank.
+  Gate other_job(0, 3, 0x5eed, dtlaunch::core::make_job_key());
+  Message verdict;
+  verdict.type = FrameType::kVerdict;
+  verdict.rank = 2;
+  verdict.verdict = {2, How::kExited, 0, milliseconds(12345), {}};
+  Message hello;
+  hello.type = FrameType::kHello;
+  hello.rank = 0;
+  hello.tag = 0x5eed;
+  std::vector<dtlaunch::core::UniqueFd> held;
+  for (int r = 0; r < 3; ++r) {
+    const uint16_t port = ports[static_cast<size_t>(r)];
+    auto old = connect_to(port);  // (a) the old verdict frame, once and twice
+    send_all(old.get(), old_verdict().data(), 32);
+    held.push_back(std::move(old));
+    auto twice = connect_to(port);
+    for (int i = 0; i < 2; ++i) send_all(twice.get(), old_verdict().data(), 32);
+    held.push_back(std::move(twice));
+    auto replay = connect_to(port);  // (b) another job's frames
+    for (const Message& m : {hello, verdict}) {
+      const Frame f = other_job.seal(m, r, true);
+      send_all(replay.get(), f.data(), f.size());
+    }
+    held.push_back(std::move(replay));
+  }
+  // (c) a frame trickled byte by byte to rank 1: its connection is closed before it is whole.
+  auto slow = connect_to(ports[1]);
+  const std::array<uint8_t, 32> trickled = old_verdict();
+  const auto start = Clock::now();
+  for (size_t i = 0; i < 32 && Clock::now() - start < milliseconds(3500); ++i) {
+    if (::send(slow.get(), &trickled[i], 1, MSG_NOSIGNAL) != 1) break;
+    std::this_thread::sleep_for(milliseconds(120));
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  for (int r = 0; r < 3; ++r) {
+    const auto& n = nodes[static_cast<size_t>(r)];
+    INFO("rank " << r << ": " << n->refused().summary());
+    CHECK_FALSE(n->any_lost());
+    CHECK(n->verdicts().empty());
+    CHECK(n->refused().by[static_cast<size_t>(Refusal::kBadMac)] >= 2);
+    CHECK(n->refused().by[static_cast<size_t>(Refusal::kNoHello)] >= (r == 1 ? 2 : 1));
+  }
 }

@@ -187,26 +187,6 @@ TEST_CASE("after a goodbye, a silent successor is still frozen or unreachable") 
   CHECK(ring.verdicts()[0].how == How::kUnreachable);
 }
 
-TEST_CASE("frames round-trip") {
-  Message m;
-  m.type = FrameType::kVerdict;
-  m.rank = 4095;
-  m.position = {123456789012ull, 3};
-  m.verdict.rank = 4095;
-  m.verdict.how = How::kUnreachable;
-  m.verdict.seen_by = 4094;
-  m.verdict.silent_for = milliseconds(3012);
-  const auto back = decode(encode(m));
-  REQUIRE(back.has_value());
-  CHECK(back->verdict.rank == 4095);
-  CHECK(back->verdict.how == How::kUnreachable);
-  CHECK(back->verdict.seen_by == 4094);
-  CHECK(back->verdict.silent_for == milliseconds(3012));
-  CHECK(back->verdict.last.seq == 123456789012ull);
-  Frame junk{};
-  CHECK_FALSE(decode(junk).has_value());
-}
-
 // The whole ring on simulated time.
 TEST_CASE(
     "simulated: every survivor learns of each loss, by how it was seen, within timeout + "

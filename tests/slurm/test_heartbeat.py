@@ -8,6 +8,8 @@ srun's step must end within the timeout + 5 s of the fault, and nothing of the j
 on any node."""
 import os
 import re
+import subprocess
+import time
 
 import slurmtest
 
@@ -20,7 +22,10 @@ TIMEOUT = 3
 BOUND = TIMEOUT + 5
 NODES = 4
 layout = [f"-N{NODES}", "--ntasks-per-node=1", "--cpus-per-task=1", "--kill-on-bad-exit=1", "-l"]
-env = dict(ctx.env, DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=str(TIMEOUT))
+# A job key, as the templates export one (docs/security.md): the heartbeat's frames are sealed
+# across the nodes.
+env = dict(ctx.env, DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=str(TIMEOUT),
+           DTLAUNCH_JOB_KEY=os.urandom(32).hex())
 
 
 def train_pids(k):
@@ -73,4 +78,37 @@ for name, victim, fault, when, how in CASES:
         ctx.eq(train_pids(k), [], f"{name}: processes of the job left on {ctx.node(k)}")
     if ctx.failures:
         print(text[-4000:])
+# A forger on node 4, outside the job (3 nodes), sends issue 35's verdict frame, another job's
+# sealed frames and a trickled frame to every port the ranks listen on (docs/security.md): the
+# job must go on healthy.
+print("case forger from another node")
+marker = f"DTLAUNCH_FORGER_TEST={os.getpid()}"
+job_env = dict(env, DTLAUNCH_FORGER_TEST=str(os.getpid()))
+argv = ["srun", "-N3", "--ntasks-per-node=1", "--cpus-per-task=1", "--kill-on-bad-exit=1", "-l",
+        ctx.dtlaunch, "--", train, "--synthetic", "200000", "--batch-size", "16", "--log-every",
+        "1", "--rendezvous-timeout", "300"]
+with open(os.path.join(ctx.outdir("heartbeat"), "forger.log"), "w+") as sink:
+    srun = subprocess.Popen(["timeout", "-k", "5", "120"] + argv, env=job_env, stdout=sink,
+                            stderr=subprocess.STDOUT)
+    forger = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ddp", "forger.py")
+    f = subprocess.run(["ip", "netns", "exec", ctx.netns(4), "/usr/bin/python3", forger, marker,
+                        "3"], capture_output=True, text=True, timeout=90)
+    print(f.stdout + f.stderr)
+    ctx.eq(f.returncode, 0, "forger from node 4 ran")
+    alive = [len(train_pids(k)) for k in (1, 2, 3)]
+    srun.terminate()  # timeout passes the TERM to srun, which ends the step
+    srun.wait(timeout=60)
+    for _ in range(200):
+        if not any(train_pids(k) for k in (1, 2, 3)):
+            break
+        time.sleep(0.1)
+    sink.seek(0)
+    text = sink.read()
+ctx.eq(alive, [1, 1, 1], "forger from another node: every rank still training after it")
+ctx.check("peer lost" not in text and "peer-lost" not in text,
+          "forger from another node: no forged frame acted on")
+for k in range(1, NODES + 1):
+    ctx.eq(train_pids(k), [], f"forger: processes of the job left on {ctx.node(k)}")
+if ctx.failures:
+    print(text[-4000:])
 ctx.finish()

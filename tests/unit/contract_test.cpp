@@ -135,6 +135,7 @@ TEST_CASE("contract: to_env writes the variables of the table, in its order") {
   w.supervisor = "s";
   w.omp_num_threads = "1";
   w.pci_device_order = true;
+  w.job_key = std::string(64, 'a');
   const EnvDelta delta = to_env(w, EnvMap{{"TORCHELASTIC_USE_AGENT_STORE", "True"}});
   std::vector<std::string> names;
   for (const EnvChange& change : delta) names.push_back(change.name);
@@ -188,4 +189,26 @@ TEST_CASE("contract: parse names every problem in one line") {
     CHECK(parse_contract(with(good, {{"DTLAUNCH_RUN_ID", id}})).dtlaunch_run_id == id);
   CHECK(!parse_contract(with(good, {{"DTLAUNCH_RUN_ID", ""}})).dtlaunch_run_id);
   CHECK(run_id_problem(std::string(129, 'x')) == "is 129 bytes long; at most 128 are allowed");
+}
+
+TEST_CASE("contract: the job key round-trips, and a bad one is named but never quoted") {
+  WorkerContract w;
+  w.master_addr = "h";
+  w.master_port = 1;
+  w.job_key = std::string(64, 'e');
+  CHECK(parse_contract(apply_env({}, to_env(w, {}))) == w);
+  const EnvMap bad = {{"RANK", "0"},
+                      {"WORLD_SIZE", "1"},
+                      {"MASTER_ADDR", "h"},
+                      {"MASTER_PORT", "9"},
+                      {"DTLAUNCH_JOB_KEY", "secret\x1b[2J"}};
+  try {
+    parse_contract(bad);
+    FAIL("accepted");
+  } catch (const dtlaunch::core::Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("DTLAUNCH_JOB_KEY must be 64 hex digits (got 10 characters)") !=
+          std::string::npos);
+    CHECK(what.find("secret") == std::string::npos);
+  }
 }

@@ -143,9 +143,11 @@ TEST_CASE("job: srun runs the preflight on exactly the chosen nodes") {
   CHECK(std::count(labelled.begin(), labelled.end(), "--label") == 0);
   CHECK(srun_labels_asked(o.srun_args));
   CHECK_FALSE(srun_labels_asked({"--exclusive"}));
-  CHECK(attempt_environment(2) ==
+  const std::string key(64, 'b');
+  CHECK(attempt_environment(2, key) ==
         std::vector<std::pair<std::string, std::string>>{{"DTLAUNCH_RESTART_COUNT", "2"},
-                                                         {"TORCHELASTIC_RESTART_COUNT", "2"}});
+                                                         {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                                         {"DTLAUNCH_JOB_KEY", key}});
 }
 
 TEST_CASE("job: srun's per-node lines are read, other lines are not") {

@@ -90,9 +90,10 @@ TEST_CASE("plan_workers: a restart tells every worker its count") {
   o.max_restarts = 3;
   const LaunchPlan p = plan(o, env, FakeSystem());
   for (std::uint32_t restart : {0u, 2u})
-    for (const PlannedWorker& w : plan_workers(p, env, restart))
+    for (const PlannedWorker& w : plan_workers(p, env, restart, std::string(64, '1')))
       CHECK(value_of(w, "TORCHELASTIC_RESTART_COUNT") == std::to_string(restart));
-  CHECK(render_json(plan_workers(p, env, 0), p.spec.argv) == render_json(p.workers, p.spec.argv));
+  CHECK(render_json(plan_workers(p, env, 0, std::string(64, '2')), p.spec.argv) ==
+        render_json(p.workers, p.spec.argv));
 }
 
 TEST_CASE("plan: local mode inside an srun step reads the step once and starts its node's ranks") {

@@ -67,7 +67,7 @@ TEST_CASE("worker env: every exported name is in the contract table, in table or
   CHECK_FALSE(spec.supervisor_tag);  // a Slurm spec: the step's cgroup sweeps, not dtlaunch
   spec.supervisor_tag = "4242-00000000deadbeef";  // what the local mode's shell adds
   spec.affinity.export_device_order = true;       // what --cpu-bind adds
-  contract::EnvDelta delta = build_worker_env(spec, WorkerInfo{1, 1, 0}, env);
+  contract::EnvDelta delta = build_worker_env(spec, WorkerInfo{1, 1, 0, std::string(64, 'c')}, env);
 
   std::vector<std::string> table;
   for (const contract::ExportedVar& v : contract::exported_vars()) table.emplace_back(v.name);

@@ -44,6 +44,7 @@ WorkerEnv from_env_map(const core::EnvMap& vars) {
   env.store_use_libuv =
       use_libuv.value_or(std::string(contract::setting::kUseLibuv.fallback)) == "1";
   env.run_id = contract.dtlaunch_run_id.value_or("");
+  env.job_key = contract.job_key.value_or("");
   return env;
 }
 

@@ -10,6 +10,8 @@
 #include <map>
 #include <thread>
 
+#include "contract/contract.hpp"
+#include "core/hmac.hpp"
 #include "core/host.hpp"
 #include "core/text.hpp"
 #include "heartbeat/node.hpp"
@@ -48,8 +50,10 @@ std::shared_ptr<PeerWatch> PeerWatch::prepare(const WorkerEnv& env,
 PeerWatch::PeerWatch(const WorkerEnv& env, std::chrono::milliseconds timeout)
     : env_(env), timeout_(timeout), host_(core::short_host_name("?")) {
   sockets_before_ = core::open_sockets();
+  // The address the other ranks reach this one on: the heartbeat listens there only.
+  address_ = heartbeat::local_address_towards(env_.master_addr);
   try {
-    listener_ = std::make_unique<heartbeat::Listener>();
+    listener_ = std::make_unique<heartbeat::Listener>(address_);
   } catch (const std::exception& e) {
     throw Error(ErrorKind::kBackend,
                 "dtlaunch ddp: rank " + std::to_string(env.rank) +
@@ -65,6 +69,7 @@ PeerWatch::PeerWatch(const WorkerEnv& env, std::chrono::milliseconds timeout)
 }
 
 PeerWatch::~PeerWatch() {
+  say_refused();
   startup_over();
   if (backstop_.joinable()) backstop_.join();
 }
@@ -104,6 +109,8 @@ void PeerWatch::join(c10d::Store& store) {
   // answered at once, so one timeout of silence is a loss from the start.
   o.settings.startup_timeouts = 1;
   o.tag = job_tag(env_);
+  if (!env_.job_key.empty())  // checked by WorkerEnv
+    o.key = core::parse_job_key(env_.job_key, contract::env_var::kJobKey);
   o.position = [this] {
     const Monitor* m = monitor_for_position_.load(std::memory_order_acquire);
     if (m == nullptr) return heartbeat::Position{};
@@ -119,11 +126,22 @@ void PeerWatch::join(c10d::Store& store) {
     throw Error(ErrorKind::kBackend, "dtlaunch ddp: rank " + std::to_string(env_.rank) +
                                          " cannot start its heartbeat: " + e.what());
   }
-  std::string address = heartbeat::local_address_towards(env_.master_addr);
-  if (address.empty()) address = host_;
+  const std::string address = address_.empty() ? host_ : address_;
   const std::string record = heartbeat::format_endpoint({address, port, host_});
   store.set(store_keys::Heartbeat::endpoint(env_.rank),
             std::vector<uint8_t>(record.begin(), record.end()));
+}
+
+// What the heartbeat refused (docs/security.md), once, as the rank ends: frames or connections
+// from outside the job are worth a line, never an action.
+void PeerWatch::say_refused() {
+  std::lock_guard<std::mutex> lock(node_mutex_);
+  if (!node_) return;
+  const heartbeat::Refused r = node_->refused();
+  if (r.total() == 0) return;
+  say("dtlaunch ddp: rank " + std::to_string(env_.rank) + ": the heartbeat " + r.summary() +
+      " from outside the job (" + (env_.job_key.empty() ? "no DTLAUNCH_JOB_KEY" : "job key") +
+      ", docs/security.md)");
 }
 
 void PeerWatch::fetch_endpoints(c10d::Store& store, bool all_published) {

@@ -69,11 +69,13 @@ class PeerWatch {
   void on_verdict(const heartbeat::Verdict& v);
   void abort_connections();
   void exit_if_startup_stays_blocked();
+  void say_refused();
   std::set<core::OpenSocket> sockets_since_prepare() const;
 
   WorkerEnv env_;
   std::chrono::milliseconds timeout_;
   std::string host_;
+  std::string address_;  // towards MASTER_ADDR; "" when unknown
   std::unique_ptr<heartbeat::Listener> listener_;
   int listener_fd_ = -1;
   std::set<core::OpenSocket> sockets_before_;

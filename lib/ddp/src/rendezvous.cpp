@@ -38,6 +38,7 @@
 
 #include "core/socket.hpp"
 #include "core/text.hpp"
+#include "failure_record.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
 #include "peer_watch.hpp"
@@ -297,18 +298,13 @@ c10::intrusive_ptr<c10d::Store> open_store(const WorkerEnv& env, Options options
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
 }
 
-// The failure record rank 0 publishes: the exit status, a newline, the one-line message.
-std::string failure_record(const Error& e) {
-  return std::to_string(static_cast<int>(e.kind())) + "\n" + e.what();
-}
-Error from_failure_record(const std::string& rec) {
-  const auto nl = rec.find('\n');
-  const std::string kind = rec.substr(0, nl);
+// The failure record rank 0 publishes (failure_record.hpp): sealed with the job key, if any.
+Error from_failure_record(const detail::FailureRecord& r) {
   ErrorKind k = ErrorKind::kBackend;
   for (ErrorKind each : {ErrorKind::kConfig, ErrorKind::kTimeout, ErrorKind::kPeerLost,
                          ErrorKind::kMismatch, ErrorKind::kBackend})
-    if (kind == std::to_string(static_cast<int>(each))) k = each;
-  return Error(k, nl == std::string::npos ? rec : rec.substr(nl + 1));
+    if (r.kind == static_cast<int>(each)) k = each;
+  return Error(k, r.message);
 }
 
 // A peer's text as one line of reasonable length, its control characters escaped.
@@ -693,7 +689,12 @@ class Rendezvous {
     if (store_->check({keys::done()})) return true;
     if (store_->check({keys::failed()})) {
       // Rank 0's diagnosis, published before it gave up.
-      auto rec = text(store_->get(keys::failed()));
+      const auto rec = detail::decode_failure(text(store_->get(keys::failed())),
+                                              detail::job_key_of(env_.job_key));
+      if (rec.forged) {  // not rank 0's: whoever wrote it may not end the job
+        if (!std::exchange(forged_seen_, true)) say(detail::forged_failure_line(me_, rec));
+        return false;
+      }
       store_->add(keys::failed_seen(), 1);
       read_diagnosis_ = true;
       throw from_failure_record(rec);
@@ -739,7 +740,8 @@ class Rendezvous {
   // ranks report the same thing instead of a broken pipe. It lingers, briefly, until the ranks
   // that came have read it.
   Error fail_all(const Error& e) {
-    store_->set(keys::failed(), bytes(failure_record(e)));
+    store_->set(keys::failed(), bytes(detail::encode_failure(static_cast<int>(e.kind()), e.what(),
+                                                             detail::job_key_of(env_.job_key))));
     const auto linger_end = Clock::now() + std::chrono::seconds(2);
     while (store_->add(keys::failed_seen(), 0) < arrived_ - 1 && Clock::now() < linger_end)
       std::this_thread::sleep_for(milliseconds(10));
@@ -778,6 +780,7 @@ class Rendezvous {
   int64_t arrived_ = 0;
   bool answered_ = false;
   bool joined_ = false;          // this rank's heartbeat runs
+  bool forged_seen_ = false;     // a forged failure record was reported once
   bool read_diagnosis_ = false;  // rank 0's published failure record was read: it is the cause
   Clock::time_point checked_in_{};
 };

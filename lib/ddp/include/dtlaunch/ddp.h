@@ -101,6 +101,9 @@ struct DTLAUNCH_DDP_API WorkerEnv {
   // torchrun). Every rank's (run_id, world_size) must equal rank 0's at the rendezvous, so that
   // two jobs that share MASTER_ADDR:MASTER_PORT fail instead of mixing their ranks.
   std::string run_id;
+  // DTLAUNCH_JOB_KEY, 64 hex digits ("" when unset): the job's secret, with which the heartbeat
+  // seals its frames so that a process outside the job cannot end it (docs/security.md).
+  std::string job_key;
 
   // Reads the process environment once.
   static WorkerEnv from_environment();

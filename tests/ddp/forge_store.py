@@ -1,0 +1,23 @@
+#!/usr/bin/python3
+"""A process outside the job writes a forged rendezvous failure record, with terminal escapes,
+into rank 0's store while the ranks wait there (docs/security.md: the TCPStore is
+unauthenticated). Usage: forge_store.py PORT"""
+import datetime
+import sys
+import time
+
+import torch.distributed as dist
+
+port = int(sys.argv[1])
+deadline = time.time() + 30
+while True:
+    try:
+        store = dist.TCPStore("127.0.0.1", port, is_master=False,
+                              timeout=datetime.timedelta(seconds=5))
+        break
+    except Exception:  # rank 0 not up yet
+        if time.time() > deadline:
+            raise
+        time.sleep(0.2)
+store.set("dtlaunch/rdzv/failed", "2\n\x1b]0;owned\x07forged: peer lost\x1b[2J")
+print("forge_store: written", flush=True)
