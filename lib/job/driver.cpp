@@ -415,7 +415,7 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
     record.nodes = nodes;
     record.outcome = classify(run.evidence, nodes, run.status, options.no_retry_exits);
     // The tasks that ended on the operator's signal are nobody's fault.
-    if (g_stop_signal && record.outcome.verdict == Verdict::kRestart) {
+    if (g_stop_signal && record.outcome.decision == Decision::kRestart) {
       record.outcome.culprits.clear();
       record.outcome.signature.clear();
       record.outcome.cause = "stopped by " + core::signal_text(g_stop_signal);
@@ -424,18 +424,18 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
     record.stop = run.stop;
     status = record.outcome.exit_status;
     err << attempt_line(record) << std::endl;
-    const Verdict verdict = record.outcome.verdict;
+    const Decision decision = record.outcome.decision;
     attempts.push_back(record);
-    if (verdict == Verdict::kSucceeded) {
+    if (decision == Decision::kSucceeded) {
       result = restart ? "completed after " + std::to_string(restart) + " restart(s)" : "completed";
       break;
     }
     if (g_stop_signal) {
       result = "stopped by signal " + std::to_string(g_stop_signal) + ": not restarted";
-      if (verdict == Verdict::kPreempted) status = 75;
+      if (decision == Decision::kPreempted) status = 75;
       break;
     }
-    if (verdict == Verdict::kPreempted || verdict == Verdict::kPermanent) {
+    if (decision == Decision::kPreempted || decision == Decision::kPermanent) {
       result = "not retried: " + record.outcome.cause;
       break;
     }

@@ -173,10 +173,10 @@ std::set<std::string> nodes_failed_with(const Evidence& e,
   return out;
 }
 
-Outcome stop_with(Verdict verdict, int exit_status, std::string cause,
+Outcome stop_with(Decision decision, int exit_status, std::string cause,
                   std::set<std::string> culprits = {}) {
   Outcome o;
-  o.verdict = verdict;
+  o.decision = decision;
   o.exit_status = exit_status;
   o.cause = std::move(cause);
   o.culprits = std::move(culprits);
@@ -187,20 +187,20 @@ Outcome stop_with(Verdict verdict, int exit_status, std::string cause,
 // others may make them checkpoint and exit 75 too, and that is no preemption.
 std::optional<Outcome> preempted(const Evidence& e) {
   if (e.failures.empty() || e.failures.front().status != kPreemptedStatus) return std::nullopt;
-  return stop_with(Verdict::kPreempted, kPreemptedStatus,
+  return stop_with(Decision::kPreempted, kPreemptedStatus,
                    "stopped to be resumed (exit 75): passed on, not retried");
 }
 
 std::optional<Outcome> preflight_failed(const Evidence& e, const std::vector<std::string>& nodes) {
   if (!e.preflight_exclude.empty())
-    return stop_with(Verdict::kRestart, kPreflightStatus,
+    return stop_with(Decision::kRestart, kPreflightStatus,
                      "failed the preflight (doctor's exclude list)",
                      among(e.preflight_exclude, nodes));
   if (nodes_failed_with(e, [](const TaskFailure& f) {
         return f.status == kPreflightStatus;
       }).empty())
     return std::nullopt;
-  return stop_with(Verdict::kPermanent, kPreflightStatus,
+  return stop_with(Decision::kPermanent, kPreflightStatus,
                    "the preflight found a problem that excluding nodes cannot fix (its report is "
                    "above)");
 }
@@ -208,7 +208,7 @@ std::optional<Outcome> preflight_failed(const Evidence& e, const std::vector<std
 std::optional<Outcome> peers_named_lost(const Evidence& e, const std::vector<std::string>& nodes,
                                         int srun_status) {
   if (e.lost_nodes.empty()) return std::nullopt;
-  return stop_with(Verdict::kRestart, srun_status,
+  return stop_with(Decision::kRestart, srun_status,
                    core::excerpt(e.first_lost_message, 160, core::Quote::kNone),
                    among(e.lost_nodes, nodes));
 }
@@ -230,13 +230,13 @@ std::optional<Outcome> program_failed(const Evidence& e, const std::vector<std::
                                      [](int s) { return s == 2 || s == 126 || s == 127; });
   if (bad_input)
     return stop_with(
-        Verdict::kPermanent, status,
+        Decision::kPermanent, status,
         "bad input (" + status_text(status) + " on " + list(failed) + "): a restart cannot fix it");
   if (statuses.size() == 1 && failed.size() == nodes.size() && nodes.size() > 1)
     return stop_with(
-        Verdict::kPermanent, status,
+        Decision::kPermanent, status,
         "every node failed the same way (" + status_text(status) + "): a restart cannot fix it");
-  return stop_with(Verdict::kRestart, status,
+  return stop_with(Decision::kRestart, status,
                    "the program failed (" + status_text(status) + ") on " + list(failed), failed);
 }
 
@@ -252,12 +252,12 @@ std::optional<Outcome> unexplained_peer_lost_status(const Evidence& e,
   const auto reported = nodes_failed_with(e, [](const TaskFailure&) { return true; });
   if (with_76.empty() || reported.size() < nodes.size()) return std::nullopt;
   if (with_76.size() == nodes.size() && nodes.size() > 1)
-    return stop_with(Verdict::kPermanent, kPeerLostStatus,
+    return stop_with(Decision::kPermanent, kPeerLostStatus,
                      "every node exited 76 and no rank said which peer it lost: the program's own "
                      "status, which every node shares; a restart cannot fix it");
   const TaskFailure& first = e.failures.front();
   if (!is_76(first)) return std::nullopt;
-  Outcome o = stop_with(Verdict::kRestart, kPeerLostStatus,
+  Outcome o = stop_with(Decision::kRestart, kPeerLostStatus,
                         "tasks " + first.tasks + " on " + first.node +
                             " exited 76 with no peer named lost (the program's own status; first "
                             "to end)",
@@ -270,7 +270,7 @@ std::optional<Outcome> unexplained_peer_lost_status(const Evidence& e,
 std::optional<Outcome> first_killed(const Evidence& e, int srun_status) {
   for (const auto& f : e.failures) {
     if (f.status == kPeerLostStatus || f.status == kPreemptedStatus) continue;
-    return stop_with(Verdict::kRestart, f.status < 0 ? srun_status : f.status,
+    return stop_with(Decision::kRestart, f.status < 0 ? srun_status : f.status,
                      "tasks " + f.tasks + " on " + f.node + ": " + f.how + " (first to end)",
                      {f.node});
   }
@@ -286,7 +286,7 @@ std::optional<Outcome> silent_nodes(const Evidence& e, const std::vector<std::st
     if (!reported.count(n)) silent.insert(n);
   if (silent.empty() || silent.size() == nodes.size()) return std::nullopt;
   return stop_with(
-      Verdict::kRestart, kPeerLostStatus,
+      Decision::kRestart, kPeerLostStatus,
       "the others lost their peers (exit 76) and " + list(silent) + " reported nothing", silent);
 }
 
@@ -294,7 +294,7 @@ std::optional<Outcome> silent_nodes(const Evidence& e, const std::vector<std::st
 std::optional<Outcome> not_worth_retrying(const Evidence& e, const std::set<int>& no_retry_exits) {
   for (const auto& f : e.failures) {
     if (f.status < 1 || f.status > 255 || !no_retry_exits.count(f.status)) continue;
-    return stop_with(Verdict::kPermanent, f.status,
+    return stop_with(Decision::kPermanent, f.status,
                      "tasks " + f.tasks + " on " + f.node + " exited " + std::to_string(f.status) +
                          ", one of --no-retry-exit's statuses",
                      {f.node});
@@ -328,7 +328,7 @@ std::optional<std::string> repeated_failure(const std::vector<AttemptRecord>& at
   if (attempts.size() < 2) return std::nullopt;
   const auto& last = attempts.back().outcome;
   const auto& before = attempts[attempts.size() - 2].outcome;
-  if (last.verdict != Verdict::kRestart || before.verdict != Verdict::kRestart ||
+  if (last.decision != Decision::kRestart || before.decision != Decision::kRestart ||
       last.signature.empty() || last.signature != before.signature)
     return std::nullopt;
   return "attempts " + std::to_string(attempts.size() - 1) + " and " +
@@ -340,7 +340,7 @@ namespace {
 
 Outcome classify_without_signature(const Evidence& e, const std::vector<std::string>& nodes,
                                    int srun_status, const std::set<int>& no_retry_exits) {
-  if (srun_status == 0 && !e.cancelled) return stop_with(Verdict::kSucceeded, 0, "completed");
+  if (srun_status == 0 && !e.cancelled) return stop_with(Decision::kSucceeded, 0, "completed");
   if (auto o = not_worth_retrying(e, no_retry_exits)) return *o;
   if (auto o = preempted(e)) return *o;
   if (auto o = preflight_failed(e, nodes)) return *o;
@@ -349,7 +349,7 @@ Outcome classify_without_signature(const Evidence& e, const std::vector<std::str
   if (auto o = unexplained_peer_lost_status(e, nodes)) return *o;
   if (auto o = first_killed(e, srun_status)) return *o;
   if (auto o = silent_nodes(e, nodes)) return *o;
-  return stop_with(Verdict::kRestart, srun_status,
+  return stop_with(Decision::kRestart, srun_status,
                    (e.cancelled ? "the step did not end and was cancelled"
                                 : "srun ended with " + status_text(srun_status)) +
                        "; no node to blame");
@@ -362,7 +362,7 @@ Outcome classify_without_signature(const Evidence& e, const std::vector<std::str
 Outcome classify(const Evidence& e, const std::vector<std::string>& nodes, int srun_status,
                  const std::set<int>& no_retry_exits) {
   Outcome o = classify_without_signature(e, nodes, srun_status, no_retry_exits);
-  if (o.verdict == Verdict::kRestart && o.signature.empty()) o.signature = signature_of(e, o);
+  if (o.decision == Decision::kRestart && o.signature.empty()) o.signature = signature_of(e, o);
   return o;
 }
 
@@ -372,22 +372,22 @@ std::string nodes_text(const std::vector<std::string>& nodes) {
   return hostlist::compress(nodes);
 }
 
-constexpr core::Named<Verdict> kVerdictWords[] = {{Verdict::kSucceeded, "completed"},
-                                                  {Verdict::kRestart, "failed"},
-                                                  {Verdict::kPreempted, "preempted"},
-                                                  {Verdict::kPermanent, "failed, not retried"}};
+constexpr core::Named<Decision> kDecisionWords[] = {{Decision::kSucceeded, "completed"},
+                                                    {Decision::kRestart, "failed"},
+                                                    {Decision::kPreempted, "preempted"},
+                                                    {Decision::kPermanent, "failed, not retried"}};
 
-std::string verdict_word(const Outcome& o) {
-  return std::string(core::name_of(o.verdict, kVerdictWords));
+std::string decision_word(const Outcome& o) {
+  return std::string(core::name_of(o.decision, kDecisionWords));
 }
 
 }  // namespace
 
 std::string attempt_line(const AttemptRecord& r) {
   std::string line = "dtlaunch job: attempt " + std::to_string(r.attempt) + " on " +
-                     nodes_text(r.nodes) + ": " + verdict_word(r.outcome) + " after " +
+                     nodes_text(r.nodes) + ": " + decision_word(r.outcome) + " after " +
                      core::duration_text(r.wall);
-  if (r.outcome.verdict == Verdict::kSucceeded) return line;
+  if (r.outcome.decision == Decision::kSucceeded) return line;
   line +=
       "; culprit " + (r.outcome.culprits.empty() ? std::string("none") : list(r.outcome.culprits));
   line += "; cause: " + r.outcome.cause;
@@ -404,7 +404,7 @@ std::string summary_table(const std::vector<AttemptRecord>& attempts, std::strin
   out += buf;
   for (const auto& r : attempts) {
     std::snprintf(buf, sizeof buf, "%-7u  %-24s  %-20s  %-16s  %8s  %8s  %s\n", r.attempt,
-                  nodes_text(r.nodes).c_str(), verdict_word(r.outcome).c_str(),
+                  nodes_text(r.nodes).c_str(), decision_word(r.outcome).c_str(),
                   r.outcome.culprits.empty() ? "-" : list(r.outcome.culprits).c_str(),
                   core::duration_text(r.wall).c_str(),
                   r.stop.count() ? core::duration_text(r.stop).c_str() : "-",
@@ -423,7 +423,7 @@ std::string summary_json(const std::vector<AttemptRecord>& attempts, std::string
     out += i ? ", " : "";
     out += "{\"attempt\": " + std::to_string(r.attempt) +
            ", \"nodes\": " + core::json_quote(nodes_text(r.nodes)) +
-           ", \"result\": " + core::json_quote(verdict_word(r.outcome)) + ", \"culprits\": [";
+           ", \"result\": " + core::json_quote(decision_word(r.outcome)) + ", \"culprits\": [";
     bool first = true;
     for (const auto& c : r.outcome.culprits) {
       out += (first ? "" : ", ") + core::json_quote(c);

@@ -40,7 +40,8 @@ struct Evidence {
 // `source`: srun's own line, or a task's (srun_output.hpp); only srun's own say how a task ended.
 void observe_line(std::string_view line, LineSource source, Evidence& evidence);
 
-enum class Verdict {
+// What the driver does after an attempt.
+enum class Decision {
   kSucceeded,  // srun exited 0: the job is done
   kRestart,    // a restart on other nodes (or the same, when no node is to blame) may help
   kPreempted,  // exit 75: stopped to be resumed; passed through, never retried
@@ -48,7 +49,7 @@ enum class Verdict {
 };
 
 struct Outcome {
-  Verdict verdict = Verdict::kRestart;
+  Decision decision = Decision::kRestart;
   std::set<std::string> culprits;  // to exclude
   std::string cause;               // one line
   int exit_status = 0;             // what the job exits with if it stops here

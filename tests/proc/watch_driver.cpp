@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     program.argv.assign(argv + 6, argv + argc);
     program.env = dtlaunch::core::EnvMap::from_environ(environ);
     program.env.set("RANK", std::to_string(rank));
-    return join.run(program, timeout, grace, 42);
+    return join.run(program, timeout, grace, 42, std::nullopt);
   } catch (const dtlaunch::core::Error& e) {
     std::cerr << "watch_driver: " << e.what() << "\n";
     return e.exit_status();

@@ -172,7 +172,7 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
     const char* name;
     std::vector<std::string> lines;
     int srun_status;
-    Verdict verdict;
+    Decision decision;
     std::set<std::string> culprits;
     int exit_status;
   };
@@ -181,19 +181,19 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
       "3 s): rank 2 (cn2) exited (its connection closed), seen by rank 1, last in all_reduce #9; "
       "rank 3 (cn2) exited (its connection closed), seen by rank 1, last in all_reduce #9";
   const Case cases[] = {
-      {"success", {}, 0, Verdict::kSucceeded, {}, 0},
+      {"success", {}, 0, Decision::kSucceeded, {}, 0},
       {"a node's ranks killed, the survivors name it",
        {lost, "srun: error: cn1: tasks 0-1: Exited with exit code 76",
         "srun: error: cn2: tasks 2-3: Killed"},
        1,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn2"},
        1},
       {"a cut-off node says it was declared lost",
        {"dtlaunch ddp: rank 4 (cn3): peer lost (heartbeat, timeout 3 s): this rank 4 (cn3) was "
         "declared lost by rank 3: unreachable (silent for 3 s; no connection to it)"},
        1,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn3"},
        1},
       {"a frozen node woken by Slurm's SIGCONT sees the others lost, later",
@@ -204,7 +204,7 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
         "srun: error: cn1: task 0: Exited with exit code 76",
         "srun: error: cn2: task 2: Exited with exit code 76"},
        1,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn2"},
        1},
       {"one verdict: the ranks that exited on it after it are not lost",
@@ -218,7 +218,7 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
         "srun: error: cn3: tasks 4-5: Exited with exit code 76",
         "srun: error: cn2: tasks 2-3: Exited with exit code 76"},
        1,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn2"},
        1},
       {"dtlaunch --watch names the lost node",
@@ -226,21 +226,21 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
         "3 s; no connection to it), seen by rank 0; stopping the program, exit 76",
         "srun: error: cn1: tasks 0-1: Exited with exit code 76"},
        1,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn3"},
        1},
       {"killed, no heartbeat: the first node srun saw end",
        {"srun: error: cn3: tasks 4-5: Killed", "srun: error: cn1: tasks 0-1: Killed",
         "srun: error: cn2: tasks 2-3: Killed"},
        137,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn3"},
        137},
       {"the program's own failure on one node",
        {"srun: error: cn2: task 3: Exited with exit code 1",
         "srun: error: cn1: tasks 0-1: Exited with exit code 76"},
        1,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn2"},
        1},
       {"the same failure on every node",
@@ -248,60 +248,60 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
         "srun: error: cn2: tasks 2-3: Exited with exit code 1",
         "srun: error: cn3: tasks 4-5: Exited with exit code 1"},
        1,
-       Verdict::kPermanent,
+       Decision::kPermanent,
        {},
        1},
       {"bad input",
        {"srun: error: cn1: tasks 0-1: Exited with exit code 2"},
        2,
-       Verdict::kPermanent,
+       Decision::kPermanent,
        {},
        2},
       {"program not found",
        {"srun: error: cn1: tasks 0-1: Exited with exit code 127"},
        127,
-       Verdict::kPermanent,
+       Decision::kPermanent,
        {},
        127},
       {"preempted",
        {"srun: error: cn1: tasks 0-1: Exited with exit code 75",
         "srun: error: cn2: tasks 2-3: Exited with exit code 75"},
        75,
-       Verdict::kPreempted,
+       Decision::kPreempted,
        {},
        75},
       {"a crash, then the others checkpoint on srun's SIGTERM and exit 75",
        {"srun: error: cn3: task 4: Killed",
         "srun: error: cn1: tasks 0-1: Exited with exit code 75"},
        137,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn3"},
        137},
       {"the preflight names a node",
        {"0: exclude: cn3   (srun/sbatch --exclude=cn3)",
         "srun: error: cn1: tasks 0-1: Exited with exit code 3"},
        3,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn3"},
        3},
       {"the preflight fails everywhere",
        {"srun: error: cn1: tasks 0-1: Exited with exit code 3"},
        3,
-       Verdict::kPermanent,
+       Decision::kPermanent,
        {},
        3},
       {"only peer-lost statuses: the silent node",
        {"srun: error: cn1: tasks 0-1: Exited with exit code 76",
         "srun: error: cn3: tasks 4-5: Exited with exit code 76"},
        1,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn2"},
        76},
       {"the program's own 76, no peer named lost: the node that ended first",
        {"srun: error: cn2: tasks 2-3: Exited with exit code 76",
         "srun: error: cn1: tasks 0-1: Killed", "srun: error: cn3: tasks 4-5: Killed"},
        137,
-       Verdict::kRestart,
+       Decision::kRestart,
        {"cn2"},
        76},
       {"76 on every node and no peer named lost: a failure every node shares",
@@ -309,15 +309,15 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
         "srun: error: cn1: tasks 0-1: Exited with exit code 76",
         "srun: error: cn3: tasks 4-5: Exited with exit code 76"},
        1,
-       Verdict::kPermanent,
+       Decision::kPermanent,
        {},
        76},
-      {"nothing to go by", {}, 1, Verdict::kRestart, {}, 1},
+      {"nothing to go by", {}, 1, Decision::kRestart, {}, 1},
   };
   for (const auto& c : cases) {
     INFO(c.name);
     const Outcome o = classify(evidence_of(c.lines), kNodes, c.srun_status);
-    CHECK(o.verdict == c.verdict);
+    CHECK(o.decision == c.decision);
     CHECK(o.culprits == c.culprits);
     CHECK(o.exit_status == c.exit_status);
     CHECK(!o.cause.empty());
@@ -349,13 +349,13 @@ TEST_CASE("job: --no-retry-exit's statuses end the job, other statuses still res
   const auto crash = evidence_of({"srun: error: cn2: task 3: Exited with exit code 11",
                                   "srun: error: cn1: tasks 0-1: Exited with exit code 76"});
   const Outcome stopped = classify(crash, kNodes, 1, no_retry);
-  CHECK(stopped.verdict == Verdict::kPermanent);
+  CHECK(stopped.decision == Decision::kPermanent);
   CHECK(stopped.exit_status == 11);
   CHECK(stopped.cause.find("--no-retry-exit") != std::string::npos);
-  CHECK(classify(crash, kNodes, 1, {1, 2}).verdict == Verdict::kRestart);
-  CHECK(classify(crash, kNodes, 1).verdict == Verdict::kRestart);
+  CHECK(classify(crash, kNodes, 1, {1, 2}).decision == Decision::kRestart);
+  CHECK(classify(crash, kNodes, 1).decision == Decision::kRestart);
   // 76 is the survivors' "peer lost", never the listed status of the culprit.
-  CHECK(classify(crash, kNodes, 1, {76}).verdict == Verdict::kPermanent);
+  CHECK(classify(crash, kNodes, 1, {76}).decision == Decision::kPermanent);
 }
 
 TEST_CASE("job: --no-retry-exit's value is checked") {
@@ -516,7 +516,7 @@ TEST_CASE(
                                        "1: srun: error: cn3: tasks 0-1: Exited with exit "
                                        "code 75"});
   CHECK(forged.failures.empty());
-  CHECK(classify(forged, kNodes, 0).verdict == Verdict::kSucceeded);
+  CHECK(classify(forged, kNodes, 0).decision == Decision::kSucceeded);
   // Failing for its own reason on cn1, after printing srun's words about cn2.
   const Evidence mixed = evidence_of({"0: srun: error: cn2: task 2: Killed",
                                       "srun: error: cn1: task 0: Exited with exit code 1",
