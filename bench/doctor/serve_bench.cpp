@@ -23,13 +23,12 @@ double run_once(std::uint32_t n, double& spawn_seconds) {
   const std::uint16_t port = dtlaunch::launch::find_free_port();
   const Expectation expected = local_expectation(1, n);
   auto report = [&](std::uint32_t rank) {
-    TaskReport r;
+    TaskReport r;  // one node: nnodes stays 1
     r.contract.rank = rank;
     r.contract.world_size = n;
-    r.contract.nnodes = 1;
-    r.network.host = "bench";
     r.contract.master_addr = "127.0.0.1";
     r.contract.master_port = port;
+    r.network.host = "bench";
     return r;
   };
   const auto start = Clock::now();

@@ -1,7 +1,9 @@
 #include "doctor/report.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "core/parse.hpp"
@@ -228,15 +230,9 @@ struct FieldWriter {
   void operator()(std::string_view key, const std::vector<std::string>& value) const {
     w.put(key, join(value));
   }
-  void operator()(std::string_view key, bool value) const { w.num(key, value ? 1 : 0); }
-  void operator()(std::string_view key, std::uint32_t value) const { w.num(key, value); }
-  void operator()(std::string_view key, std::uint64_t value) const { w.num(key, value); }
-  void operator()(std::string_view key, int value) const {
-    w.num(key, static_cast<std::uint64_t>(value));
-  }
-  void operator()(std::string_view key, std::int64_t value) const {
-    w.put(key, std::to_string(value));
-  }
+  template <class Number>  // bool, the counts, the exit status, the clock: in decimal
+  requires std::is_arithmetic_v<Number>
+  void operator()(std::string_view key, Number value) const { w.put(key, std::to_string(value)); }
   // A limit: nullopt is "unlimited", a word the reader tells from any number.
   void operator()(std::string_view key, const std::optional<std::uint64_t>& value) const {
     w.put(key, value ? std::to_string(*value) : "unlimited");
@@ -244,33 +240,32 @@ struct FieldWriter {
   // A file: KEY (its path), KEY_size, KEY_hash.
   void operator()(std::string_view key, const FileIdentity& file) const {
     w.put(key, file.path);
-    w.num(std::string(key) + "_size", file.size);
+    w.put(std::string(key) + "_size", std::to_string(file.size));
     w.put(std::string(key) + "_hash", file.hash);
   }
 };
 
 // Reads one field of a table, by its type: an absent key leaves the default, a malformed number
-// is an error naming the key.
+// (or one out of the member's range) is an error naming the key.
 struct FieldReader {
   const Reader& in;
   void operator()(std::string_view key, std::string& value) const { value = in.text(key); }
   void operator()(std::string_view key, std::vector<std::string>& value) const {
     value = split(in.text(key));
   }
-  void operator()(std::string_view key, bool& value) const {
-    if (in.has(key)) value = in.number(key, 1) == 1;
-  }
-  void operator()(std::string_view key, std::uint32_t& value) const {
-    if (in.has(key)) value = in.u32(key);
-  }
-  void operator()(std::string_view key, std::uint64_t& value) const {
-    if (in.has(key)) value = in.number(key, UINT64_MAX);
-  }
-  void operator()(std::string_view key, int& value) const {
-    if (in.has(key)) value = static_cast<int>(in.number(key, 255));
-  }
-  void operator()(std::string_view key, std::int64_t& value) const {
-    if (in.has(key)) value = in.signed_number(key);
+  template <class Number>
+  requires std::is_integral_v<Number>
+  void operator()(std::string_view key, Number& value) const {
+    if (!in.has(key)) return;
+    if constexpr (std::is_signed_v<Number>) {
+      const std::int64_t n = in.signed_number(key);
+      if (n < std::numeric_limits<Number>::min() || n > std::numeric_limits<Number>::max())
+        throw core::Error(core::ExitCode::kBadInput, "doctor report: " + std::string(key) + "='" +
+                                                         core::excerpt(in.text(key)) +
+                                                         "' is out of range");
+      value = static_cast<Number>(n);
+    } else
+      value = static_cast<Number>(in.number(key, std::numeric_limits<Number>::max()));
   }
   void operator()(std::string_view key, std::optional<std::uint64_t>& value) const {
     if (in.has(key) && in.text(key) != "unlimited") value = in.number(key, UINT64_MAX);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <span>
 
+#include "core/names.hpp"
+
 namespace dtlaunch::heartbeat {
 namespace {
 
@@ -35,23 +37,12 @@ std::array<uint8_t, kMacBytes> mac(const Frame& f, int receiver, bool sender_ope
 }  // namespace
 
 const char* refusal_name(Refusal r) {
-  switch (r) {
-    case Refusal::kNone:
-      return "accepted";
-    case Refusal::kMalformed:
-      return "malformed";
-    case Refusal::kBadMac:
-      return "bad MAC";
-    case Refusal::kBadTag:
-      return "another job's tag";
-    case Refusal::kReplayed:
-      return "replayed";
-    case Refusal::kBeforeHello:
-      return "before hello";
-    case Refusal::kNoHello:
-      return "no hello in time";
-  }
-  return "?";
+  static constexpr core::Named<Refusal> kNames[] = {
+      {Refusal::kNone, "accepted"},           {Refusal::kMalformed, "malformed"},
+      {Refusal::kBadMac, "bad MAC"},          {Refusal::kBadTag, "another job's tag"},
+      {Refusal::kReplayed, "replayed"},       {Refusal::kBeforeHello, "before hello"},
+      {Refusal::kNoHello, "no hello in time"}};
+  return core::name_of(r, kNames).data();  // literals: NUL-terminated
 }
 
 // Layout: magic, type, how, op, rank (4), seen_by (4), silent ms (4), position seq (8), tag (8),

@@ -10,7 +10,10 @@ ranks, healthy, newer) and run "old" attempt 0, under a directory name with a sp
   the input and listing what exists, nothing on stdout.
 
 Usage: attempts.py DTLAUNCH"""
-import json, os, re, shlex, subprocess, sys, tempfile
+import json, os, re, shlex, subprocess, sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import records  # noqa: E402  (tests/trace/records.py)
 
 
 def record(run, attempt, rank, dumped_s, seqs):
@@ -36,9 +39,7 @@ def trace(dtlaunch, *args):
 def main():
     dtlaunch = sys.argv[1]
     failures = []
-    with tempfile.TemporaryDirectory(prefix="dtlaunch-trace-attempts-") as top:
-        d = os.path.join(top, "my traces")
-        os.mkdir(d)
+    with records.traces_dir("dtlaunch-trace-attempts-", "my traces") as d:
         done = [(1, "completed"), (2, "completed"), (3, "completed")]
         files = {
             "job-7.a0.rank-0.json": record("job-7", 0, 0, 100, done[:2] + [(3, "started")]),

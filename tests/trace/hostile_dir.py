@@ -11,18 +11,15 @@ all trace takes: a second one, or options after `--`, are refused (they were ign
 Usage: hostile_dir.py DTLAUNCH"""
 import json, os, resource, subprocess, sys, tempfile, time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import records  # noqa: E402  (tests/trace/records.py)
+
 MAX_SECONDS = 10
 MAX_RSS_MB = 200  # a few MB when healthy (more under the sanitizers); the sparse file is 1000
 
 
 def good_record():
-    head = {"format": "dtlaunch-flight-record", "version": 2, "run_id": "hostile", "attempt": 0,
-            "rank": 0, "world_size": 1, "local_rank": 0, "host": "node01", "kind": "exit",
-            "reason": "exit", "dumped_at_us": 2_000_000_000_000_000, "clock_offset_us": 0,
-            "clock_error_us": 30, "collectives_started": 1, "entries_capacity": 2000}
-    return (json.dumps(head)[:-1] + ',\n "entries": [\n  {"seq": 1, "op": "barrier", '
-            '"dtype": "float32", "numel": 0, "shape": [], "root": -1, "enqueue_us": 1000, '
-            '"start_us": 1000, "end_us": 2000, "state": "completed"}\n ]}\n')
+    return records.good_record("hostile", 2_000_000_000_000_000)
 
 
 def check_command_line(dtlaunch, d, failures):

@@ -7,18 +7,15 @@ listed up to a cap, in name order, then counted in one line (issue 35 E: 100,000
 Usage: many_skipped.py DTLAUNCH"""
 import json, os, re, subprocess, sys, tempfile
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import records  # noqa: E402  (tests/trace/records.py)
+
 JUNK = 300
 LISTED = 20  # trace::kSkippedListed
 
 
 def good_record():
-    head = {"format": "dtlaunch-flight-record", "version": 2, "run_id": "junk", "attempt": 0,
-            "rank": 0, "world_size": 1, "local_rank": 0, "host": "node01", "kind": "exit",
-            "reason": "exit", "dumped_at_us": 10_000_000, "clock_offset_us": 0,
-            "clock_error_us": 30, "collectives_started": 1, "entries_capacity": 2000}
-    return (json.dumps(head)[:-1] + ',\n "entries": [\n  {"seq": 1, "op": "barrier", '
-            '"dtype": "float32", "numel": 0, "shape": [], "root": -1, "enqueue_us": 1000, '
-            '"start_us": 1000, "end_us": 2000, "state": "completed"}\n ]}\n')
+    return records.good_record("junk", 10_000_000)
 
 
 def check_list(what, text, prefix, failures):

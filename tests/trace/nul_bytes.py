@@ -4,7 +4,10 @@ file's JSON): every output quotes it as \\x00, none writes the byte itself (issu
 verdict, its copy on stderr with --format chrome and the --html page wrote it raw).
 
 Usage: nul_bytes.py DTLAUNCH"""
-import json, os, subprocess, sys, tempfile
+import json, os, subprocess, sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import records  # noqa: E402  (tests/trace/records.py)
 
 RUN = "run\0id"
 HOST = "node\0" + "01"
@@ -27,9 +30,8 @@ def record(rank, seqs):
 def main():
     dtlaunch = sys.argv[1]
     failures = []
-    with tempfile.TemporaryDirectory(prefix="dtlaunch-trace-nul-") as d:
-        traces = os.path.join(d, "traces")
-        os.mkdir(traces)
+    with records.traces_dir("dtlaunch-trace-nul-", "traces") as traces:
+        d = os.path.dirname(traces)
         # Rank 0 waits in #2, which rank 1 never entered: the verdict names rank 1's host.
         for rank in (0, 1):
             with open(os.path.join(traces, "r.a0.rank-%d.json" % rank), "w") as f:
