@@ -355,12 +355,15 @@ TEST_CASE("doctor: each report holds the contract its worker is told, and what i
   for (std::uint32_t rank = 0; rank < 2; ++rank) {
     INFO("rank " << rank);
     const dtlaunch::doctor::TaskReport& r = reports[rank];
-    CHECK(r.contract == dtlaunch::launch::worker_contract(launch.spec, {rank, rank, 0}));
+    // The attempt's key is in what the worker is told (the wire leaves it out: report.cpp).
+    REQUIRE(launch.workers[rank].contract.job_key);
+    CHECK(r.contract == dtlaunch::launch::worker_contract(
+                            launch.spec, {rank, rank, 0, launch.workers[rank].contract.job_key}));
     CHECK(r.contract.rank == rank);
     CHECK(r.placement.bound_device == (rank == 0 ? "3" : "5"));
     CHECK(r.placement.visible_devices ==
-          r.placement.bound_device);   // --gpu-bind=isolate narrowed the list
-    CHECK(r.placement.omp_num_threads == "4");   // the user's, which the contract leaves
+          r.placement.bound_device);                   // --gpu-bind=isolate narrowed the list
+    CHECK(r.placement.omp_num_threads == "4");         // the user's, which the contract leaves
     CHECK(r.network.host == reports[0].network.host);  // the node probed once, shared
   }
   // The node's software by local rank 0 only.
