@@ -236,7 +236,7 @@ TEST_CASE("a malformed runtime setting fails init_process_group at once, its val
   }
 }
 
-TEST_CASE("failure record: sealed with the job key; a forged one is flagged, any one escaped") {
+TEST_CASE("failure record: sealed with the job key, a forged one flagged and any one escaped") {
   using namespace dtlaunch::ddp::detail;
   const auto key = dtlaunch::core::make_job_key();
   const std::string sealed = encode_failure(1, "rendezvous timed out", key);
