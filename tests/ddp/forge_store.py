@@ -9,11 +9,14 @@ import time
 import torch.distributed as dist
 
 port = int(sys.argv[1])
+# PyTorch 2.4+ asks for the libuv client by default, which Debian's 2.6 lacks ("use_libuv was
+# requested but PyTorch was build without libuv support"); 1.13 has no such argument.
+options = {"use_libuv": False} if "use_libuv" in (dist.TCPStore.__init__.__doc__ or "") else {}
 deadline = time.time() + 30
 while True:
     try:
         store = dist.TCPStore("127.0.0.1", port, is_master=False,
-                              timeout=datetime.timedelta(seconds=5))
+                              timeout=datetime.timedelta(seconds=5), **options)
         break
     except Exception:  # rank 0 not up yet
         if time.time() > deadline:
