@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <system_error>
 
@@ -169,6 +170,46 @@ JobKey parse_job_key(std::string_view hex, std::string_view variable) {
     key.bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
   return key;
+}
+
+namespace {
+
+constexpr std::string_view kSealOpen = " [seal ";
+constexpr size_t kSealBytes = 16;
+
+std::array<uint8_t, kSealBytes> seal_of(const JobKey& key, std::string_view text) {
+  // The context keeps a line's seal from being anything else made with the same key.
+  constexpr std::string_view kContext = "dtlaunch sealed line 1\n";
+  const auto bytes = [](std::string_view s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  const Digest mac = hmac_sha256(key.bytes, {bytes(kContext), bytes(text)});
+  std::array<uint8_t, kSealBytes> out{};
+  std::copy_n(mac.begin(), kSealBytes, out.begin());
+  return out;
+}
+
+}  // namespace
+
+std::string seal_line(const JobKey& key, std::string_view text) {
+  return std::string(text) + std::string(kSealOpen) + to_hex(seal_of(key, text)) + "]";
+}
+
+std::optional<std::string_view> unseal_line(const JobKey& key, std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  const size_t tail = kSealOpen.size() + 2 * kSealBytes + 1;
+  if (line.size() < tail || line.back() != ']') return std::nullopt;
+  const std::string_view text = line.substr(0, line.size() - tail);
+  if (line.substr(text.size(), kSealOpen.size()) != kSealOpen) return std::nullopt;
+  const std::string_view hex = line.substr(text.size() + kSealOpen.size(), 2 * kSealBytes);
+  std::array<uint8_t, kSealBytes> given{};
+  for (size_t i = 0; i < kSealBytes; ++i) {
+    const int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    given[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  if (!equal_constant_time(given, seal_of(key, text))) return std::nullopt;
+  return text;
 }
 
 }  // namespace dtlaunch::core

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,5 +53,14 @@ std::string to_hex(const JobKey& key);
 // Throws Error (bad input) with one line naming `variable`: "DTLAUNCH_JOB_KEY must be 64 hex
 // digits (got 12 characters)"; the value itself is never quoted, being a secret.
 JobKey parse_job_key(std::string_view hex, std::string_view variable);
+
+// A line of a task's output that `dtlaunch job` may believe (docs/security.md): the text, then
+// " [seal HEX]", HEX being 32 hex digits of HMAC-SHA256(key, a fixed context, the text). The key
+// is the attempt's, fresh each time and known only to the job's processes: a line the program
+// prints itself, another job's, or an old attempt's replayed from a log carries no valid seal.
+std::string seal_line(const JobKey& key, std::string_view text);
+// The text of `line` when it ends with a seal valid under `key` (a '\r' after it is allowed);
+// nullopt for any other line.
+std::optional<std::string_view> unseal_line(const JobKey& key, std::string_view line);
 
 }  // namespace dtlaunch::core

@@ -7,6 +7,7 @@
 
 #include "contract/settings.hpp"
 #include "core/error.hpp"
+#include "core/hmac.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/client.hpp"
 #include "doctor/network_agent.hpp"
@@ -114,6 +115,16 @@ Expectation expectation_of(const launch::LaunchPlan& launch_plan) {
 
 namespace {
 
+// The preflight's exclude list once more, sealed with the job's key: `dtlaunch job` reads only
+// this line, never the report's, which a program could print too (docs/security.md).
+void say_sealed_exclude(const launch::LaunchPlan& launch_plan, const Diagnosis& verdict) {
+  const auto key = contract::read_text(launch_plan.workers.front().env, contract::setting::kJobKey);
+  if (verdict.exclude.empty() || !key) return;
+  std::cerr << core::seal_line(core::parse_job_key(*key, contract::env_var::kJobKey),
+                               std::string(kSealedExclude) + verdict.exclude)
+            << std::endl;
+}
+
 // Rank 0's side: serve, print.
 int judge(const launch::LaunchPlan& launch_plan, std::vector<TaskReport> mine,
           Clock::time_point deadline, const LaunchCheckOptions& options, const NetworkAgent* agent,
@@ -127,6 +138,7 @@ int judge(const launch::LaunchPlan& launch_plan, std::vector<TaskReport> mine,
     out.flush();
   } else if (!verdict.ok() || !verdict.problems.empty() || options.verbose) {
     std::cerr << report;
+    say_sealed_exclude(launch_plan, verdict);
   }
   return verdict.ok() ? 0 : static_cast<int>(core::ExitCode::kProblem);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/env_map.hpp"
@@ -17,6 +18,10 @@
 #include "launch/plan.hpp"
 
 namespace dtlaunch::doctor {
+
+// The start of the preflight's sealed exclude line, which `dtlaunch job` reads (lib/job/outcome.cpp
+// spells it too: the two modules are side by side).
+inline constexpr std::string_view kSealedExclude = "dtlaunch --preflight: exclude: ";
 
 struct LaunchCheckOptions {
   // false (`dtlaunch doctor`): rank 0 prints the report on `out` always. true (--preflight):

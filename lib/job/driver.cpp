@@ -304,11 +304,11 @@ void deliver_to_tasks(const std::string& job_id, int sig, std::ostream& err) {
 }
 
 AttemptRun run_attempt(const std::vector<std::string>& argv, bool strip_labels,
-                       const std::string& job_id, milliseconds grace, proc::Console& console,
-                       std::ostream& err) {
+                       const core::JobKey& key, const std::string& job_id, milliseconds grace,
+                       proc::Console& console, std::ostream& err) {
   AttemptRun run;
-  const auto observe = [&evidence = run.evidence](std::string_view line, LineSource source) {
-    observe_line(line, source, evidence);
+  const auto observe = [&evidence = run.evidence, &key](std::string_view line, LineSource source) {
+    observe_line(line, source, key, evidence);
   };
   proc::Pipe out = srun_pipe(), errs = srun_pipe();
   const auto start = Clock::now();
@@ -402,14 +402,14 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
       result = out_of_nodes(nodes.size(), excluded, sizes, options);
       break;
     }
-    for (const auto& [name, value] :
-         attempt_environment(restart, core::to_hex(core::make_job_key())))
+    const core::JobKey key = core::make_job_key();
+    for (const auto& [name, value] : attempt_environment(restart, core::to_hex(key)))
       ::setenv(name.c_str(), value.c_str(), 1);
     const auto argv = srun_command(dtlaunch, nodes, sizes, allocation, options, restart);
     err << "dtlaunch job: attempt " << restart + 1 << " on " << hostlist::compress(nodes)
         << (restart ? " (restart " + std::to_string(restart) + ")" : std::string()) << std::endl;
-    AttemptRun run = run_attempt(argv, !srun_labels_asked(options.srun_args), allocation.job_id,
-                                 options.stop_grace, console, err);
+    AttemptRun run = run_attempt(argv, !srun_labels_asked(options.srun_args), key,
+                                 allocation.job_id, options.stop_grace, console, err);
     AttemptRecord record;
     record.attempt = restart + 1;
     record.nodes = nodes;

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "core/hmac.hpp"
 #include "core/names.hpp"
 #include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
@@ -86,50 +87,40 @@ std::vector<std::string> rank_hosts(std::string_view text) {
 // when the others declared it lost ("this rank 2 (cn2) was declared lost"). The reporter is the
 // "rank N (HOST)" before it. A reporter already named lost is ignored: a frozen node that
 // Slurm's SIGCONT wakes, or a cut-off node, sees everyone else as lost, and later.
-void read_lost_hosts(std::string_view line, Evidence& evidence) {
-  // dtlaunch --watch: "dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 1 (cn2) frozen ...".
-  constexpr std::string_view kWatch = "a peer was lost: ";
-  auto at = line.find(kWatch);
+// `text`: a sealed line's text, from the runtime ("dtlaunch ddp: rank 3 (cn1): peer lost: rank 4
+// (cn3) exited ...") or from --watch ("dtlaunch --watch: rank 0 (cn1): a peer was lost: ...").
+void read_lost_hosts(std::string_view text, Evidence& evidence) {
+  std::size_t at = std::string_view::npos;
   std::string_view rest;
-  if (at != std::string_view::npos) {
-    rest = line.substr(at + kWatch.size());
-  } else {
-    at = line.find("peer lost");
-    if (at == std::string_view::npos) return;
-    rest = line.substr(at);
-    // The runtime's prefix names the reporting rank: "rank 3 (cn1): peer lost (...): rank 4 ...".
-    const auto colon = rest.find("): ");
-    if (colon == std::string_view::npos) return;
-    rest.remove_prefix(colon + 3);
+  for (const std::string_view marker : {"): a peer was lost: ", "): peer lost: "}) {
+    at = text.find(marker);
+    if (at == std::string_view::npos) continue;
+    rest = text.substr(at + marker.size());
+    at += 3;  // the reporter's "rank N (HOST)" ends before it
+    break;
   }
-  const auto reporters = rank_hosts(line.substr(0, at));
+  if (at == std::string_view::npos) return;
+  const auto reporters = rank_hosts(text.substr(0, at));
   if (!reporters.empty() && evidence.lost_nodes.count(reporters.back())) return;
-  // Only the reporter's first verdict: the ones after it, within the runtime's gathering window,
-  // are mostly the other survivors exiting 76 on that same verdict ("rank 4 (cn3) exited"), and
-  // believing them blamed every node for one loss. A lost node's other ranks are on its host.
+  // The reporter's first verdict only: the heartbeat seals no other, and the ones after it are
+  // mostly the other survivors exiting 76 on that same verdict ("rank 4 (cn3) exited"). A lost
+  // node's other ranks are on its host.
   rest = rest.substr(0, rest.find("; "));
   const auto named = rank_hosts(rest);
   for (const auto& host : named) evidence.lost_nodes.insert(host);
   if (!named.empty() && evidence.first_lost_message.empty())
-    evidence.first_lost_message = std::string(line.substr(at));
+    evidence.first_lost_message = std::string(text.substr(at));
 }
 
-void read_exclude(std::string_view line, Evidence& evidence) {
-  constexpr std::string_view kExclude = "exclude: ";
-  const auto at = line.find(kExclude);
-  if (at == std::string_view::npos) return;
-  // Only the doctor's report line: "exclude: cn[3,7]   (srun/sbatch --exclude=...)", possibly
-  // behind srun -l's "0: ".
-  const std::string_view before = line.substr(0, at);
-  if (!before.empty() && !(before.size() >= 2 && before.substr(before.size() - 2) == ": " &&
-                           is_digits(before.substr(0, before.size() - 2))))
-    return;
-  std::string_view expr = line.substr(at + kExclude.size());
-  expr = expr.substr(0, expr.find(' '));
+// The preflight's sealed "dtlaunch --preflight: exclude: cn[3,7]" (lib/doctor/launch_check.hpp).
+void read_exclude(std::string_view text, Evidence& evidence) {
+  constexpr std::string_view kExclude = "dtlaunch --preflight: exclude: ";
+  if (text.rfind(kExclude, 0) != 0) return;
   try {
-    for (auto& host : hostlist::expand(expr)) evidence.preflight_exclude.insert(std::move(host));
+    for (auto& host : hostlist::expand(text.substr(kExclude.size())))
+      evidence.preflight_exclude.insert(std::move(host));
   } catch (const std::exception&) {
-    // Not a hostlist: not the doctor's line.
+    // Not a hostlist: the doctor never seals one.
   }
 }
 
@@ -153,14 +144,17 @@ std::string list(const std::set<std::string>& names) {
 
 }  // namespace
 
-void observe_line(std::string_view line, LineSource source, Evidence& evidence) {
+void observe_line(std::string_view line, LineSource source, const core::JobKey& key,
+                  Evidence& evidence) {
   if (source == LineSource::kSrun) {
     TaskFailure failure;
     if (read_srun_failure(line, failure)) evidence.failures.push_back(std::move(failure));
     return;
   }
-  read_lost_hosts(line, evidence);
-  read_exclude(line, evidence);
+  const auto text = core::unseal_line(key, line);
+  if (!text) return;
+  read_lost_hosts(*text, evidence);
+  read_exclude(*text, evidence);
 }
 
 namespace {

@@ -3,9 +3,10 @@
 //   - srun's own per-node lines (never a task's: srun labels those, srun_output.hpp):
 //     "srun: error: NODE: tasks 0-1: Exited with exit code 76",
 //     "srun: error: NODE: task 2: Killed", in the order srun saw them;
-//   - the DDP runtime's "peer lost" messages, naming each lost rank's host: "rank 4 (cn3) exited",
-//     or "this rank 2 (cn2) was declared lost" on a cut-off node;
-//   - the preflight's "exclude: cn[3,7]" line.
+//   - the lines a task's dtlaunch seals with the attempt's job key (core::seal_line), never
+//     the look-alikes the program prints: the DDP runtime's and --watch's first verdict,
+//     naming each lost rank's host ("rank 4 (cn3) exited", or "this rank 2 (cn2) was declared
+//     lost" on a cut-off node), and the preflight's "exclude: cn[3,7]".
 // classify() turns it into the culprit nodes, the cause and whether a restart can help.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/hmac.hpp"
 #include "job/srun_output.hpp"
 
 namespace dtlaunch::job {
@@ -37,8 +39,10 @@ struct Evidence {
 };
 
 // Reads one line of output into `evidence` (any other line is ignored).
-// `source`: srun's own line, or a task's (srun_output.hpp); only srun's own say how a task ended.
-void observe_line(std::string_view line, LineSource source, Evidence& evidence);
+// `source`: srun's own line, or a task's (srun_output.hpp); only srun's own say how a task ended,
+// and of a task's, only those sealed with `key`, the attempt's DTLAUNCH_JOB_KEY.
+void observe_line(std::string_view line, LineSource source, const core::JobKey& key,
+                  Evidence& evidence);
 
 // What the driver does after an attempt.
 enum class Decision {

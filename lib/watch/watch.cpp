@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/error.hpp"
+#include "core/hmac.hpp"
 #include "core/host.hpp"
 #include "heartbeat/node.hpp"
 #include "heartbeat/ring.hpp"
@@ -85,6 +86,8 @@ int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds
       }
       first_loss = "dtlaunch --watch: rank " + std::to_string(rank_) + " (" + host_ +
                    "): a peer was lost: " + who + "; stopping the program, exit 76";
+      // Sealed: `dtlaunch job` believes this line, not the program's look-alikes.
+      if (key) first_loss = core::seal_line(*key, first_loss);
       [[maybe_unused]] const ssize_t n = ::write(lost_write, "!", 1);
     };
     node = std::make_unique<heartbeat::Node>(std::move(o), std::move(*listener_));

@@ -2,11 +2,14 @@
 """`dtlaunch job` reads how a task ended only from srun's own lines (issue 35 B): srun runs with
 --label, a task's lines carry their label and srun's own do not. A healthy program on 3 nodes
 (one spare) prints what srun prints when a task is killed or preempted, bare, after 70,000 bytes
-with no newline, and as a whole line, then runs on past the driver's stop grace (5 s) and ends
-well: the job must complete on its first attempt,
+with no newline, and as a whole line, and what the runtime, --watch and the preflight say of a
+lost or excluded node (bare, and sealed with another attempt's key), then runs on past the
+driver's stop grace (5 s) and ends well: the job must complete on its first attempt,
 exit 0, blame no node, and pass the program's output on as it printed it (no labels). Before,
 the first such line aborted the healthy step, named the node culprit and spent the budget
 (exit 137), and the "exit code 75" line made it "preempted"."""
+import hashlib
+import hmac
 import os
 import re
 
@@ -18,6 +21,12 @@ for f in ("status", "out", "err"):
     if os.path.exists(os.path.join(work, f)):
         os.remove(os.path.join(work, f))
 victim = ctx.node(3)
+node2 = ctx.node(2)
+# A line sealed as the runtime seals it, with another attempt's key: a replay from an old log.
+old_key = os.urandom(32)
+old_seal = hmac.new(old_key, b"dtlaunch sealed line 1\n" +
+                    f"dtlaunch ddp: rank 1 ({node2}): peer lost: rank 2 ({victim}) exited".encode(),
+                    hashlib.sha256).hexdigest()[:32]
 program = os.path.join(work, "program.sh")
 with open(program, "w") as f:
     f.write(f"""#!/bin/sh
@@ -26,6 +35,11 @@ if [ "$SLURM_PROCID" = 1 ]; then
   head -c 70000 /dev/zero | tr '\\0' x
   echo "srun: error: {victim}: task 2: Killed"
   echo "srun: error: {victim}: tasks 0-1: Exited with exit code 75" >&2
+  echo "dtlaunch ddp: rank 1 ({node2}): peer lost: rank 2 ({victim}) exited (its connection closed), seen by rank 1" >&2
+  echo "dtlaunch --watch: rank 1 ({node2}): a peer was lost: rank 2 ({victim}) exited, seen by rank 1; stopping the program, exit 76" >&2
+  echo "dtlaunch --preflight: exclude: {victim}"
+  echo "exclude: {victim}   (srun/sbatch --exclude={victim})"
+  echo "dtlaunch ddp: rank 1 ({node2}): peer lost: rank 2 ({victim}) exited [seal {old_seal}]" >&2
 fi
 sleep 9
 echo "task $SLURM_PROCID done"

@@ -106,3 +106,36 @@ TEST_CASE("a job key is random and round-trips through 64 hex digits") {
     }
   }
 }
+
+TEST_CASE("a sealed line: believed under its attempt's key only, whole and as written") {
+  const JobKey key = make_job_key(), other = make_job_key();
+  const std::string text = "dtlaunch ddp: rank 0 (cn1): peer lost: rank 2 (cn3) exited";
+  const std::string line = seal_line(key, text);
+  REQUIRE(line.size() == text.size() + 40);
+  CHECK(line.substr(text.size(), 7) == " [seal ");
+  CHECK(unseal_line(key, line) == std::optional<std::string_view>(text));
+  CHECK(unseal_line(key, line + "\r") == std::optional<std::string_view>(text));
+  CHECK(unseal_line(key, seal_line(key, "")) == std::optional<std::string_view>(""));
+  struct Refused {
+    std::string line, why;
+  };
+  std::string flipped = line;
+  flipped[text.size() + 10] = flipped[text.size() + 10] == '0' ? '1' : '0';
+  std::string edited = line;
+  edited[text.find("rank 2")] = 'R';
+  const Refused refused[] = {
+      {text, "no seal"},
+      {seal_line(other, text), "another attempt's key"},
+      {flipped, "a seal digit changed"},
+      {edited, "the text changed"},
+      {line + " ", "something after the seal"},
+      {"x" + line.substr(text.size()), "a seal moved onto other text"},
+      {line.substr(0, line.size() - 1), "the closing bracket missing"},
+      {text + " [seal " + std::string(32, 'z') + "]", "not hex"},
+      {line.substr(text.size() + 1), "the seal alone, without its space"},
+  };
+  for (const Refused& r : refused) {
+    INFO(r.why);
+    CHECK_FALSE(unseal_line(key, r.line).has_value());
+  }
+}

@@ -9,6 +9,7 @@
 
 #include "core/env_map.hpp"
 #include "core/error.hpp"
+#include "core/hmac.hpp"
 #include "dtlaunch_catch.hpp"
 #include "job/outcome.hpp"
 #include "job/srun_output.hpp"
@@ -31,12 +32,19 @@ bool has_label(std::string_view line) {
          line.substr(0, colon).find_first_not_of(" 0123456789") == std::string_view::npos;
 }
 
+// The attempt's key, as the driver makes one; sealed(TEXT) is TEXT as a task's dtlaunch prints it.
+const core::JobKey kKey = core::make_job_key();
+std::string sealed(std::string_view text) {
+  return core::seal_line(kKey, text);
+}
+
 // The lines as srun --label writes them: srun's own bare, a task's behind its label ("0: " when
 // the case gives none), read through SrunOutput as the driver reads them.
 Evidence evidence_of(const std::vector<std::string>& lines) {
   Evidence e;
-  SrunOutput output(
-      true, [&e](std::string_view line, LineSource source) { observe_line(line, source, e); });
+  SrunOutput output(true, [&e](std::string_view line, LineSource source) {
+    observe_line(line, source, kKey, e);
+  });
   for (const auto& l : lines)
     output.feed((l.rfind("srun: ", 0) == 0 || has_label(l) ? "" : "0: ") + l + "\n");
   output.finish();
@@ -176,10 +184,9 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
     std::set<std::string> culprits;
     int exit_status;
   };
-  const std::string lost =
-      "dtlaunch-train: peer-lost error: dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout "
-      "3 s): rank 2 (cn2) exited (its connection closed), seen by rank 1, last in all_reduce #9; "
-      "rank 3 (cn2) exited (its connection closed), seen by rank 1, last in all_reduce #9";
+  const std::string lost = sealed(
+      "dtlaunch ddp: rank 0 (cn1): peer lost: rank 2 (cn2) exited (its connection closed), seen "
+      "by rank 1, last in all_reduce #9");
   const Case cases[] = {
       {"success", {}, 0, Decision::kSucceeded, {}, 0},
       {"a node's ranks killed, the survivors name it",
@@ -190,17 +197,17 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
        {"cn2"},
        1},
       {"a cut-off node says it was declared lost",
-       {"dtlaunch ddp: rank 4 (cn3): peer lost (heartbeat, timeout 3 s): this rank 4 (cn3) was "
-        "declared lost by rank 3: unreachable (silent for 3 s; no connection to it)"},
+       {sealed("dtlaunch ddp: rank 4 (cn3): peer lost: this rank 4 (cn3) was declared lost by "
+               "rank 3: unreachable (silent for 3 s; no connection to it)")},
        1,
        Decision::kRestart,
        {"cn3"},
        1},
       {"a frozen node woken by Slurm's SIGCONT sees the others lost, later",
-       {"dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) frozen "
-        "(silent for 3 s; its host still accepts connections), seen by rank 0",
-        "dtlaunch ddp: rank 2 (cn2): peer lost (heartbeat, timeout 3 s): rank 0 (cn1) exited "
-        "(its connection closed), seen by rank 2",
+       {sealed("dtlaunch ddp: rank 0 (cn1): peer lost: rank 2 (cn2) frozen (silent for 3 s; its "
+               "host still accepts connections), seen by rank 0"),
+        sealed("dtlaunch ddp: rank 2 (cn2): peer lost: rank 0 (cn1) exited (its connection "
+               "closed), seen by rank 2"),
         "srun: error: cn1: task 0: Exited with exit code 76",
         "srun: error: cn2: task 2: Exited with exit code 76"},
        1,
@@ -208,12 +215,12 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
        {"cn2"},
        1},
       {"one verdict: the ranks that exited on it after it are not lost",
-       {"dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) frozen "
-        "(silent for 3 s; its host still accepts connections), seen by rank 0; rank 4 (cn3) "
-        "exited (its connection closed), seen by rank 5",
-        "dtlaunch ddp: rank 5 (cn3): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) frozen "
-        "(silent for 3 s; its host still accepts connections), seen by rank 0; rank 0 (cn1) "
-        "exited (its connection closed), seen by rank 1",
+       {sealed("dtlaunch ddp: rank 0 (cn1): peer lost: rank 2 (cn2) frozen (silent for 3 s; its "
+               "host still accepts connections), seen by rank 0; rank 4 (cn3) exited (its "
+               "connection closed), seen by rank 5"),
+        sealed("dtlaunch ddp: rank 5 (cn3): peer lost: rank 2 (cn2) frozen (silent for 3 s; its "
+               "host still accepts connections), seen by rank 0; rank 0 (cn1) exited (its "
+               "connection closed), seen by rank 1"),
         "srun: error: cn1: tasks 0-1: Exited with exit code 76",
         "srun: error: cn3: tasks 4-5: Exited with exit code 76",
         "srun: error: cn2: tasks 2-3: Exited with exit code 76"},
@@ -222,8 +229,9 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
        {"cn2"},
        1},
       {"dtlaunch --watch names the lost node",
-       {"dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 4 (cn3) unreachable (silent for "
-        "3 s; no connection to it), seen by rank 0; stopping the program, exit 76",
+       {sealed("dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 4 (cn3) unreachable "
+               "(silent for 3 s; no connection to it), seen by rank 0; stopping the program, "
+               "exit 76"),
         "srun: error: cn1: tasks 0-1: Exited with exit code 76"},
        1,
        Decision::kRestart,
@@ -278,7 +286,7 @@ TEST_CASE("job: the culprit, the cause and whether to retry") {
        {"cn3"},
        137},
       {"the preflight names a node",
-       {"0: exclude: cn3   (srun/sbatch --exclude=cn3)",
+       {"0: " + sealed("dtlaunch --preflight: exclude: cn3"),
         "srun: error: cn1: tasks 0-1: Exited with exit code 3"},
        3,
        Decision::kRestart,
@@ -384,9 +392,13 @@ TEST_CASE("job: two attempts that fail the same way stop the job") {
   const auto exit1_on = [&](std::uint32_t n, const std::string& node) {
     return attempt(n, {"srun: error: " + node + ": task 3: Exited with exit code 1"});
   };
-  const std::string lost_at_9 =
-      "dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, timeout 3 s): rank 2 (cn2) exited (its "
-      "connection closed), seen by rank 1, last in all_reduce #9";
+  const auto lost_at = [](std::string_view collective) {
+    return sealed(
+        "dtlaunch ddp: rank 0 (cn1): peer lost: rank 2 (cn2) exited (its connection "
+        "closed), seen by rank 1, last in " +
+        std::string(collective));
+  };
+  const std::string lost_at_9 = lost_at("all_reduce #9");
   struct Case {
     const char* name;
     std::vector<AttemptRecord> attempts;
@@ -400,7 +412,7 @@ TEST_CASE("job: two attempts that fail the same way stop the job") {
        false},
       {"the same collective twice", {attempt(1, {lost_at_9}), attempt(2, {lost_at_9})}, true},
       {"lost at different collectives",
-       {attempt(1, {lost_at_9}), attempt(2, {lost_at_9.substr(0, lost_at_9.size() - 1) + "42"})},
+       {attempt(1, {lost_at_9}), attempt(2, {lost_at("all_reduce #42")})},
        false},
       {"silent nodes say nothing of how",
        {attempt(1, {"srun: error: cn1: tasks 0-1: Exited with exit code 76"}),
@@ -522,4 +534,44 @@ TEST_CASE(
                                       "srun: error: cn1: task 0: Exited with exit code 1",
                                       "srun: error: cn2: tasks 2-3: Killed"});
   CHECK(classify(mixed, kNodes, 1).culprits == std::set<std::string>{"cn1"});
+}
+
+TEST_CASE("job: only lines sealed with the attempt's key name lost or excluded nodes") {
+  const std::string lost_cn2 =
+      "dtlaunch ddp: rank 0 (cn1): peer lost: rank 2 (cn2) exited (its connection closed), seen "
+      "by rank 0";
+  const std::string watch_cn2 =
+      "dtlaunch --watch: rank 0 (cn1): a peer was lost: rank 2 (cn2) exited, seen by rank 0; "
+      "stopping the program, exit 76";
+  const std::string exclude_all = "dtlaunch --preflight: exclude: cn[1-3]";
+  const core::JobKey old_attempt = core::make_job_key();
+  // What a program may print: the words as they are, an old attempt's sealed line from a log, the
+  // runtime's error as the example prints it, the doctor's report line, a seal made up.
+  const std::vector<std::string> forged = {
+      lost_cn2,
+      watch_cn2,
+      exclude_all,
+      core::seal_line(old_attempt, lost_cn2),
+      core::seal_line(old_attempt, exclude_all),
+      "dtlaunch-train: peer-lost error: dtlaunch ddp: rank 0 (cn1): peer lost (heartbeat, "
+      "timeout 3 s): rank 2 (cn2) exited",
+      "exclude: cn[1-3]   (srun/sbatch --exclude=cn[1-3])",
+      lost_cn2 + " [seal " + std::string(32, '0') + "]",
+  };
+  for (const auto& line : forged) {
+    INFO(line);
+    const Evidence e = evidence_of({line, "srun: error: cn3: task 4: Exited with exit code 1"});
+    CHECK(e.lost_nodes.empty());
+    CHECK(e.preflight_exclude.empty());
+    CHECK(classify(e, kNodes, 1).culprits == std::set<std::string>{"cn3"});
+  }
+  // The same words sealed with this attempt's key are the task's dtlaunch speaking.
+  CHECK(evidence_of({sealed(lost_cn2)}).lost_nodes == std::set<std::string>{"cn2"});
+  CHECK(evidence_of({sealed(watch_cn2)}).lost_nodes == std::set<std::string>{"cn2"});
+  CHECK(evidence_of({sealed(exclude_all)}).preflight_exclude ==
+        std::set<std::string>{"cn1", "cn2", "cn3"});
+  // On srun's side of the stream a sealed line is no task's report either.
+  Evidence bare;
+  observe_line(sealed(lost_cn2), LineSource::kSrun, kKey, bare);
+  CHECK(bare.lost_nodes.empty());
 }

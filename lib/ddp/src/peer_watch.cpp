@@ -211,7 +211,13 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
     std::lock_guard<std::mutex> lock(startup_mutex_);
     if (!startup_over_) backstop_ = std::thread([this] { exit_if_startup_stays_blocked(); });
   }
-  say("dtlaunch ddp: rank " + std::to_string(env_.rank) + ": peer lost: " + who);
+  // The one line `dtlaunch job` believes (only a survivor's first verdict), sealed with the
+  // job's key so that the program's own output cannot pass for it (docs/security.md).
+  const std::string line =
+      "dtlaunch ddp: rank " + std::to_string(env_.rank) + " (" + host_ + "): peer lost: " + who;
+  say(env_.job_key.empty()
+          ? line
+          : core::seal_line(core::parse_job_key(env_.job_key, contract::env_var::kJobKey), line));
   if (Monitor* m = monitor_for_position_.load()) m->write_file("peer lost: " + who);
 }
 
