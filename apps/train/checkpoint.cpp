@@ -5,10 +5,12 @@
 #include <torch/serialize/archive.h>
 #include <unistd.h>
 
+#include <span>
 #include <sstream>
 #include <vector>
 
 #include "checkpoint_file.hpp"
+#include "core/hmac.hpp"
 #include "error.hpp"
 
 namespace dtlaunch::train {
@@ -115,6 +117,22 @@ Progress load_checkpoint(const std::string& path, torch::nn::Module& model,
     throw refuse(e.what());
   }
   return progress;
+}
+
+std::string weights_sha256(const torch::nn::Module& model) {
+  core::Sha256 hash;
+  const auto add = [&hash](const std::string& name, const at::Tensor& value) {
+    const at::Tensor t = value.detach().to(at::kCPU).contiguous();
+    // Name, dtype and shape first, so that bytes that merely line up differently do not match.
+    std::string head = name + '\n' + std::string(c10::toString(t.scalar_type())) + '\n';
+    for (const std::int64_t d : t.sizes()) head += std::to_string(d) + ' ';
+    hash.update(head + '\n');
+    hash.update(std::span<const uint8_t>(static_cast<const uint8_t*>(t.data_ptr()),
+                                         t.numel() * t.element_size()));
+  };
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) add(p.key(), p.value());
+  for (const auto& b : model.named_buffers(/*recurse=*/true)) add("buffer " + b.key(), b.value());
+  return core::to_hex(hash.finish());
 }
 
 }  // namespace dtlaunch::train

@@ -55,4 +55,9 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
 Progress load_checkpoint(const std::string& path, torch::nn::Module& model,
                          torch::optim::Optimizer& optimizer, const RunShape& shape);
 
+// SHA-256, 64 hex digits, of every parameter and buffer of `model` in registration order: each
+// one's name, dtype, shape and bytes. Two runs that end with the same digest end with the same
+// weights bit for bit (docs/example.md, "The weights' digest").
+std::string weights_sha256(const torch::nn::Module& model);
+
 }  // namespace dtlaunch::train

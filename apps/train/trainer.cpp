@@ -533,6 +533,27 @@ void log_done(const Progress& now, const Accuracy& accuracy, Clock::time_point r
     log("done: %llu steps, %.1f s", static_cast<unsigned long long>(now.global_step), wall);
 }
 
+// "weights sha256 HEX" on rank 0, once every rank has found the same digest: DDP keeps the
+// replicas equal bit for bit, and a run that ends with another's digest ended with its weights.
+void log_weights_digest(const Model& model, ddp::ProcessGroup& pg, const Rank0Log& log) {
+  const std::string digest = weights_sha256(*model.net);
+  // The digest as 8 words of 32 bits (exact in a double), then negated: one MAX gives every
+  // word's largest and smallest value over the ranks.
+  at::Tensor words = at::zeros({16}, at::kDouble);
+  for (int i = 0; i < 8; ++i) {
+    const double word = static_cast<double>(std::stoul(digest.substr(8 * i, 8), nullptr, 16));
+    words[i] = word;
+    words[8 + i] = -word;
+  }
+  pg.all_reduce(words, ddp::ReduceOp::kMax);
+  if (!at::equal(words.slice(0, 0, 8), -words.slice(0, 8, 16)))
+    throw Error(ExitCode::kFailure, "rank " + std::to_string(pg.rank()) + ": weights sha256 " +
+                                        digest +
+                                        ", and another rank ended with other weights: "
+                                        "the replicas diverged");
+  log("weights sha256 %s", digest.c_str());
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& cfg) {
@@ -582,6 +603,7 @@ int run_training(const TrainConfig& cfg) {
   // Resumed from a finished run: report its accuracy.
   if (!synthetic && !accuracy.known()) accuracy = evaluate(model.net, data.test, *pg);
   log_done(now, accuracy, run_start, log);
+  log_weights_digest(model, *pg, log);
   return 0;
 }
 

@@ -47,6 +47,13 @@ Accuracy parse_done(const std::string& log) {
   return {std::stod(m[2]), std::stol(m[3]), std::stol(m[4]), std::stol(m[1])};
 }
 
+// "weights sha256 <64 hex digits>", rank 0's last line of a completed run; "" when absent.
+std::string weights_digest(const std::string& log) {
+  std::smatch m;
+  static const std::regex re(R"(weights sha256 ([0-9a-f]{64})\n)");
+  return std::regex_search(log, m, re) ? std::string(m[1]) : std::string();
+}
+
 std::vector<std::string> common_args(const TempDir& tmp) {
   // A private cache: the test also covers unpacking the gzipped files, with ranks racing.
   return {"--cache-dir", tmp / "cache", "--seed", "1"};
@@ -101,6 +108,39 @@ TEST_CASE("train: 85% test accuracy in 2 epochs with 2 ranks as with 1", "[train
     accuracy.push_back(acc.value);
   }
   CHECK(std::abs(accuracy[1] - accuracy[0]) < kMargin);
+}
+
+// Issue 32, item 4: a run ends with the digest of its weights, so that two runs can be compared
+// bit for bit. The same seed gives the same digest run to run (CPU, Gloo, 2 ranks); another seed
+// another one; and it is the digest of the weights the run wrote to its checkpoint.
+TEST_CASE("train: a run ends with its weights' digest, the same for the same seed",
+          "[train][torch]") {
+  TempDir tmp;
+  const auto run = [&](const std::string& tag, const std::string& seed) {
+    Ranks ranks(kTrain,
+                {"--synthetic", "512", "--epochs", "2", "--batch-size", "16", "--seed", seed,
+                 "--checkpoint", tmp / ("ckpt-" + tag)},
+                2, tmp.path(), tag);
+    INFO(ranks.log(0));
+    CHECK(ranks.wait_all(120s) == std::vector<int>{0, 0});
+    // Rank 0 alone says it, once every rank found the same.
+    CHECK(weights_digest(ranks.log(1)).empty());
+    return weights_digest(ranks.log(0));
+  };
+  const std::string first = run("first", "1");
+  REQUIRE(first.size() == 64);
+  CHECK(run("again", "1") == first);
+  CHECK(run("other-seed", "2") != first);
+  // The digest is of the weights: a run that loads the finished run's checkpoint, with nothing
+  // left to train, ends with the very same.
+  Ranks resumed(kTrain,
+                {"--synthetic", "512", "--epochs", "2", "--batch-size", "16", "--seed", "1",
+                 "--checkpoint", tmp / "ckpt-first", "--resume"},
+                2, tmp.path(), "resumed");
+  INFO(resumed.log(0));
+  CHECK(resumed.wait_all(120s) == std::vector<int>{0, 0});
+  CHECK(resumed.log(0).find("resumed from") != std::string::npos);
+  CHECK(weights_digest(resumed.log(0)) == first);
 }
 
 // A stop signal to one rank (rank 1 for SIGUSR1, rank 0 for SIGTERM) must stop both at the same
@@ -159,6 +199,9 @@ TEST_CASE("train: a stop signal to any rank checkpoints and exits 75 and --resum
     Accuracy finished = parse_done(resumed_log);
     CHECK(finished.steps == 520);
     CHECK(finished.correct == uninterrupted.correct);
+    // Not only the same count: the same weights, bit for bit.
+    CHECK(!weights_digest(resumed_log).empty());
+    CHECK(weights_digest(resumed_log) == weights_digest(reference.log(0)));
   }
 
   {  // a checkpoint of 2 ranks is refused by 1 rank, naming the file
