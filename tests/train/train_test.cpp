@@ -581,3 +581,31 @@ TEST_CASE("train: checkpoints that are corrupt, do not fit, or are not regular f
     CHECK((::stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode)));
   }
 }
+
+// Issue 35 E: two jobs started together with one --checkpoint. The other job's file appears
+// between rank 0's look and rank 1's (made to happen every time by lstat_race.cpp, preloaded):
+// the diagnosis must say so, not blame a file system that every rank shares.
+TEST_CASE("train: two jobs on one --checkpoint: a file that appears at start-up is named a race",
+          "[train][torch]") {
+  TempDir tmp;
+  const std::string ckpt = tmp / "shared.ckpt";
+  Ranks ranks(kTrain,
+              {"--synthetic", "256", "--epochs", "1", "--checkpoint", ckpt, "--resume",
+               "--rendezvous-timeout", "60"},
+              2, tmp.path(), "race",
+              RankOptions{{},
+                          {{"LD_PRELOAD", LSTAT_RACE},
+                           {"RACE_PATH", ckpt},
+                           {"RACE_CALL", "2"},  // 1: the start-up's check of the path
+                           {"RACE_MARK", tmp / "rank0-looked"}}});
+  const auto status = ranks.wait_all(120s);
+  INFO(ranks.log(0) << ranks.log(1));
+  CHECK(status == std::vector<int>{2, 2});
+  CHECK(std::filesystem::exists(tmp / "rank0-looked"));  // the race took place
+  for (int rank : {0, 1}) {
+    CHECK(ranks.log(rank).find("--checkpoint " + ckpt + " exists on 1 of 2 ranks, and on every "
+                               "rank a second later: it appeared while this job was starting") !=
+          std::string::npos);
+    CHECK(ranks.log(rank).find("file system every rank shares") == std::string::npos);
+  }
+}
