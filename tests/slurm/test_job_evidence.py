@@ -2,12 +2,13 @@
 """`dtlaunch job` reads how a task ended only from srun's own lines (issue 35 B): srun runs with
 --label, a task's lines carry their label and srun's own do not. A healthy program on 3 nodes
 (one spare) prints what srun prints when a task is killed or preempted, bare, after 70,000 bytes
-with no newline, and as a whole line, and what the runtime, --watch and the preflight say of a
-lost or excluded node (bare, and sealed with another attempt's key), then runs on past the
-driver's stop grace (5 s) and ends well: the job must complete on its first attempt,
-exit 0, blame no node, and pass the program's output on as it printed it (no labels). Before,
-the first such line aborted the healthy step, named the node culprit and spent the budget
-(exit 137), and the "exit code 75" line made it "preempted"."""
+with no newline, after 200 KB of (seeded) random bytes, and as a whole line, and what the
+runtime, --watch and the preflight say of a lost or excluded node (bare, and sealed with another
+attempt's key), then runs on past the driver's stop grace (5 s) and ends well: the job must
+complete on its first attempt, exit 0, blame no node, and pass the program's output on as it
+printed it (no labels). Before, the first srun-like line aborted the healthy step, named the
+node culprit and spent the budget (exit 137), the "exit code 75" line made it "preempted", and
+the bare exclude line excluded node3 (exit 3 after 4 attempts)."""
 import hashlib
 import hmac
 import os
@@ -33,6 +34,8 @@ with open(program, "w") as f:
 if [ "$SLURM_PROCID" = 1 ]; then
   echo "srun: error: {victim}: task 2: Killed"
   head -c 70000 /dev/zero | tr '\\0' x
+  echo "srun: error: {victim}: task 2: Killed"
+  /usr/bin/python3 -c "import random, sys; r = random.Random(35); sys.stdout.buffer.write(bytes(r.randrange(256) for _ in range(200000)))"
   echo "srun: error: {victim}: task 2: Killed"
   echo "srun: error: {victim}: tasks 0-1: Exited with exit code 75" >&2
   echo "dtlaunch ddp: rank 1 ({node2}): peer lost: rank 2 ({victim}) exited (its connection closed), seen by rank 1" >&2
