@@ -74,8 +74,9 @@ int WatchJoin::run(const proc::WorkerProcess& program, std::chrono::milliseconds
       if (!first_loss.empty()) return;
       std::string who;
       if (v.rank == static_cast<int>(rank_)) {
-        who = "this task (rank " + std::to_string(v.rank) + ", " + host_ +
-              ") was declared lost by rank " + std::to_string(v.seen_by) + ": " +
+        // "rank N (HOST)", as the runtime says it: dtlaunch job reads the host from it.
+        who = "this task, rank " + std::to_string(v.rank) + " (" + host_ +
+              "), was declared lost by rank " + std::to_string(v.seen_by) + ": " +
               heartbeat::describe_how(v);
       } else {
         std::string host = "host unknown here";

@@ -570,6 +570,11 @@ TEST_CASE("job: only lines sealed with the attempt's key name lost or excluded n
   CHECK(evidence_of({sealed(watch_cn2)}).lost_nodes == std::set<std::string>{"cn2"});
   CHECK(evidence_of({sealed(exclude_all)}).preflight_exclude ==
         std::set<std::string>{"cn1", "cn2", "cn3"});
+  // A cut-off task under --watch names itself, as the runtime does.
+  CHECK(evidence_of({sealed("dtlaunch --watch: rank 4 (cn3): a peer was lost: this task, rank 4 "
+                            "(cn3), was declared lost by rank 3: unreachable (silent for 3 s; no "
+                            "connection to it); stopping the program, exit 76")})
+            .lost_nodes == std::set<std::string>{"cn3"});
   // On srun's side of the stream a sealed line is no task's report either.
   Evidence bare;
   observe_line(sealed(lost_cn2), LineSource::kSrun, kKey, bare);
