@@ -252,6 +252,10 @@ inline constexpr Setting kUseLibuv =
 inline constexpr Setting kShm =
     on_off("DTLAUNCH_DDP_SHM", Owner::kRuntime, "1",
            "0 turns the shared-memory all_reduce off (on any rank: on every rank)");
+inline constexpr Setting kHier =
+    on_off("DTLAUNCH_DDP_HIER", Owner::kRuntime, "1",
+           "0 turns the hierarchical all_reduce across nodes off (on any rank: on every rank): "
+           "Gloo's ring over all ranks");
 inline constexpr Setting kTraceEntries =
     number("DTLAUNCH_DDP_TRACE_ENTRIES", Owner::kRuntime, 1'000'000, "2000",
            "flight recorder ring size (88 bytes an entry, allocated as entries arrive); 0: no "

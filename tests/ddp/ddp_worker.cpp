@@ -30,6 +30,8 @@
 // DDP_TEST_SMALL_SHM_RANK=R: rank R first mounts a 1 MiB tmpfs of its own on /dev/shm (a
 // private mount namespace; needs CAP_SYS_ADMIN, else it prints "small-shm: not permitted"), so
 // that creating or opening the shm all_reduce's segment fails there.
+// DDP_TEST_RANK_ENV=R:NAME=VALUE: rank R runs with NAME=VALUE, the others as they are.
+// DDP_TEST_NODES=N0,N1,...: rank R declares itself on node N_R (NODE_RANK; nodes_if_asked).
 // Every scenario prints "shm-segment: PATH" (this process's mapping of the shared-memory
 // all_reduce's segment, "(deleted)" once unlinked) or "shm-segment: none" after init.
 //   ddp_worker nccl-init-lost  2 ranks: rank 0 asks for NCCL, rank 1 for Gloo, so rank 1 passes
@@ -41,6 +43,7 @@
 #include <sys/mount.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -50,6 +53,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -228,8 +232,9 @@ double max_param_diff(torch::nn::Module& a, torch::nn::Module& b) {
 
 constexpr int kSteps = 5;
 constexpr int64_t kBatch = 16;
-// The float tolerance (docs/architecture.md, "Tests and their tolerances"): float32 sums in a different order drift by a few ulps per
-// step; 1e-5 absolute is about 100 ulps at the parameters' magnitude.
+// The float tolerance (docs/architecture.md, "Tests and their tolerances"): float32 sums in a
+// different order drift by a few ulps per step; 1e-5 absolute is about 100 ulps at the parameters'
+// magnitude.
 constexpr double kTolerance = 1e-5;
 
 enum class Mode { kDdp, kDdpAccumulate, kNoCommunication };
@@ -651,6 +656,22 @@ int nccl_init_lost() {
 
 }  // namespace
 
+// DDP_TEST_NODES=N0,N1,...: this rank (RANK) declares itself on node N_RANK of max+1 (NODE_RANK,
+// NNODES), as dtlaunch tells a node's ranks apart, so that one machine can hold the ranks of
+// several nodes (the hierarchical all_reduce's tests).
+void nodes_if_asked() {
+  const char* nodes = std::getenv("DDP_TEST_NODES");
+  if (!nodes || !std::getenv("RANK")) return;
+  std::vector<int> node_of;
+  std::stringstream list(nodes);
+  for (std::string n; std::getline(list, n, ',');) node_of.push_back(std::stoi(n));
+  const int rank = std::atoi(std::getenv("RANK"));
+  if (rank < 0 || rank >= static_cast<int>(node_of.size())) return;
+  ::setenv("NODE_RANK", std::to_string(node_of[static_cast<size_t>(rank)]).c_str(), 1);
+  ::setenv("NNODES", std::to_string(*std::max_element(node_of.begin(), node_of.end()) + 1).c_str(),
+           1);
+}
+
 // Before any thread exists: unshare(CLONE_NEWNS) refuses a multithreaded process.
 void small_shm_if_asked() {
   const char* which = std::getenv("DDP_TEST_SMALL_SHM_RANK");
@@ -697,6 +718,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   small_shm_if_asked();
+  nodes_if_asked();
+  if (const char* set = std::getenv("DDP_TEST_RANK_ENV")) {  // "R:NAME=VALUE"
+    const std::string spec = set;
+    const auto colon = spec.find(':'), equals = spec.find('=');
+    if (std::getenv("RANK") && std::stoi(spec.substr(0, colon)) == std::atoi(std::getenv("RANK")))
+      ::setenv(spec.substr(colon + 1, equals - colon - 1).c_str(), spec.substr(equals + 1).c_str(),
+               1);
+  }
   if (std::getenv("DDP_TEST_OWN_USR2") != nullptr) std::signal(SIGUSR2, own_usr2);
   const std::string scenario = argv[1];
   torch::set_num_threads(1);

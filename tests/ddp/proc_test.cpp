@@ -10,7 +10,9 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -1066,6 +1068,144 @@ TEST_CASE(
       CHECK(!has(run.ranks[1].output, "shared-memory all_reduce unavailable"));
       for (const auto& r : run.ranks) CHECK(has(r.output, "checks, 0 failed"));
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hierarchical all_reduce across nodes (docs/ddp.md, "Across nodes"): ranks that declare
+// themselves on several nodes of this machine (DDP_TEST_NODES sets each one's NODE_RANK), each
+// node with a segment of its own, and Gloo among the nodes.
+
+std::string node_list(const std::vector<int>& node_of) {
+  std::string list;
+  for (int n : node_of) list += (list.empty() ? "" : ",") + std::to_string(n);
+  return list;
+}
+
+std::map<std::string, std::string> hier_env(const std::vector<int>& node_of,
+                                            std::map<std::string, std::string> env = {}) {
+  env["DDP_TEST_NODES"] = node_list(node_of);
+  env["DTLAUNCH_DDP_HIER"] = "1";
+  return env;
+}
+
+// The hierarchical path ran: the ranks of a node share one segment, each node has its own.
+void check_node_segments(const ddp_test::RankRun& run, const std::vector<int>& node_of) {
+  INFO(describe(run));
+  std::map<int, std::set<std::string>> by_node;
+  for (const auto& r : run.ranks)
+    by_node[node_of.at(static_cast<size_t>(r.rank))].insert(shm_segment(r.output));
+  std::set<std::string> all;
+  for (const auto& [node, names] : by_node) {
+    INFO("node " << node);
+    CHECK(names.size() == 1);
+    CHECK(names.begin()->rfind("/dev/shm/dtlaunch-ddp-", 0) == 0);
+    all.insert(names.begin(), names.end());
+  }
+  CHECK(all.size() == by_node.size());
+}
+
+TEST_CASE("hierarchical all_reduce: bit-identical to Gloo's on even, uneven and interleaved nodes",
+          "[ddp][proc][shm][hier]") {
+  // 2+2; 3+2 (a node's third rank owns no slice); 2+3 with the ranks interleaved across nodes.
+  for (const std::vector<int>& node_of :
+       {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 0, 1, 1},
+        std::vector<int>{0, 1, 0, 1, 1}}) {
+    DYNAMIC_SECTION("nodes " << node_list(node_of)) {
+      const int world = static_cast<int>(node_of.size());
+      const int port2 = dtlaunch::launch::find_free_port("127.0.0.1");
+      auto run = run_ranks(DDP_WORKER, {"shm-vs-gloo"}, world, all_ranks(world),
+                           hier_env(node_of, {{"DDP_TEST_PORT2", std::to_string(port2)}}));
+      require_all_ok(run);
+      for (const auto& r : run.ranks) CHECK(has(r.output, ": 24 checks, 0 failed"));
+      check_node_segments(run, node_of);
+    }
+  }
+}
+
+// 3 + 1: one slice, which the lone rank of node 1 owns (the batch of 16 needs a world of 2 or 4).
+TEST_CASE(
+    "hierarchical all_reduce: DDP's buckets on 3 + 1 nodes follow one process on the whole "
+    "batch",
+    "[ddp][proc][shm][hier]") {
+  const std::vector<int> node_of{0, 0, 0, 1};
+  auto run = run_ranks(DDP_WORKER, {"train"}, 4, all_ranks(4), hier_env(node_of));
+  require_all_ok(run);
+  check_node_segments(run, node_of);
+  for (const auto& r : run.ranks)
+    for (const char* name : {"one-bucket", "several-buckets", "bucket-per-gradient",
+                             "no_sync-accumulation", "control-no-communication"})
+      CHECK(has(r.output, name));
+}
+
+TEST_CASE(
+    "hierarchical all_reduce: off on one rank, one rank per node, shm off on one rank or no "
+    "room on one node: every rank goes through Gloo",
+    "[ddp][proc][shm][hier]") {
+  struct Case {
+    const char* what;
+    std::vector<int> node_of;
+    std::map<std::string, std::string> env;
+  };
+  const std::vector<int> uneven{0, 0, 0, 1, 1};
+  for (const Case& c :
+       {Case{"DTLAUNCH_DDP_HIER=0 on rank 2",
+             {0, 0, 1, 1},
+             {{"DDP_TEST_NODES", "0,0,1,1"}, {"DDP_TEST_RANK_ENV", "2:DTLAUNCH_DDP_HIER=0"}}},
+        Case{"one rank per node", {0, 1, 2}, hier_env({0, 1, 2})},
+        Case{"DTLAUNCH_DDP_SHM=0 on rank 4", uneven,
+             hier_env(uneven, {{"DDP_TEST_RANK_ENV", "4:DTLAUNCH_DDP_SHM=0"}})},
+        Case{"a 1 MiB /dev/shm on rank 3, node 1's first", uneven,
+             hier_env(uneven, {{"DDP_TEST_SMALL_SHM_RANK", "3"}})}}) {
+    DYNAMIC_SECTION(c.what) {
+      const int world = static_cast<int>(c.node_of.size());
+      auto env = c.env;
+      env["DDP_TEST_PORT2"] = std::to_string(dtlaunch::launch::find_free_port("127.0.0.1"));
+      auto run = run_ranks(DDP_WORKER, {"shm-vs-gloo"}, world, all_ranks(world), env);
+      INFO(describe(run));
+      if (env.count("DDP_TEST_SMALL_SHM_RANK") &&
+          has(run.ranks.at(3).output, "small-shm: not permitted")) {
+        WARN("no private mount namespace here (needs CAP_SYS_ADMIN): fallback not exercised");
+        continue;
+      }
+      require_all_ok(run);
+      for (const auto& r : run.ranks) CHECK(has(r.output, ": 24 checks, 0 failed"));
+      check_shm_segments(run, false);
+      if (env.count("DDP_TEST_SMALL_SHM_RANK"))
+        CHECK(has(run.ranks.at(3).output,
+                  "dtlaunch ddp: shared-memory all_reduce unavailable (rank 3: "));
+    }
+  }
+}
+
+TEST_CASE("hierarchical all_reduce: a rank killed or frozen is named by the heartbeat",
+          "[ddp][proc][heartbeat][hier]") {
+  struct Case {
+    const char* scenario;
+    int victim;
+    const char* how;
+    double within;
+  };
+  // Rank 3 owns node 1's second slice; rank 2 node 1's first; rank 0 hosts the store.
+  const Case c = GENERATE(Case{"kill", 3, "exited (its connection closed)", 3.0},
+                          Case{"kill", 0, "exited (its connection closed)", 3.0},
+                          Case{"freeze", 2, "frozen (silent for 3", kHeartbeatSeconds + 3.0});
+  INFO(c.scenario << " rank " << c.victim);
+  const std::vector<int> node_of{0, 0, 1, 1};
+  auto env = heartbeat_env({{"DDP_TEST_VICTIM", std::to_string(c.victim)}});
+  env["DTLAUNCH_DDP_SHM"] = "1";
+  auto run = run_ranks(DDP_WORKER, {c.scenario}, 4, all_ranks(4), hier_env(node_of, env));
+  INFO(describe(run));
+  REQUIRE(run.ranks.size() == 4);
+  for (const auto& r : run.ranks) {
+    if (r.rank == c.victim) continue;
+    CHECK(has(r.output, "shm-segment: /dev/shm/"));
+    CHECK(r.status == 3);
+    CHECK(has(r.output, "error-kind: peer-lost"));
+    CHECK(has(r.output,
+              "peer lost (heartbeat, timeout 3 s): rank " + std::to_string(c.victim) + " ("));
+    CHECK(has(r.output, c.how));
+    CHECK(error_after_seconds(r.output) < c.within + 1.5 + 2.0);  // + the victim's delay
   }
 }
 

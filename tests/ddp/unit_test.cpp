@@ -50,6 +50,9 @@ TEST_CASE("WorkerEnv reads the launch contract", "[ddp][env]") {
   CHECK(minimal.local_rank == 0);
   CHECK(minimal.local_world_size == 1);
   CHECK(minimal.device_index == 0);
+  CHECK(minimal.node_rank == 0);  // NODE_RANK unset: one node, as far as the contract says
+  CHECK(WorkerEnv::from_variables(with(with(base(), "NODE_RANK", "2"), "NNODES", "3")).node_rank ==
+        2);
 
   // USE_LIBUV as PyTorch reads it: the libuv store server unless it is "0".
   CHECK(env.store_use_libuv);

@@ -35,6 +35,7 @@ WorkerEnv from_env_map(const core::EnvMap& vars) {
   env.world_size = static_cast<int>(contract.world_size);
   env.local_rank = static_cast<int>(contract.local_rank);
   env.local_world_size = static_cast<int>(contract.local_world_size);
+  env.node_rank = static_cast<int>(contract.node_rank);
   // torchrun exports no device index: one GPU per local rank, as PyTorch's examples assume.
   env.device_index = static_cast<int>(contract.device.value_or(contract.local_rank));
   env.master_addr = contract.master_addr;

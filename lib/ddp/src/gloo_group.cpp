@@ -4,6 +4,7 @@
 #include <ATen/ops/empty_like.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <functional>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -131,8 +132,9 @@ class GlooGroup final : public ProcessGroup {
                       " could not connect Gloo to its peers: " + line);
     }
     // Every rank takes part, whether it wants shm or not, so that all decide alike.
-    shm_ = ShmAllReduce::create(env, options.shm_all_reduce, *store_, options.timeout,
-                                std::move(parts.peer_lost));
+    shm_ = ShmAllReduce::create(env, options.shm_all_reduce, parts.hier_all_reduce, *store_,
+                                options.timeout, std::move(parts.peer_lost));
+    if (shm_ && !shm_->slice_group().empty()) connect_slice_group(opts);
   }
 
   std::shared_ptr<Work> start_all_reduce(at::Tensor& tensor, ReduceOp op) override {
@@ -189,6 +191,49 @@ class GlooGroup final : public ProcessGroup {
   }
 
  private:
+  // The hierarchical all_reduce's part among nodes: this rank and the ranks that own the same
+  // slice on the other nodes, in a Gloo group of their own (its own store prefix, its own
+  // connections, which the heartbeat's verdict shuts like the others).
+  void connect_slice_group(const c10::intrusive_ptr<GlooPG::Options>& main_opts) {
+    const std::vector<int>& ranks = shm_->slice_group();
+    const int index =
+        static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
+    auto opts = GlooPG::Options::create(main_opts->timeout);
+    opts->devices = main_opts->devices;
+    opts->threads = 1;
+    const std::string what = "hierarchical all_reduce among nodes on rank " +
+                             std::to_string(rank()) + " (slice " + std::to_string(shm_->slice()) +
+                             ", with ranks " + format_ranks(ranks) + ")";
+    try {
+      auto slice_store = c10::make_intrusive<c10d::PrefixStore>(
+          store_keys::Hier::slice_prefix(shm_->slice()), store_);
+      slice_pg_ =
+          c10::make_intrusive<GlooPG>(slice_store, index, static_cast<int>(ranks.size()), opts);
+    } catch (const std::exception& e) {
+      const std::string line = first_line(e);
+      throw Error(classify_backend_failure(line),
+                  "dtlaunch ddp: " + what + ": could not connect Gloo: " + line);
+    }
+    shm_->attach_inter_node([pg = slice_pg_, what](const at::Tensor& part, ReduceOp op) {
+      std::vector<at::Tensor> bufs{part};
+      c10d::AllreduceOptions o;
+      o.reduceOp = to_c10d(op);
+      c10::intrusive_ptr<c10d::Work> work;
+      try {
+        work = pg->allreduce(bufs, o);
+      } catch (const std::exception& e) {
+        throw failure(what, e);
+      }
+      return std::function<void()>([work, what] {
+        try {
+          work->wait();
+        } catch (const std::exception& e) {
+          throw failure(what, e);
+        }
+      });
+    });
+  }
+
   // Gloo collectives start after the shm all_reduces issued before them: the ranks then run all
   // collectives in issue order, and a caller's tensor is never in two collectives at once.
   void drain_shm() {
@@ -219,7 +264,8 @@ class GlooGroup final : public ProcessGroup {
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<GlooPG> pg_;
-  std::unique_ptr<ShmAllReduce> shm_;  // null: every all_reduce goes through Gloo
+  c10::intrusive_ptr<GlooPG> slice_pg_;  // across nodes (connect_slice_group)
+  std::unique_ptr<ShmAllReduce> shm_;    // null: every all_reduce goes through Gloo
 };
 
 }  // namespace

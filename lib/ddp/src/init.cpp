@@ -81,7 +81,7 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   std::shared_ptr<ProcessGroup> group;
   try {
     detail::GroupParts parts{resolved, store, monitor,
-                             peer_watch ? peer_watch->abort_flag() : nullptr};
+                             peer_watch ? peer_watch->abort_flag() : nullptr, read.hier_all_reduce};
 #if DTLAUNCH_DDP_HAVE_NCCL
     if (backend == Backend::kNccl) group = detail::make_nccl_group(env, parts);
 #endif

@@ -77,6 +77,7 @@ struct GroupParts {
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<Monitor> monitor;
   std::shared_ptr<const std::atomic<bool>> peer_lost;
+  bool hier_all_reduce = false;  // DTLAUNCH_DDP_HIER on this rank
 };
 
 #if DTLAUNCH_DDP_HAVE_GLOO

@@ -15,6 +15,7 @@ RuntimeSettings RuntimeSettings::read(const core::EnvMap& env, int world_size) {
     RuntimeSettings s;
     s.monitor = MonitorSettings::read(env, world_size);
     s.shm_all_reduce = contract::read_switch(env, contract::setting::kShm, true);
+    s.hier_all_reduce = contract::read_switch(env, contract::setting::kHier, true);
     return s;
   } catch (const core::Error& e) {
     throw Error(ErrorKind::kConfig, std::string("dtlaunch ddp: ") + e.what());

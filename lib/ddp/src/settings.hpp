@@ -14,6 +14,7 @@ struct RuntimeSettings {
   MonitorSettings monitor;
   bool shm_all_reduce =
       true;  // DTLAUNCH_DDP_SHM (InitOptions::shm_all_reduce can only turn it off)
+  bool hier_all_reduce = true;  // DTLAUNCH_DDP_HIER
 
   // Throws Error(kConfig) with one line naming a malformed variable and quoting its value.
   static RuntimeSettings read(const core::EnvMap& env, int world_size);

@@ -10,6 +10,11 @@
 // every rank published 2k+2, i.e. finished reading the input slots of chunk k; it writes result
 // slot k%2 again (chunk k+2) only after every rank arrived at chunk k+2, i.e. finished copying
 // chunk k's result out. Phases are 32-bit counters compared modulo 2^32.
+// Across nodes (one segment per node) a collective takes three passes over its chunks: each of
+// the node's first K ranks reduces its 1/K share of every chunk into a private buffer (steps 1-2,
+// then a phase that frees the input slots); each all-reduces that buffer with the ranks that own
+// the same share on the other nodes, in one Gloo all_reduce; then each writes its share of every
+// chunk into the result slot, publishes, and all copy the chunk out (step 3).
 //
 // Waiting: a short spin, then FUTEX_WAIT (shared, not FUTEX_PRIVATE: the word is in another
 // process's mapping too) in slices of at most 100 ms, after each of which the peer's process is
@@ -35,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -46,6 +52,7 @@
 #include "core/text.hpp"
 #include "internal.hpp"
 #include "monitor.hpp"
+#include "reduce_kernel.hpp"
 #include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
@@ -61,6 +68,9 @@ constexpr auto kSpin = std::chrono::microseconds(20);
 // How often a sleeping waiter checks that the rank it waits for still exists, and the
 // heartbeat's verdict.
 constexpr auto kLivenessEvery = milliseconds(100);
+// Across nodes: how many chunks' slices go to the other nodes in one Gloo all_reduce. Fewer
+// calls cost less latency; more keep the link busy while the node reduces the next chunks.
+constexpr int64_t kChunksPerSend = 4;
 
 std::string errno_text(int err) {
   return std::strerror(err);
@@ -111,69 +121,42 @@ inline void cpu_relax() {
 #endif
 }
 
-// The fields of /proc/PID/stat after the command name (which may hold spaces and parentheses).
-std::vector<std::string> stat_fields(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  char buf[1024];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return {};
-  const std::string line(buf, static_cast<size_t>(n));
-  const auto paren = line.rfind(')');
-  if (paren == std::string::npos) return {};
-  std::istringstream rest(line.substr(paren + 1));
-  std::vector<std::string> fields;
-  for (std::string f; rest >> f;) fields.push_back(f);
-  return fields;
-}
-
-// Field 22 (starttime) is the 20th after the command name; field 3 (state) the 1st.
-constexpr size_t kStateField = 0, kStartField = 19;
-
-uint64_t start_ticks_of(const std::string& path) {
-  const auto f = stat_fields(path);
-  return f.size() > kStartField ? std::strtoull(f[kStartField].c_str(), nullptr, 10) : 0;
-}
-
-std::string read_line_of(const char* path) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  char buf[128];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
-  return s.substr(0, s.find('\n'));
-}
-
-// What a rank publishes at group creation: "enabled\nhost\nboot_id\npid\nstart_ticks".
+// What a rank publishes at group creation:
+// "enabled\nhost\nboot_id\npid\nstart_ticks\nnode_rank\nacross_nodes".
 struct Identity {
   bool enabled = false;
   std::string host, boot_id;
   int pid = 0;
   uint64_t start_ticks = 0;
+  int node_rank = 0;
+  bool across_nodes = false;
 
   std::string record() const {
     return std::string(enabled ? "1" : "0") + "\n" + host + "\n" + boot_id + "\n" +
-           std::to_string(pid) + "\n" + std::to_string(start_ticks);
+           std::to_string(pid) + "\n" + std::to_string(start_ticks) + "\n" +
+           std::to_string(node_rank) + "\n" + (across_nodes ? "1" : "0");
   }
   static Identity parse(const std::string& rec) {
     std::istringstream in(rec);
     Identity id;
-    std::string enabled, pid, ticks;
+    std::string enabled, pid, ticks, node_rank, across;
     std::getline(in, enabled);
     std::getline(in, id.host);
     std::getline(in, id.boot_id);
     std::getline(in, pid);
     std::getline(in, ticks);
+    std::getline(in, node_rank);
+    std::getline(in, across);
     id.enabled = enabled == "1";
     id.pid = std::atoi(pid.c_str());
     id.start_ticks = std::strtoull(ticks.c_str(), nullptr, 10);
+    id.node_rank = std::atoi(node_rank.c_str());
+    id.across_nodes = across == "1";
     return id;
   }
-  bool same_node(const Identity& o) const {
-    return !boot_id.empty() && host == o.host && boot_id == o.boot_id;
-  }
+  // Ranks with equal keys share a node. NODE_RANK is part of it: two launches that a user
+  // declared as two nodes stay two nodes, even on one machine.
+  std::string node_key() const { return host + "\n" + boot_id + "\n" + std::to_string(node_rank); }
 };
 
 // A mapped segment; unmaps (and closes) on destruction.
@@ -220,37 +203,6 @@ std::string map_segment(const std::string& name, bool create, size_t size, Mappi
   return why;
 }
 
-template <class T>
-void reduce_share(T* __restrict out, const std::vector<char*>& slots, int64_t lo, int64_t hi,
-                  ReduceOp op, int world) {
-  // Blocks that stay in L1 while every rank's slot is folded into them.
-  constexpr int64_t kBlock = 2048;
-  const T divisor = static_cast<T>(world);
-  for (int64_t b = lo; b < hi; b += kBlock) {
-    const int64_t e = std::min(hi, b + kBlock);
-    std::memcpy(out + b, reinterpret_cast<const T*>(slots[0]) + b,
-                static_cast<size_t>(e - b) * sizeof(T));
-    for (size_t q = 1; q < slots.size(); ++q) {
-      const T* __restrict src = reinterpret_cast<const T*>(slots[q]);
-      switch (op) {
-        case ReduceOp::kSum:
-        case ReduceOp::kAvg:
-          for (int64_t i = b; i < e; ++i) out[i] += src[i];
-          break;
-        case ReduceOp::kMin:
-          for (int64_t i = b; i < e; ++i) out[i] = src[i] < out[i] ? src[i] : out[i];
-          break;
-        case ReduceOp::kMax:
-          for (int64_t i = b; i < e; ++i) out[i] = src[i] > out[i] ? src[i] : out[i];
-          break;
-      }
-    }
-    // As the Gloo path does: the sum, then a true division by the world size.
-    if (op == ReduceOp::kAvg)
-      for (int64_t i = b; i < e; ++i) out[i] /= divisor;
-  }
-}
-
 struct WorkState {
   std::mutex mutex;
   std::condition_variable cv;
@@ -287,22 +239,20 @@ class ShmWork final : public Work {
 
 }  // namespace
 
-uint64_t own_start_ticks() {
-  return start_ticks_of("/proc/self/stat");
-}
-
-bool process_alive(int pid, uint64_t start_ticks) {
-  const auto f = stat_fields("/proc/" + std::to_string(pid) + "/stat");
-  if (f.size() <= kStartField) return false;
-  if (f[kStateField] == "Z" || f[kStateField] == "X" || f[kStateField] == "x") return false;
-  return std::strtoull(f[kStartField].c_str(), nullptr, 10) == start_ticks;
-}
-
 struct ShmAllReduce::Impl {
+  // On this node: `rank` is this rank's index among the node's ranks, `world` their number, and
+  // `members` their global ranks. The segment's lines and slots go by node index.
   int rank = 0, world = 1;
+  std::vector<int> members;
+  int global_rank = 0, global_world = 1, nodes = 1;
+  // Chunks are reduced in `slices` shares, by the node's first `slices` ranks: the node's size,
+  // or across nodes the smallest node's, so that slice k covers the same elements everywhere.
+  int slices = 1;
+  std::vector<int> slice_group;  // across nodes (shm_reduce.hpp)
+  InterNode inter_node;
   milliseconds timeout{0};
   std::shared_ptr<const std::atomic<bool>> abort;  // the heartbeat's verdict; may be null
-  std::vector<Identity> peers;                     // by rank
+  std::vector<Identity> peers;                     // by node index
   Mapping mapping;
   RankLine* lines = nullptr;
   std::vector<char*> slots;
@@ -330,7 +280,8 @@ struct ShmAllReduce::Impl {
   }
 
   std::string what() const {
-    return "shm all_reduce on rank " + std::to_string(rank) + " of " + std::to_string(world);
+    return std::string(nodes > 1 ? "hierarchical" : "shm") + " all_reduce on rank " +
+           std::to_string(global_rank) + " of " + std::to_string(global_world);
   }
   Error error(ErrorKind kind, const std::string& why) const {
     return Error(kind, "dtlaunch ddp: " + what() + " failed: " + why);
@@ -360,15 +311,16 @@ struct ShmAllReduce::Impl {
       const auto now = Clock::now();
       if (now >= deadline)
         throw error(ErrorKind::kTimeout, "timed out after " + core::duration_text(timeout) +
-                                             " waiting for rank " + std::to_string(q) + " (pid " +
-                                             std::to_string(peers[q].pid) + ")");
+                                             " waiting for rank " + std::to_string(members[q]) +
+                                             " (pid " + std::to_string(peers[q].pid) + ")");
       if (now >= next_check) {
         // A frozen or cut-off peer stays alive to /proc: the heartbeat names it.
         if (abort && abort->load(std::memory_order_acquire))
-          throw error(ErrorKind::kPeerLost, "aborted while waiting for rank " + std::to_string(q) +
+          throw error(ErrorKind::kPeerLost, "aborted while waiting for rank " +
+                                                std::to_string(members[q]) +
                                                 ": the heartbeat declared a peer lost");
         if (!process_alive(peers[q].pid, peers[q].start_ticks))
-          throw error(ErrorKind::kPeerLost, "rank " + std::to_string(q) + " (pid " +
+          throw error(ErrorKind::kPeerLost, "rank " + std::to_string(members[q]) + " (pid " +
                                                 std::to_string(peers[q].pid) + ") is gone");
         next_check = now + kLivenessEvery;
       }
@@ -393,47 +345,103 @@ struct ShmAllReduce::Impl {
            to_string(static_cast<ReduceOp>(kind % 8)) + ")";
   }
 
+  // A chunk's first step (the file's head): copy it in, meet every rank of the node, and on the
+  // first chunk check that they all run the same collective.
+  template <class T>
+  void arrive(const T* chunk, int64_t n, bool first, int64_t numel, int32_t kind,
+              Clock::time_point deadline) {
+    if (n > 0) std::memcpy(slots[rank], chunk, static_cast<size_t>(n) * sizeof(T));
+    publish(++phase);
+    await_all(phase, deadline);
+    if (!first) return;
+    // The peers wrote these before the phase just awaited; they change only in the next
+    // collective, which no rank starts before this rank publishes again.
+    for (int q = 0; q < world; ++q) {
+      const int64_t their_numel = lines[q].numel.load(std::memory_order_relaxed);
+      const int32_t their_kind = lines[q].kind.load(std::memory_order_relaxed);
+      if (their_numel != numel || their_kind != kind)
+        throw error(ErrorKind::kMismatch, "rank " + std::to_string(members[q]) + " all-reduces " +
+                                              describe(their_numel, their_kind) + " where rank " +
+                                              std::to_string(global_rank) + " all-reduces " +
+                                              describe(numel, kind));
+    }
+  }
+
   template <class T>
   void run(T* data, int64_t numel, ReduceOp op, at::ScalarType dtype) {
     const auto deadline = Clock::now() + timeout;
     const int32_t kind = static_cast<int32_t>(dtype) * 8 + static_cast<int32_t>(op);
-    RankLine& mine = lines[rank];
-    mine.numel.store(numel, std::memory_order_relaxed);
-    mine.kind.store(kind, std::memory_order_relaxed);
+    lines[rank].numel.store(numel, std::memory_order_relaxed);
+    lines[rank].kind.store(kind, std::memory_order_relaxed);
     const int64_t per_chunk = static_cast<int64_t>(kSlotBytes / sizeof(T));
-    // Shares start on 64-byte boundaries, so that two ranks never write one cache line.
-    constexpr int64_t kAlign = 64 / sizeof(T);
-    int64_t offset = 0;
-    // At least one chunk, so that ranks disagreeing on an empty tensor still meet.
-    do {
-      const int64_t n = std::min(per_chunk, numel - offset);
-      if (n > 0) std::memcpy(slots[rank], data + offset, static_cast<size_t>(n) * sizeof(T));
-      publish(++phase);
-      await_all(phase, deadline);
-      if (offset == 0) {
-        // The peers wrote these before the phase just awaited; they change only in the next
-        // collective, which no rank starts before this rank publishes again.
-        for (int q = 0; q < world; ++q) {
-          const int64_t their_numel = lines[q].numel.load(std::memory_order_relaxed);
-          const int32_t their_kind = lines[q].kind.load(std::memory_order_relaxed);
-          if (their_numel != numel || their_kind != kind)
-            throw error(ErrorKind::kMismatch, "rank " + std::to_string(q) + " all-reduces " +
-                                                  describe(their_numel, their_kind) +
-                                                  " where rank " + std::to_string(rank) +
-                                                  " all-reduces " + describe(numel, kind));
-        }
-      }
-      T* result = reinterpret_cast<T*>(results[chunks % 2]);
-      const int64_t share = (n + world - 1) / world;
-      const int64_t block = (share + kAlign - 1) / kAlign * kAlign;
-      const int64_t lo = std::min(n, block * rank), hi = std::min(n, lo + block);
-      reduce_share(result, slots, lo, hi, op, world);
+    auto leave = [&](int64_t offset, int64_t n) {  // step 3, after every share of the chunk
+      T* result = reinterpret_cast<T*>(results[chunks++ % 2]);
       publish(++phase);
       await_all(phase, deadline);
       if (n > 0) std::memcpy(data + offset, result, static_cast<size_t>(n) * sizeof(T));
-      ++chunks;
-      offset += n;
-    } while (offset < numel);
+    };
+    if (nodes == 1) {
+      for_each_chunk(numel, per_chunk, [&](int64_t offset, int64_t n) {
+        arrive(data + offset, n, offset == 0, numel, kind, deadline);
+        const auto [lo, hi] = share_of<T>(n, slices, rank);
+        reduce_share(reinterpret_cast<T*>(results[chunks % 2]) + lo, slots, lo, hi, op, world);
+        leave(offset, n);
+      });
+      return;
+    }
+    // Across nodes, in three passes. 1: this rank's slice of every chunk, reduced over the node;
+    // every kChunksPerSend chunks, the part of the slice they filled goes to the other nodes in a
+    // Gloo all_reduce of its own (2), which runs on the link while the next chunks are reduced
+    // here. 3: each part, once back, into the chunks' result slots, and out. The other nodes cut
+    // the same chunks and parts, so every slice's owners send the same lengths in the same order.
+    const bool owner = rank < slices;
+    const ReduceOp across = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+    int64_t owned = 0;
+    if (owner)
+      for_each_chunk(numel, per_chunk, [&](int64_t, int64_t n) {
+        const auto [lo, hi] = share_of<T>(n, slices, rank);
+        owned += hi - lo;
+      });
+    // A tensor, not a plain buffer: a part's all_reduce keeps it alive if this rank gives up.
+    const at::Tensor slice = at::empty({owned}, at::TensorOptions().dtype(dtype));
+    T* const mine = slice.data_ptr<T>();
+    std::vector<std::pair<int64_t, std::function<void()>>> parts;  // each one's end, its wait
+    int64_t at = 0, sent = 0, chunk = 0;
+    auto send = [&] {
+      if (at > sent) parts.emplace_back(at, inter_node(slice.narrow(0, sent, at - sent), across));
+      sent = at;
+    };
+    for_each_chunk(numel, per_chunk, [&](int64_t offset, int64_t n) {
+      arrive(data + offset, n, offset == 0, numel, kind, deadline);
+      if (owner) {
+        const auto [lo, hi] = share_of<T>(n, slices, rank);
+        reduce_share(mine + at, slots, lo, hi, across, world);
+        at += hi - lo;
+      }
+      publish(++phase);  // the input slots may be written again
+      await_all(phase, deadline);
+      if (owner && ++chunk % kChunksPerSend == 0) send();
+    });
+    if (owner) send();
+    size_t next = 0;
+    int64_t received = 0;
+    at = 0;
+    for_each_chunk(numel, per_chunk, [&](int64_t offset, int64_t n) {
+      if (owner) {
+        const auto [lo, hi] = share_of<T>(n, slices, rank);
+        for (; received < at + (hi - lo); ++next) {  // a chunk's share lies in one part
+          parts[next].second();
+          if (op == ReduceOp::kAvg)  // a sum divided by the whole group's size
+            for (int64_t i = received; i < parts[next].first; ++i)
+              mine[i] /= static_cast<T>(global_world);
+          received = parts[next].first;
+        }
+        std::memcpy(reinterpret_cast<T*>(results[chunks % 2]) + lo, mine + at,
+                    static_cast<size_t>(hi - lo) * sizeof(T));
+        at += hi - lo;
+      }
+      leave(offset, n);
+    });
   }
 
   void execute(Task& task) {
@@ -518,29 +526,6 @@ namespace {
 // creator is gone.
 const std::string kSegmentPrefix = "dtlaunch-ddp-";
 
-void remove_stale_segments() {
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return;
-  while (const dirent* e = ::readdir(dir)) {
-    const std::string name = e->d_name;
-    if (name.rfind(kSegmentPrefix, 0) != 0) continue;
-    int pid = 0, used = 0;
-    unsigned long long ticks = 0, nonce = 0;
-    if (std::sscanf(name.c_str() + kSegmentPrefix.size(), "%d-%llu-%16llx%n", &pid, &ticks, &nonce,
-                    &used) != 3 ||
-        static_cast<size_t>(used) != name.size() - kSegmentPrefix.size() || pid <= 0)
-      continue;
-    // Only this user's: another user's segment is not this job's to judge (and the sticky
-    // /dev/shm would refuse anyway).
-    struct stat st {};
-    if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        st.st_uid != ::geteuid())
-      continue;
-    if (!process_alive(pid, ticks)) ::shm_unlink(("/" + name).c_str());
-  }
-  ::closedir(dir);
-}
-
 // The value of `key`, which rank `owner` sets; polled rather than a blocking get, so that a peer
 // killed during the set-up is named at once instead of a "Socket Timeout" at the deadline. Only
 // peers whose process this rank can see are checked (not so across PID namespaces).
@@ -569,11 +554,14 @@ namespace {
 
 // Every rank publishes its identity and reads the others': the same records everywhere, so
 // that every rank takes the same decision.
-std::vector<Identity> exchange_identities(const WorkerEnv& env, bool enabled, c10d::Store& store) {
+std::vector<Identity> exchange_identities(const WorkerEnv& env, bool enabled, bool across_nodes,
+                                          c10d::Store& store) {
   Identity me;
   me.enabled = enabled;
+  me.across_nodes = across_nodes;
+  me.node_rank = env.node_rank;
   me.host = core::host_name("?");
-  me.boot_id = read_line_of("/proc/sys/kernel/random/boot_id");
+  me.boot_id = boot_id();
   me.pid = static_cast<int>(::getpid());
   me.start_ticks = own_start_ticks();
   std::vector<Identity> ids(static_cast<size_t>(env.world_size));
@@ -591,23 +579,25 @@ std::vector<Identity> exchange_identities(const WorkerEnv& env, bool enabled, c1
   return ids;
 }
 
-// The segment's set-up once every rank is known to be on this node: rank 0 creates it, the
-// others map it, all say whether they could, and its name goes at once.
+// The segment's set-up on each node, once the node's ranks are known (Impl::members): the node's
+// first rank creates it, the others map it, all say whether they could, and its name goes at
+// once. Across nodes, every rank then reads every node's verdict, so that all decide alike.
 class SegmentSetup {
  public:
-  SegmentSetup(const WorkerEnv& env, c10d::Store& store, milliseconds timeout,
-               ShmAllReduce::Impl& impl)
-      : rank_(env.rank),
-        world_(env.world_size),
+  SegmentSetup(c10d::Store& store, milliseconds timeout, ShmAllReduce::Impl& impl,
+               std::vector<int> leaders)
+      : rank_(impl.rank),
+        world_(impl.world),
         store_(store),
         timeout_(timeout),
         deadline_(Clock::now() + timeout),
         impl_(impl),
-        layout_(env.world_size) {
+        layout_(impl.world),
+        leaders_(std::move(leaders)) {
     for (const Identity& id : impl.peers) visible_.push_back(process_alive(id.pid, id.start_ticks));
   }
 
-  // false when the segment is unavailable somewhere (rank 0 says why on stderr).
+  // false when the segment is unavailable somewhere (that node's first rank says why on stderr).
   bool run() {
     if (rank_ == 0)
       create_segment();
@@ -617,9 +607,19 @@ class SegmentSetup {
     // across PID namespaces), else a live peer would look dead.
     for (int r = 0; r < world_ && problem_.empty(); ++r)
       if (!process_alive(impl_.peers[r].pid, impl_.peers[r].start_ticks))
-        problem_ = "rank " + std::to_string(r) + "'s process (pid " +
+        problem_ = "rank " + std::to_string(impl_.members[r]) + "'s process (pid " +
                    std::to_string(impl_.peers[r].pid) + ") is not visible in this rank's /proc";
-    return all_mapped();
+    const bool node_ok = all_mapped();
+    if (leaders_.size() < 2) return node_ok;
+    if (rank_ == 0)
+      store_.set(store_keys::Shm::node(impl_.members[0]), bytes(node_ok ? "ok" : "no"));
+    bool all_ok = node_ok;
+    for (int leader : leaders_)
+      if (leader != impl_.members[0])
+        all_ok = get_from_peer(store_, store_keys::Shm::node(leader), leader, 0, 0, false,
+                               deadline_, timeout_) == "ok" &&
+                 all_ok;
+    return all_ok;
   }
 
   // After a failure: rank 0 removes the segment it created.
@@ -628,14 +628,15 @@ class SegmentSetup {
   }
 
  private:
+  // `owner`: a node index.
   std::string from_peer(const std::string& key, int owner) const {
     const Identity& id = impl_.peers[owner];
-    return get_from_peer(store_, key, owner, id.pid, id.start_ticks, visible_[owner], deadline_,
-                         timeout_);
+    return get_from_peer(store_, key, impl_.members[owner], id.pid, id.start_ticks, visible_[owner],
+                         deadline_, timeout_);
   }
 
   void create_segment() {
-    remove_stale_segments();
+    remove_stale_segments(kSegmentPrefix);
     std::random_device random;
     nonce_ = (static_cast<uint64_t>(random()) << 32) ^ random();
     const Identity& me = impl_.peers[0];
@@ -652,19 +653,20 @@ class SegmentSetup {
       header->nonce = nonce_;
       header->magic = kMagic;
     }
-    store_.set(store_keys::Shm::segment(),
+    store_.set(store_keys::Shm::segment(impl_.members[0]),
                bytes(problem_.empty() ? "ok\n" + name_ + "\n" + std::to_string(nonce_)
                                       : "no\n" + problem_));
   }
 
   void open_segment() {
-    std::istringstream rec(from_peer(store_keys::Shm::segment(), 0));
+    std::istringstream rec(from_peer(store_keys::Shm::segment(impl_.members[0]), 0));
     std::string status, nonce_text;
     std::getline(rec, status);
     std::getline(rec, name_);
     std::getline(rec, nonce_text);
     if (status != "ok") {
-      problem_ = "rank 0 did not create it";  // rank 0 names the reason itself
+      // which names the reason itself
+      problem_ = "rank " + std::to_string(impl_.members[0]) + " did not create it";
       return;
     }
     nonce_ = std::strtoull(nonce_text.c_str(), nullptr, 10);
@@ -673,21 +675,25 @@ class SegmentSetup {
     const auto* header = static_cast<const Header*>(impl_.mapping.base);
     if (header->magic != kMagic || header->nonce != nonce_ ||
         header->world != static_cast<uint64_t>(world_))
-      problem_ = name_ + " is not the segment rank 0 created for this group";
+      problem_ = name_ + " is not the segment rank " + std::to_string(impl_.members[0]) +
+                 " created for this group";
   }
 
   bool all_mapped() {
-    store_.set(store_keys::Shm::mapped(rank_), bytes(problem_.empty() ? "ok" : problem_));
+    store_.set(store_keys::Shm::mapped(impl_.members[rank_]),
+               bytes(problem_.empty() ? "ok" : problem_));
     std::vector<std::string> verdicts;
-    for (int r = 0; r < world_; ++r) verdicts.push_back(from_peer(store_keys::Shm::mapped(r), r));
+    for (int r = 0; r < world_; ++r)
+      verdicts.push_back(from_peer(store_keys::Shm::mapped(impl_.members[r]), r));
     // Every rank has mapped it (or given up): the name goes now, so that nothing is left in
     // /dev/shm whatever happens to the ranks later. Each rank tries; all but one get ENOENT.
     if (!name_.empty()) ::shm_unlink(name_.c_str());
     for (int r = 0; r < world_; ++r) {
       if (verdicts[r] == "ok") continue;
       if (rank_ == 0)
-        say("dtlaunch ddp: shared-memory all_reduce unavailable (rank " + std::to_string(r) +
-            ": " + verdicts[r] + "); all_reduce goes through Gloo");
+        say("dtlaunch ddp: shared-memory all_reduce unavailable (rank " +
+            std::to_string(impl_.members[r]) + ": " + verdicts[r] +
+            "); all_reduce goes through Gloo");
       return false;
     }
     return true;
@@ -699,6 +705,7 @@ class SegmentSetup {
   const Clock::time_point deadline_;
   ShmAllReduce::Impl& impl_;
   const Layout layout_;
+  const std::vector<int> leaders_;  // each node's first rank, when the group spans several
   std::vector<bool> visible_;
   std::string name_, problem_;
   uint64_t nonce_ = 0;
@@ -707,18 +714,49 @@ class SegmentSetup {
 }  // namespace
 
 std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool enabled,
-                                                   c10d::Store& store, milliseconds timeout,
+                                                   bool across_nodes, c10d::Store& store,
+                                                   milliseconds timeout,
                                                    std::shared_ptr<const std::atomic<bool>> abort) {
   if (env.world_size < 2) return nullptr;
+  const std::vector<Identity> ids = exchange_identities(env, enabled, across_nodes, store);
+  std::vector<std::string> keys;
+  for (const Identity& id : ids) {
+    // Without a boot id, two ranks cannot be known to share a node.
+    if (!id.enabled || id.boot_id.empty()) return nullptr;
+    keys.push_back(id.node_key());
+  }
+  const auto nodes = group_by_node(keys);
+  size_t smallest = ids.size(), largest = 0;
+  for (const auto& node : nodes) {
+    smallest = std::min(smallest, node.size());
+    largest = std::max(largest, node.size());
+  }
+  if (nodes.size() > 1) {
+    // One rank per node leaves nothing to reduce inside a node: Gloo's ring is the same traffic.
+    if (largest < 2) return nullptr;
+    for (const Identity& id : ids)
+      if (!id.across_nodes) return nullptr;
+  }
   auto impl = std::make_unique<Impl>();
-  impl->peers = exchange_identities(env, enabled, store);
-  for (const Identity& id : impl->peers)
-    if (!id.enabled || !id.same_node(impl->peers[0])) return nullptr;
-  impl->rank = env.rank;
-  impl->world = env.world_size;
+  std::vector<int> leaders;
+  for (const auto& node : nodes) {
+    leaders.push_back(node.front());
+    const auto at = std::find(node.begin(), node.end(), env.rank);
+    if (at == node.end()) continue;
+    impl->members = node;
+    impl->rank = static_cast<int>(at - node.begin());
+  }
+  impl->world = static_cast<int>(impl->members.size());
+  for (int r : impl->members) impl->peers.push_back(ids[r]);
+  impl->global_rank = env.rank;
+  impl->global_world = env.world_size;
+  impl->nodes = static_cast<int>(nodes.size());
+  impl->slices = nodes.size() > 1 ? static_cast<int>(smallest) : impl->world;
+  if (nodes.size() > 1 && impl->rank < impl->slices)
+    for (const auto& node : nodes) impl->slice_group.push_back(node[impl->rank]);
   impl->timeout = timeout;
   impl->abort = std::move(abort);
-  SegmentSetup setup(env, store, timeout, *impl);
+  SegmentSetup setup(store, timeout, *impl, nodes.size() > 1 ? leaders : std::vector<int>{});
   const std::string failed = "dtlaunch ddp: rank " + std::to_string(env.rank) +
                              " could not set up the shared-memory all_reduce with its peers: ";
   try {
@@ -731,14 +769,30 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool en
     const std::string line = first_line(e);
     throw Error(classify_backend_failure(line), failed + line);
   }
-  const Layout layout(env.world_size);
+  const Layout layout(impl->world);
   char* base = static_cast<char*>(impl->mapping.base);
   impl->lines = reinterpret_cast<RankLine*>(base + layout.lines_offset);
-  for (int q = 0; q < env.world_size; ++q)
+  for (int q = 0; q < impl->world; ++q)
     impl->slots.push_back(base + layout.slots_offset + ShmAllReduce::kSlotBytes * q);
   impl->results[0] = base + layout.results_offset;
   impl->results[1] = impl->results[0] + ShmAllReduce::kSlotBytes;
   return std::unique_ptr<ShmAllReduce>(new ShmAllReduce(std::move(impl)));
+}
+
+const std::vector<int>& ShmAllReduce::slice_group() const {
+  return impl_->slice_group;
+}
+
+int ShmAllReduce::slice() const {
+  return impl_->rank;
+}
+
+int ShmAllReduce::node_count() const {
+  return impl_->nodes;
+}
+
+void ShmAllReduce::attach_inter_node(InterNode inter_node) {
+  impl_->inter_node = std::move(inter_node);
 }
 
 }  // namespace dtlaunch::ddp::detail

@@ -43,13 +43,23 @@ struct Heartbeat {
   static std::string endpoint(int rank) { return join(kPrefix, std::to_string(rank)); }
 };
 
-// The shared-memory all_reduce's set-up (shm_reduce.cpp): each rank's identity, rank 0's
-// segment, and whether each rank mapped it.
+// The shared-memory all_reduce's set-up (shm_reduce.cpp): each rank's identity, each node's
+// segment (named by the node's first rank), and whether each rank and each node mapped it.
 struct Shm {
   static constexpr std::string_view kPrefix = "dtlaunch/shm/";
   static std::string id(int rank) { return join(kPrefix, "id", rank); }
-  static std::string segment() { return join(kPrefix, "segment"); }
+  static std::string segment(int leader) { return join(kPrefix, "segment", leader); }
   static std::string mapped(int rank) { return join(kPrefix, "mapped", rank); }
+  // Across nodes: whether the node whose first rank is `leader` has its segment.
+  static std::string node(int leader) { return join(kPrefix, "node", leader); }
+};
+
+// The hierarchical all_reduce's groups among nodes (gloo_group.cpp): one Gloo group per slice,
+// under "dtlaunch/hier/SLICE/".
+struct Hier {
+  static std::string slice_prefix(int slice) {
+    return "dtlaunch/hier/" + std::to_string(slice) + "/";
+  }
 };
 
 // NCCL's communicator (nccl_group.cpp): rank 0's unique id, and who joined and finished init.

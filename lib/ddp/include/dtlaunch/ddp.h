@@ -90,6 +90,7 @@ struct DTLAUNCH_DDP_API WorkerEnv {
   int world_size = 1;              // WORLD_SIZE
   int local_rank = 0;              // LOCAL_RANK (default 0)
   int local_world_size = 1;        // LOCAL_WORLD_SIZE (default 1)
+  int node_rank = 0;               // NODE_RANK (default 0): with the host, tells nodes apart
   int device_index = 0;            // DTLAUNCH_CUDA_DEVICE, else LOCAL_RANK
   std::string master_addr;         // MASTER_ADDR
   int master_port = 0;             // MASTER_PORT
