@@ -1,6 +1,7 @@
 // One all_reduce's wall time on the Gloo group, back to back, as ranks of a job (bench/ddp/
-// allreduce.sh starts them): `allreduce_latency [NUMEL] [REPS]` (default 107000 float32, the
-// size of dtlaunch-train's gradients, 428 KB; 2000 repetitions after 200 unmeasured). Rank 0
+// allreduce.sh and bench/ddp/hier.sh start them): `allreduce_latency [NUMEL] [REPS] [WARMUP]`
+// (default 107000 float32, the size of dtlaunch-train's gradients, 428 KB; 2000 repetitions
+// after 200 unmeasured). Rank 0
 // prints "allreduce: numel N reps R shm on|off median_us M p10_us A p90_us B". DTLAUNCH_DDP_SHM=0
 // gives Gloo's TCP path, the default the shared-memory one where all ranks are on this node.
 #include <dtlaunch/ddp.h>
@@ -19,7 +20,7 @@ namespace ddp = dtlaunch::ddp;
 int main(int argc, char** argv) {
   const int64_t numel = argc > 1 ? std::atoll(argv[1]) : 107000;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 2000;
-  constexpr int kWarmup = 200;
+  const int warmup = argc > 3 ? std::atoi(argv[3]) : 200;
   torch::set_num_threads(1);
   ddp::InitOptions options;
   options.backend = ddp::Backend::kGloo;
@@ -30,11 +31,11 @@ int main(int argc, char** argv) {
     shm = shm || line.find("/dev/shm/dtlaunch-ddp-") != std::string::npos;
   auto t = torch::ones({numel});
   std::vector<double> us;
-  for (int i = 0; i < kWarmup + reps; ++i) {
+  for (int i = 0; i < warmup + reps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     pg->all_reduce(t);
     const auto end = std::chrono::steady_clock::now();
-    if (i >= kWarmup) us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+    if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
     t.fill_(1.0);
   }
   std::sort(us.begin(), us.end());

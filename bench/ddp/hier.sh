@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# All_reduce across nodes on a Slurm test cluster of its own (scripts/slurm-cluster.sh: nodes in
+# network namespaces of this machine), each node's eth0 shaped with `tc tbf`, three sides side by
+# side in one run, in alternation:
+#   hier  = ours, DTLAUNCH_DDP_HIER=1: shared memory inside the node, Gloo among the nodes by slice
+#   ring  = ours, DTLAUNCH_DDP_HIER=0: Gloo's ring over all ranks (the algorithm PyTorch runs)
+#   torch = PyTorch's ProcessGroupGloo (bench/ddp/torch_allreduce.py, Debian's python3-torch)
+# each under `srun dtlaunch`. Prints every run's rank-0 line, then a table of medians with the
+# node-count bound 2(N-1)/N x S / B (docs/benchmarks.md, "All_reduce across nodes").
+#
+# usage (root, the Slurm packages installed, nothing else on the bench cluster's names):
+#   bench/ddp/hier.sh [BUILD_DIR]            (default: build; targets dtlaunch, allreduce_latency)
+# knobs (environment):
+#   LAYOUTS="3x4"          NODESxRANKS_PER_NODE, e.g. "2x2 2x4 3x2 3x4"
+#   RATES="1gbit"          tc tbf rates of each node's link, e.g. "1gbit 200mbit"
+#   SIZES="1024 262144 8388608"   float32 elements: 4 KB, 1 MiB, 32 MiB (67108864: 256 MiB)
+#   REPS=3                 alternations of the three sides
+#   SIDES="hier ring torch"
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${1:-$root/build}
+dtl=$build/apps/dtlaunch/dtlaunch
+exe=$build/bench/ddp/allreduce_latency
+py=${PYTHON:-/usr/bin/python3}
+LAYOUTS=${LAYOUTS:-3x4}
+RATES=${RATES:-1gbit}
+SIZES=${SIZES:-1024 262144 8388608}
+REPS=${REPS:-3}
+SIDES=${SIDES:-hier ring torch}
+for f in "$dtl" "$exe"; do
+  [[ -x $f ]] || { echo "hier.sh: $f not found: build targets dtlaunch and allreduce_latency" >&2; exit 2; }
+done
+[[ $(id -u) == 0 ]] || { echo "hier.sh: needs root (network namespaces, tc)" >&2; exit 2; }
+
+# A cluster of its own, beside the test suite's (other names, bridge, subnet and port).
+export SLURM_NETNS_DIR=/tmp/dtlaunch-bench-netns SLURM_NETNS_BRIDGE=bnbr0 \
+  SLURM_NETNS_SUBNET=10.78.0 SLURM_NETNS_CTLD_PORT=16917 SLURM_NETNS_NS_PREFIX=b \
+  SLURM_NETNS_GPUS=0 SLURM_NETNS_CPUS=4
+cluster=$root/scripts/slurm-cluster.sh
+max_nodes=0
+for l in $LAYOUTS; do ((${l%x*} > max_nodes)) && max_nodes=${l%x*}; done
+"$cluster" up "$max_nodes" >/dev/null
+trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
+eval "$("$cluster" env)"
+
+rate_bits() {  # 1gbit -> 1000000000, 200mbit -> 200000000
+  local r=${1,,}
+  case $r in
+    *gbit) echo $((${r%gbit} * 1000000000)) ;;
+    *mbit) echo $((${r%mbit} * 1000000)) ;;
+    *) echo "hier.sh: rate '$1': use NNNgbit or NNNmbit" >&2; exit 2 ;;
+  esac
+}
+
+shape() {
+  for ((k = 1; k <= max_nodes; k++)); do
+    ip netns exec "bnode$k" tc qdisc replace dev eth0 root tbf rate "$1" burst 256kb latency 50ms
+  done
+}
+
+# Repetitions and unmeasured warm-up per size: enough samples for a median, a bounded run.
+reps_for() { if (($1 <= 262144)); then echo "100 20"; elif (($1 <= 8388608)); then echo "5 2"; else echo "2 1"; fi; }
+
+one_run() {  # side nodes ppn numel -> rank 0's median in microseconds
+  local side=$1 nodes=$2 ppn=$3 numel=$4 reps warm cmd line
+  read -r reps warm < <(reps_for "$numel")
+  case $side in
+    hier | ring) cmd=("$exe" "$numel" "$reps" "$warm") ;;
+    torch) cmd=("$py" "$here/torch_allreduce.py" "$numel" "$reps" "$warm") ;;
+  esac
+  line=$(DTLAUNCH_DDP_HIER=$([[ $side == hier ]] && echo 1 || echo 0) OMP_NUM_THREADS=1 \
+    timeout 900 srun -N"$nodes" --ntasks-per-node="$ppn" "$dtl" -- "${cmd[@]}" 2>&1 |
+    grep '^allreduce:' || true)
+  [[ -n $line ]] || { echo "hier.sh: $side ${nodes}x$ppn numel $numel: no result" >&2; exit 1; }
+  echo "# $side ${nodes}x$ppn $numel: $line" >&2
+  awk '{for (i = 1; i < NF; i++) if ($i == "median_us") print $(i + 1)}' <<<"$line"
+}
+
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) $(nproc) CPUs; $(uptime)"
+declare -A results
+for rate in $RATES; do
+  shape "$rate"
+  for layout in $LAYOUTS; do
+    nodes=${layout%x*} ppn=${layout#*x}
+    for numel in $SIZES; do
+      for ((rep = 0; rep < REPS; rep++)); do
+        sides=($SIDES)
+        ((rep % 2)) && sides=($(printf '%s\n' "${sides[@]}" | tac))  # A B C, C B A, ...
+        for side in "${sides[@]}"; do
+          results[$rate/$layout/$numel/$side]+="$(one_run "$side" "$nodes" "$ppn" "$numel") "
+        done
+      done
+    done
+  done
+done
+
+echo
+echo "| link | nodes x ranks | size | $(for s in $SIDES; do printf '%s ms | ' "$s"; done)bound ms | torch / hier | hier / bound |"
+echo "|---|---|---|$(for s in $SIDES; do printf -- '---|'; done)---|---|---|"
+for rate in $RATES; do
+  bits=$(rate_bits "$rate")
+  for layout in $LAYOUTS; do
+    nodes=${layout%x*}
+    for numel in $SIZES; do
+      declare -A ms=()
+      row="| $rate | $layout | $((numel * 4)) B |"
+      for side in $SIDES; do
+        ms[$side]=$(tr ' ' '\n' <<<"${results[$rate/$layout/$numel/$side]}" | grep . | median |
+          awk '{printf "%.2f", $1 / 1000}')
+        row+=" ${ms[$side]} |"
+      done
+      bound=$(awk -v n="$nodes" -v s=$((numel * 4)) -v b="$bits" 'BEGIN{printf "%.2f", 2*(n-1)/n*s*8/b*1000}')
+      ratio() { [[ -n ${ms[$1]:-} && -n ${ms[$2]:-} ]] && awk -v a="${ms[$1]}" -v b="${ms[$2]}" 'BEGIN{printf "%.2f", a/b}' || echo -; }
+      hb=$( [[ -n ${ms[hier]:-} ]] && awk -v a="${ms[hier]}" -v b="$bound" 'BEGIN{printf "%.2f", a/b}' || echo -)
+      echo "$row $bound | $(ratio torch hier) | $hb |"
+      unset ms
+    done
+  done
+done
+echo "# $(date -u +%FT%TZ) $(uptime)"
