@@ -16,20 +16,27 @@
 #   SIZES="1024 262144 8388608"   float32 elements: 4 KB, 1 MiB, 32 MiB (67108864: 256 MiB)
 #   REPS=3                 alternations of the three sides
 #   SIDES="hier ring torch"
+#   STEP_LAYOUTS="3x4"     layouts for the DDP step table (empty: none): the step of a 25 M-parameter
+#                          MLP (bench/ddp/mlp_step.cpp, torch_mlp_step.py), the same three sides plus
+#                          "compute", ours with every step under no_sync() (no all_reduce)
+#   STEPS=5                measured steps (after 2 unmeasured) per run
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${1:-$root/build}
 dtl=$build/apps/dtlaunch/dtlaunch
 exe=$build/bench/ddp/allreduce_latency
+step_exe=$build/bench/ddp/mlp_step
 py=${PYTHON:-/usr/bin/python3}
 LAYOUTS=${LAYOUTS:-3x4}
 RATES=${RATES:-1gbit}
 SIZES=${SIZES:-1024 262144 8388608}
 REPS=${REPS:-3}
 SIDES=${SIDES:-hier ring torch}
-for f in "$dtl" "$exe"; do
-  [[ -x $f ]] || { echo "hier.sh: $f not found: build targets dtlaunch and allreduce_latency" >&2; exit 2; }
+STEP_LAYOUTS=${STEP_LAYOUTS-3x4}
+STEPS=${STEPS:-5}
+for f in "$dtl" "$exe" "$step_exe"; do
+  [[ -x $f ]] || { echo "hier.sh: $f not found: build targets dtlaunch, allreduce_latency and mlp_step" >&2; exit 2; }
 done
 [[ $(id -u) == 0 ]] || { echo "hier.sh: needs root (network namespaces, tc)" >&2; exit 2; }
 
@@ -39,7 +46,7 @@ export SLURM_NETNS_DIR=/tmp/dtlaunch-bench-netns SLURM_NETNS_BRIDGE=bnbr0 \
   SLURM_NETNS_GPUS=0 SLURM_NETNS_CPUS=4
 cluster=$root/scripts/slurm-cluster.sh
 max_nodes=0
-for l in $LAYOUTS; do ((${l%x*} > max_nodes)) && max_nodes=${l%x*}; done
+for l in $LAYOUTS $STEP_LAYOUTS; do ((${l%x*} > max_nodes)) && max_nodes=${l%x*}; done
 "$cluster" up "$max_nodes" >/dev/null
 trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
 eval "$("$cluster" env)"
@@ -77,10 +84,25 @@ one_run() {  # side nodes ppn numel -> rank 0's median in microseconds
   awk '{for (i = 1; i < NF; i++) if ($i == "median_us") print $(i + 1)}' <<<"$line"
 }
 
+one_step() {  # side nodes ppn -> rank 0's milliseconds per step
+  local side=$1 nodes=$2 ppn=$3 cmd line
+  case $side in
+    hier | ring) cmd=("$step_exe" "$STEPS" 2) ;;
+    compute) cmd=("$step_exe" "$STEPS" 2 16 --no-sync) ;;
+    torch) cmd=("$py" "$here/torch_mlp_step.py" "$STEPS" 2) ;;
+  esac
+  line=$(DTLAUNCH_DDP_HIER=$([[ $side == ring ]] && echo 0 || echo 1) OMP_NUM_THREADS=1 \
+    timeout 900 srun -N"$nodes" --ntasks-per-node="$ppn" "$dtl" -- "${cmd[@]}" 2>&1 |
+    grep '^mlp-step:' || true)
+  [[ -n $line ]] || { echo "hier.sh: step $side ${nodes}x$ppn: no result" >&2; exit 1; }
+  echo "# step $side ${nodes}x$ppn: $line" >&2
+  awk '{for (i = 1; i < NF; i++) if ($i == "ms_per_step") print $(i + 1)}' <<<"$line"
+}
+
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) $(nproc) CPUs; $(uptime)"
-declare -A results
+declare -A results v
 for rate in $RATES; do
   shape "$rate"
   for layout in $LAYOUTS; do
@@ -118,6 +140,37 @@ for rate in $RATES; do
       echo "$row $bound | $(ratio torch hier) | $hb |"
       unset ms
     done
+  done
+done
+
+[[ -n $STEP_LAYOUTS ]] || { echo "# $(date -u +%FT%TZ) $(uptime)"; exit 0; }
+step_sides=(hier ring torch compute)
+declare -A steps
+for rate in $RATES; do
+  shape "$rate"
+  for layout in $STEP_LAYOUTS; do
+    for ((rep = 0; rep < REPS; rep++)); do
+      sides=("${step_sides[@]}")
+      ((rep % 2)) && sides=($(printf '%s\n' "${sides[@]}" | tac))
+      for side in "${sides[@]}"; do
+        steps[$rate/$layout/$side]+="$(one_step "$side" "${layout%x*}" "${layout#*x}") "
+      done
+    done
+  done
+done
+echo
+echo "DDP step, 25.2 M-parameter MLP, batch 16 a rank, medians in ms:"
+echo
+echo "| link | nodes x ranks | hier | ring | torch | compute (no all_reduce) | torch / hier |"
+echo "|---|---|---|---|---|---|---|"
+for rate in $RATES; do
+  for layout in $STEP_LAYOUTS; do
+    row="| $rate | $layout |"
+    for side in "${step_sides[@]}"; do
+      v[$side]=$(tr ' ' '\n' <<<"${steps[$rate/$layout/$side]}" | grep . | median)
+      row+=" ${v[$side]} |"
+    done
+    echo "$row $(awk -v a="${v[torch]}" -v b="${v[hier]}" 'BEGIN{printf "%.2f", a/b}') |"
   done
 done
 echo "# $(date -u +%FT%TZ) $(uptime)"
