@@ -69,34 +69,38 @@ shape() {
 # Repetitions and unmeasured warm-up per size: enough samples for a median, a bounded run.
 reps_for() { if (($1 <= 262144)); then echo "100 20"; elif (($1 <= 8388608)); then echo "5 2"; else echo "2 1"; fi; }
 
+# side nodes ppn what prefix field -- command...: runs the command on the nodes (the ring side
+# with DTLAUNCH_DDP_HIER=0) and prints rank 0's `field` from its line starting with `prefix`.
+run_side() {
+  local side=$1 nodes=$2 ppn=$3 what=$4 prefix=$5 field=$6 line
+  shift 7
+  line=$(DTLAUNCH_DDP_HIER=$([[ $side == ring ]] && echo 0 || echo 1) OMP_NUM_THREADS=1 \
+    timeout 900 srun -N"$nodes" --ntasks-per-node="$ppn" "$dtl" -- "$@" 2>&1 |
+    grep "^$prefix" || true)
+  [[ -n $line ]] || { echo "hier.sh: $what $side ${nodes}x$ppn: no result" >&2; exit 1; }
+  echo "# $what $side ${nodes}x$ppn: $line" >&2
+  awk -v f="$field" '{for (i = 1; i < NF; i++) if ($i == f) print $(i + 1)}' <<<"$line"
+}
+
 one_run() {  # side nodes ppn numel -> rank 0's median in microseconds
-  local side=$1 nodes=$2 ppn=$3 numel=$4 reps warm cmd line
+  local side=$1 nodes=$2 ppn=$3 numel=$4 reps warm
   read -r reps warm < <(reps_for "$numel")
+  local args=("$numel" "$reps" "$warm")
   case $side in
-    hier | ring) cmd=("$exe" "$numel" "$reps" "$warm") ;;
-    torch) cmd=("$py" "$here/torch_allreduce.py" "$numel" "$reps" "$warm") ;;
+    hier | ring) set -- "$exe" "${args[@]}" ;;
+    torch) set -- "$py" "$here/torch_allreduce.py" "${args[@]}" ;;
   esac
-  line=$(DTLAUNCH_DDP_HIER=$([[ $side == hier ]] && echo 1 || echo 0) OMP_NUM_THREADS=1 \
-    timeout 900 srun -N"$nodes" --ntasks-per-node="$ppn" "$dtl" -- "${cmd[@]}" 2>&1 |
-    grep '^allreduce:' || true)
-  [[ -n $line ]] || { echo "hier.sh: $side ${nodes}x$ppn numel $numel: no result" >&2; exit 1; }
-  echo "# $side ${nodes}x$ppn $numel: $line" >&2
-  awk '{for (i = 1; i < NF; i++) if ($i == "median_us") print $(i + 1)}' <<<"$line"
+  run_side "$side" "$nodes" "$ppn" "all_reduce $numel" allreduce: median_us -- "$@"
 }
 
 one_step() {  # side nodes ppn -> rank 0's milliseconds per step
-  local side=$1 nodes=$2 ppn=$3 cmd line
+  local side=$1 nodes=$2 ppn=$3
   case $side in
-    hier | ring) cmd=("$step_exe" "$STEPS" 2) ;;
-    compute) cmd=("$step_exe" "$STEPS" 2 16 --no-sync) ;;
-    torch) cmd=("$py" "$here/torch_mlp_step.py" "$STEPS" 2) ;;
+    hier | ring) set -- "$step_exe" "$STEPS" 2 ;;
+    compute) set -- "$step_exe" "$STEPS" 2 16 --no-sync ;;
+    torch) set -- "$py" "$here/torch_mlp_step.py" "$STEPS" 2 ;;
   esac
-  line=$(DTLAUNCH_DDP_HIER=$([[ $side == ring ]] && echo 0 || echo 1) OMP_NUM_THREADS=1 \
-    timeout 900 srun -N"$nodes" --ntasks-per-node="$ppn" "$dtl" -- "${cmd[@]}" 2>&1 |
-    grep '^mlp-step:' || true)
-  [[ -n $line ]] || { echo "hier.sh: step $side ${nodes}x$ppn: no result" >&2; exit 1; }
-  echo "# step $side ${nodes}x$ppn: $line" >&2
-  awk '{for (i = 1; i < NF; i++) if ($i == "ms_per_step") print $(i + 1)}' <<<"$line"
+  run_side "$side" "$nodes" "$ppn" step mlp-step: ms_per_step -- "$@"
 }
 
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
