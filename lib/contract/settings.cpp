@@ -29,10 +29,11 @@ constexpr auto kAll = std::to_array<const Setting*>(
      // runtime
      &s::kRank, &s::kWorldSize, &s::kRuntimeMasterAddr, &s::kRuntimeMasterPort, &s::kLocalRank,
      &s::kLocalWorldSize, &s::kNodeRank, &s::kNnodes, &s::kCudaDevice, &s::kRunId,
-     &s::kGlooSocketIfname, &s::kUseLibuv, &s::kShm, &s::kHier, &s::kTraceEntries, &s::kTraceDir,
-     &s::kTraceAtExit, &s::kDumpSignal, &s::kTorchelasticRestartCount, &s::kMaxRestarts,
-     &s::kSlurmRestartCount, &s::kCheck, &s::kReportGraceMs, &s::kTimeline, &s::kJobKey,
-     &s::kHeartbeatTimeout, &s::kMallocMmapThreshold, &s::kMallocTrimThreshold,
+     &s::kGlooSocketIfname, &s::kUseLibuv, &s::kStoreHosted, &s::kShm, &s::kHier, &s::kTraceEntries,
+     &s::kTraceDir, &s::kTraceAtExit, &s::kDumpSignal, &s::kTorchelasticRestartCount,
+     &s::kMaxRestarts, &s::kSlurmRestartCount, &s::kCheck, &s::kReportGraceMs, &s::kTimeline,
+     &s::kJobKey, &s::kHeartbeatTimeout, &s::kLive, &s::kLiveJoin, &s::kLiveWait,
+     &s::kMallocMmapThreshold, &s::kMallocTrimThreshold,
      // example
      &s::kXdgCacheHome});
 

@@ -249,6 +249,10 @@ inline constexpr Setting kUseLibuv =
     on_off("USE_LIBUV", Owner::kRuntime, "1",
            "as in PyTorch 2.4+: 0 hosts the store on TCPStore's older server, 1 on its libuv "
            "server where LibTorch has it");
+inline constexpr Setting kStoreHosted =
+    on_off("DTLAUNCH_STORE_HOSTED", Owner::kRuntime, "0",
+           "1: another process hosts the store at MASTER_ADDR:MASTER_PORT (dtlaunch-store), so "
+           "rank 0 connects to it like the others, and LiveRun can replace rank 0");
 inline constexpr Setting kShm =
     on_off("DTLAUNCH_DDP_SHM", Owner::kRuntime, "1",
            "0 turns the shared-memory all_reduce off (on any rank: on every rank)");
@@ -292,6 +296,18 @@ inline constexpr Setting kHeartbeatTimeout =
     number("DTLAUNCH_DDP_HEARTBEAT_TIMEOUT", Owner::kRuntime, 86'400, "10",
            "whole seconds a peer may be unresponsive (frozen, cut off) before it is lost: "
            "declared within this + min(1 s, this/5); 0: no heartbeat");
+inline constexpr Setting kLive =
+    on_off("DTLAUNCH_DDP_LIVE", Owner::kRuntime, "0",
+           "1: replacements for lost ranks will be started (dtlaunch job --live), so LiveRun's "
+           "survivors recover instead of failing; 0: LiveRun throws a loss as any group does");
+inline constexpr Setting kLiveJoin =
+    on_off("DTLAUNCH_DDP_LIVE_JOIN", Owner::kRuntime, "0",
+           "1: this process replaces a lost rank of a running job that recovers live (LiveRun): it "
+           "takes RANK's place and gets the training state from a survivor");
+inline constexpr Setting kLiveWait =
+    number("DTLAUNCH_DDP_LIVE_WAIT", Owner::kRuntime, 86'400, "60",
+           "whole seconds LiveRun's survivors wait for a lost rank's replacement (and a "
+           "replacement for its place) before they fail with the loss, as without live recovery");
 inline constexpr Setting kMallocMmapThreshold =
     text("MALLOC_MMAP_THRESHOLD_", Owner::kRuntime, "32 MiB with keep_step_memory",
          "set: DistributedDataParallel leaves glibc's mmap threshold to it");

@@ -16,14 +16,18 @@ namespace dtlaunch::ddp {
 namespace {
 
 WorkerEnv from_env_map(const core::EnvMap& vars) {
-  // USE_LIBUV and GLOO_SOCKET_IFNAME are the runtime's own knobs, not the launcher's contract;
-  // a bad USE_LIBUV is still named in the same line as the contract's problems.
+  // USE_LIBUV, DTLAUNCH_STORE_HOSTED and GLOO_SOCKET_IFNAME are the runtime's own knobs, not the
+  // launcher's contract; a bad value is still named in the same line as the contract's problems.
   std::vector<std::string> problems;
-  const auto use_libuv = contract::read_text(vars, contract::setting::kUseLibuv);
-  if (use_libuv)
-    if (std::string problem = contract::setting_problem(contract::setting::kUseLibuv, *use_libuv);
-        !problem.empty())
-      problems.push_back(std::move(problem));
+  const auto checked = [&](const contract::Setting& setting) {
+    const auto value = contract::read_text(vars, setting);
+    if (value)
+      if (std::string problem = contract::setting_problem(setting, *value); !problem.empty())
+        problems.push_back(std::move(problem));
+    return value;
+  };
+  const auto use_libuv = checked(contract::setting::kUseLibuv);
+  const auto store_hosted = checked(contract::setting::kStoreHosted);
   contract::WorkerContract contract;
   try {
     contract = contract::parse_contract(vars, problems);
@@ -44,6 +48,7 @@ WorkerEnv from_env_map(const core::EnvMap& vars) {
       contract::read_text(vars, contract::setting::kGlooSocketIfname).value_or("");
   env.store_use_libuv =
       use_libuv.value_or(std::string(contract::setting::kUseLibuv.fallback)) == "1";
+  env.store_hosted = store_hosted.value_or("0") == "1";
   env.run_id = contract.dtlaunch_run_id.value_or("");
   env.job_key = contract.job_key.value_or("");
   return env;

@@ -184,6 +184,19 @@ class GlooGroup final : public ProcessGroup {
     return out[0];
   }
 
+  // A live recovery's state transfer (live.cpp): bytes from one rank to one other.
+  std::shared_ptr<Work> point_to_point(at::Tensor& bytes, int peer, bool sending) {
+    drain_shm();
+    std::vector<at::Tensor> bufs{bytes};
+    const char* op = sending ? "send" : "recv";
+    auto work = call(op, [&] {
+      return sending ? pg_->send(bufs, peer, kStateTag) : pg_->recv(bufs, peer, kStateTag);
+    });
+    return std::make_shared<GlooWork>(
+        std::move(work), what(op) + (sending ? " to rank " : " from rank ") + std::to_string(peer),
+        nullptr);
+  }
+
   std::shared_ptr<Work> start_barrier() override {
     drain_shm();
     return std::make_shared<GlooWork>(call("barrier", [&] { return pg_->barrier(); }),
@@ -262,6 +275,8 @@ class GlooGroup final : public ProcessGroup {
                                           t.device().str());
   }
 
+  static constexpr int kStateTag = 7411;  // no other send or recv runs on pg_
+
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<GlooPG> pg_;
   c10::intrusive_ptr<GlooPG> slice_pg_;  // across nodes (connect_slice_group)
@@ -272,6 +287,14 @@ class GlooGroup final : public ProcessGroup {
 
 std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, GroupParts parts) {
   return std::make_shared<GlooGroup>(env, std::move(parts));
+}
+
+std::shared_ptr<Work> gloo_point_to_point(ProcessGroup& group, at::Tensor& bytes, int peer,
+                                          bool sending) {
+  auto* gloo = dynamic_cast<GlooGroup*>(&group);
+  if (gloo == nullptr)
+    throw Error(ErrorKind::kConfig, "dtlaunch ddp: live recovery sends its state over Gloo only");
+  return gloo->point_to_point(bytes, peer, sending);
 }
 
 }  // namespace dtlaunch::ddp::detail

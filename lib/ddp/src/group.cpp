@@ -139,10 +139,12 @@ ProcessGroup::ProcessGroup(WorkerEnv env, Backend backend, at::Device device,
 ProcessGroup::~ProcessGroup() = default;
 
 uint64_t ProcessGroup::collectives_started() const noexcept {
+  if (forward_) return forward_->collectives_started();
   return monitor_->recorder().started();
 }
 
 std::string ProcessGroup::write_flight_record(const std::string& reason) const {
+  if (forward_) return forward_->write_flight_record(reason);
   return monitor_->write_file(reason);
 }
 
@@ -209,6 +211,7 @@ auto run_collective(ProcessGroup& group, Monitor& monitor, const PeerWatch* watc
 }  // namespace
 
 std::shared_ptr<Work> ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
+  if (forward_) return forward_->all_reduce_async(tensor, op);
   check_defined(tensor, "all_reduce");
   if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type()))
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: all_reduce avg needs a floating tensor, got " +
@@ -221,6 +224,7 @@ std::shared_ptr<Work> ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceO
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+  if (forward_) return forward_->broadcast(tensor, root);
   check_defined(tensor, "broadcast");
   if (root < 0 || root >= size())
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: broadcast root " + std::to_string(root) +
@@ -233,6 +237,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
 }
 
 std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
+  if (forward_) return forward_->all_gather(tensor);
   check_defined(tensor, "all_gather");
   auto [seq, parts] = run_collective(
       *this, *monitor_, peer_watch_.get(), Op::kAllGather, &tensor, -1, -1,
@@ -243,6 +248,7 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
 }
 
 void ProcessGroup::barrier() {
+  if (forward_) return forward_->barrier();
   auto [seq, work] = run_collective(
       *this, *monitor_, peer_watch_.get(), Op::kBarrier, nullptr, -1, -1,
       [&] { return start_barrier(); }, [&](const at::Tensor& t) { return run_all_gather(t); });

@@ -28,8 +28,13 @@ struct StartupOver {
   }
 };
 
-std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions& options,
-                                         detail::StartupPhases& phases) {
+}  // namespace
+
+namespace detail {
+
+FormedGroup form_group(const WorkerEnv& env, const InitOptions& options, StartupPhases& phases,
+                       c10::intrusive_ptr<c10d::Store> generation_store,
+                       std::shared_ptr<PeerWatch>* watch_out) {
   if (options.timeout.count() <= 0)
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: InitOptions::timeout must be positive");
   if (options.rendezvous_timeout.count() < 0)
@@ -70,10 +75,11 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   const std::string agreed =
       std::string(contract::setting::kCheck.name) + "=" + (settings.check ? "1" : "0");
   auto peer_watch = detail::PeerWatch::prepare(env, settings.heartbeat_timeout);
+  if (watch_out != nullptr) *watch_out = peer_watch;
   const StartupOver startup_over{peer_watch.get()};
   auto store = detail::rendezvous(
       env, options.rendezvous_timeout.count() > 0 ? options.rendezvous_timeout : options.timeout,
-      options.progress_every, phases, agreed, peer_watch.get());
+      options.progress_every, phases, agreed, peer_watch.get(), std::move(generation_store));
   // The rendezvous bounded the store's waits by its own timeout; Gloo and NCCL use the store
   // afterwards under the collectives' timeout.
   store->setTimeout(options.timeout);
@@ -104,23 +110,23 @@ std::shared_ptr<ProcessGroup> init_timed(const WorkerEnv& env, const InitOptions
   phases.backend_ready = std::chrono::steady_clock::now();
   const std::string line = monitor->startup_line(phases);
   if (!line.empty()) detail::say(line);
-  return group;
+  return {group, store, peer_watch};
 }
 
-}  // namespace
+}  // namespace detail
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   detail::StartupPhases phases;
   phases.start = std::chrono::steady_clock::now();
   const WorkerEnv env = WorkerEnv::from_environment();
   phases.env_read = std::chrono::steady_clock::now();
-  return init_timed(env, options, phases);
+  return detail::form_group(env, options, phases).group;
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const InitOptions& options) {
   detail::StartupPhases phases;
   phases.start = phases.env_read = std::chrono::steady_clock::now();
-  return init_timed(env, options, phases);
+  return detail::form_group(env, options, phases).group;
 }
 
 }  // namespace dtlaunch::ddp

@@ -46,14 +46,34 @@ ErrorKind classify_backend_failure(const std::string& message);
 // the variables every rank must set alike) is compared with rank 0's: a difference fails every
 // rank with one kConfig line naming the ranks. With `watch` (the heartbeat, peer_watch.hpp), this
 // rank's heartbeat starts once it has claimed its place, and a rank lost from then on fails the
-// rendezvous with the heartbeat's kPeerLost naming it.
+// rendezvous with the heartbeat's kPeerLost naming it. With `generation_store` (a live
+// recovery's new generation: a prefix of the store the job already uses) no store is reached or
+// hosted; the rendezvous runs in it as in a fresh one.
 struct StartupPhases;
 class PeerWatch;
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::milliseconds timeout,
                                            std::chrono::milliseconds progress_every,
                                            StartupPhases& phases,
                                            const std::string& agreed_settings,
-                                           PeerWatch* watch = nullptr);
+                                           PeerWatch* watch = nullptr,
+                                           c10::intrusive_ptr<c10d::Store> generation_store = {});
+
+// init_process_group's work, returning besides the group what a live recovery (live.cpp) keeps
+// or reads: the store the rendezvous opened (on rank 0, with its server) and the heartbeat (null
+// without one). With `generation_store`, the rendezvous runs in that prefix of the job's store.
+// `watch_out` gets the heartbeat as soon as it exists: after a failure it names the lost ranks.
+struct FormedGroup {
+  std::shared_ptr<ProcessGroup> group;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<PeerWatch> watch;
+};
+FormedGroup form_group(const WorkerEnv& env, const InitOptions& options, StartupPhases& phases,
+                       c10::intrusive_ptr<c10d::Store> generation_store = {},
+                       std::shared_ptr<PeerWatch>* watch_out = nullptr);
+
+// Whether `group` is a live replacement's LiveGroup whose first DistributedDataParallel is being
+// built: true once, and that constructor then skips its broadcast (live.cpp).
+bool take_initial_broadcast_skip(ProcessGroup& group);
 
 // Another client connection to the store that rank 0 hosts (a client is for one thread at a
 // time), on the server kind env asks for, as the rendezvous opens it.
@@ -82,6 +102,10 @@ struct GroupParts {
 
 #if DTLAUNCH_DDP_HAVE_GLOO
 std::shared_ptr<ProcessGroup> make_gloo_group(const WorkerEnv& env, GroupParts parts);
+// Sends `bytes` (a contiguous CPU tensor) to `peer`, or receives them from it, on a Gloo group:
+// a live recovery's state transfer. kConfig on another backend's group.
+std::shared_ptr<Work> gloo_point_to_point(ProcessGroup& group, at::Tensor& bytes, int peer,
+                                          bool sending);
 #endif
 
 // InitOptions::gloo_threads = 0: 2 Gloo threads when this rank has at least 4 CPUs of its own,

@@ -188,7 +188,7 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
           std::to_string(v.seen_by) + ": " + heartbeat::describe_how(v);
   } else {
     who += " (" + (host.empty() ? std::string("host unknown here") : host) + ")";
-    if (v.rank == 0) who += ", which hosted the store,";
+    if (v.rank == 0 && !env_.store_hosted) who += ", which hosted the store,";
     who += " " + heartbeat::describe_how(v) + ", seen by rank " + std::to_string(v.seen_by);
     if (v.last.seq == 0 || v.last.op == 0)
       who += monitor_for_position_.load() ? ", before any collective" : ", during start-up";
@@ -201,6 +201,7 @@ void PeerWatch::on_verdict(const heartbeat::Verdict& v) {
     std::lock_guard<std::mutex> lock(mutex_);
     first = lines_.empty();
     lines_.push_back(who);
+    lost_ranks_.push_back(v.rank);
   }
   if (!first) return;
   first_verdict_at_.store(std::chrono::steady_clock::now());
@@ -257,6 +258,11 @@ Error PeerWatch::error() const {
                     "): peer lost (heartbeat, timeout " + core::duration_text(timeout_) + "): ";
   for (size_t i = 0; i < lines_.size(); ++i) msg += (i ? "; " : "") + lines_[i];
   return Error(ErrorKind::kPeerLost, msg);
+}
+
+std::vector<int> PeerWatch::lost_ranks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lost_ranks_;
 }
 
 bool PeerWatch::wait_lost(std::chrono::milliseconds within) const {

@@ -59,6 +59,12 @@ class PeerWatch {
   std::shared_ptr<const std::atomic<bool>> abort_flag() const { return abort_flag_; }
   // kPeerLost naming every rank lost so far, how each was seen and its last collective.
   Error error() const;
+  // The ranks declared lost so far, this one included when the others declared it lost (it is
+  // cut off from them), in the order of the verdicts; and when the first verdict came.
+  std::vector<int> lost_ranks() const;
+  std::chrono::steady_clock::time_point first_verdict_at() const {
+    return first_verdict_at_.load();
+  }
   // Waits up to `within` for a verdict (a backend failure often comes a moment before it).
   bool wait_lost(std::chrono::milliseconds within) const;
   // Start-up is over, returned or thrown: the backstop for a blocked start-up stands down.
@@ -91,6 +97,7 @@ class PeerWatch {
   mutable std::mutex mutex_;
   std::vector<std::string> hosts_;  // by rank, where known ("" otherwise)
   std::vector<std::string> lines_;  // one per lost rank
+  std::vector<int> lost_ranks_;     // the ranks of lines_
   // Held while node_ is being set, so that a verdict at once waits for it.
   mutable std::mutex node_mutex_;
   std::unique_ptr<heartbeat::Node> node_;

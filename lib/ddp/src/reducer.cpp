@@ -22,6 +22,7 @@
 
 #include "core/error.hpp"
 #include "dtlaunch/ddp.h"
+#include "internal.hpp"
 #include "settings.hpp"
 
 namespace dtlaunch::ddp {
@@ -281,8 +282,13 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
     dst.zero_();
   }
   --buckets_[s.bucket].pending;
-  launch_ready();
-  poll();
+  try {
+    launch_ready();
+    poll();
+  } catch (...) {
+    reset_iteration();  // the engine drops the final callback of a failed backward
+    throw;
+  }
 }
 
 // Starts the all-reduce of every complete bucket whose predecessors have started, so that
@@ -327,16 +333,22 @@ void DistributedDataParallel::Reducer::finish() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!in_iteration_) return;
   const auto backward_end = Clock::now();
-  poll();
-  const std::vector<size_t> unready = unready_params();
-  check_all_used(unready);
-  reduce_zeros_for(unready);
-  const std::vector<char> used_anywhere = used_on_any_rank();
-  wait_for_buckets();
-  write_back(used_anywhere);
-  const auto comm_end = Clock::now();
-  if (opts_.broadcast_buffers && !buffers_.empty()) broadcast_coalesced(pg_, buffers_);
-  account(backward_end, comm_end);
+  // A failed collective (a lost peer that LiveRun recovers from) leaves no half iteration behind.
+  try {
+    poll();
+    const std::vector<size_t> unready = unready_params();
+    check_all_used(unready);
+    reduce_zeros_for(unready);
+    const std::vector<char> used_anywhere = used_on_any_rank();
+    wait_for_buckets();
+    write_back(used_anywhere);
+    const auto comm_end = Clock::now();
+    if (opts_.broadcast_buffers && !buffers_.empty()) broadcast_coalesced(pg_, buffers_);
+    account(backward_end, comm_end);
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
   reset_iteration();
 }
 
@@ -452,7 +464,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: DistributedDataParallel got no process group");
   if (options.keep_step_memory) keep_step_memory();
   reducer_ = std::make_shared<Reducer>(*group_, options, *module_);
-  broadcast_coalesced(*group_, reducer_->initial_state(*module_));
+  // A live replacement's state came from a survivor (LiveRun), which broadcasts nothing now.
+  if (!detail::take_initial_broadcast_skip(*group_))
+    broadcast_coalesced(*group_, reducer_->initial_state(*module_));
   reducer_->register_hooks();
 }
 

@@ -1,16 +1,15 @@
 // Rendezvous through c10d::TCPStore with a deadline and a diagnosis. TCPStore's own
 // waitWorkers gives up silently and a later Gloo connect then fails with "Socket Timeout", at
 // about twice the timeout (see docs/ddp.md). So the store is opened without waiting and the ranks
-// check in through keys that say, at the deadline, exactly who is missing.
-//
-// The keys also carry the job's identity (DTLAUNCH_RUN_ID and WORLD_SIZE): two jobs that share
-// MASTER_ADDR:MASTER_PORT by accident would otherwise mix ranks and train together. Rank 0
-// publishes its identity before anything else; a client reads it before it writes any key of
-// its own rank, so a rank of another job cannot take a rank's place. It reports itself under a
-// refusal key instead, which rank 0 logs in one line before it goes on waiting for its own ranks:
-// one misconfigured job must not be able to end another's. A second process with this job's
-// identity and an already claimed rank is this job's own misconfiguration: it reports itself
-// under keys::refused(), and rank 0 fails the whole rendezvous with that one line.
+// check in through keys that say, at the deadline, exactly who is missing. The keys also carry the
+// job's identity (DTLAUNCH_RUN_ID and WORLD_SIZE): two jobs that share MASTER_ADDR:MASTER_PORT by
+// accident would otherwise mix ranks and train together. Rank 0 publishes its identity before
+// anything else; a client reads it before it writes any key of its own rank, so a rank of another
+// job cannot take a rank's place. It reports itself under a refusal key instead, which rank 0 logs
+// in one line before it goes on waiting for its own ranks: one misconfigured job must not be able
+// to end another's. A second process with this job's identity and an already claimed rank is this
+// job's own misconfiguration: it reports itself under keys::refused(), and rank 0 fails the whole
+// rendezvous with that one line.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -50,8 +49,7 @@ namespace {
 
 using keys = store_keys::Rendezvous;
 
-// The first line of an identity record: a peer's key that lacks it was not written by this
-// protocol.
+// An identity record's first line: a peer's key that lacks it was not written by this protocol.
 const std::string kIdentityMagic = "dtlaunch-rdzv 2";
 
 // Rank 0 logs this many refused foreign ranks, then one line for the rest.
@@ -267,37 +265,6 @@ std::string wait_for_listener(const WorkerEnv& env, Clock::time_point deadline,
 }
 
 // LibTorch 2.4+ has TCPStoreOptions::useLibUV (true by default); 1.13 has no such member.
-template <class Options, class = void>
-struct HasUseLibUV : std::false_type {};
-template <class Options>
-struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>>
-    : std::true_type {};
-
-// Opens the store on the server env asks for. A LibTorch built without libuv (Debian's 2.x)
-// refuses useLibUV with "use_libuv was requested but PyTorch was build without libuv support",
-// even though its default asks for it: then the older server, which is all 1.13 ever had.
-// On LibTorch 1.x a client is our own bounded one (store_client.hpp): 1.13's would abort the
-// process on unasked bytes from the port.
-template <class Options>
-c10::intrusive_ptr<c10d::Store> open_store(const WorkerEnv& env, Options options) {
-#if TORCH_VERSION_MAJOR < 2
-  if (!options.isServer)
-    return connect_bounded_store(env.master_addr, env.master_port, options.timeout);
-#endif
-  if constexpr (HasUseLibUV<Options>::value) {
-    options.useLibUV = env.store_use_libuv;
-    try {
-      return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-    } catch (const std::exception& e) {
-      if (!options.useLibUV ||
-          std::string_view(e.what()).find("without libuv") == std::string_view::npos)
-        throw;
-      options.useLibUV = false;
-    }
-  }
-  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-}
-
 // The failure record rank 0 publishes (failure_record.hpp): sealed with the job key, if any.
 Error from_failure_record(const detail::FailureRecord& r) {
   ErrorKind k = ErrorKind::kBackend;
@@ -496,7 +463,8 @@ class StoreFailureWords {
 class Rendezvous {
  public:
   Rendezvous(const WorkerEnv& env, milliseconds timeout, milliseconds progress_every,
-             StartupPhases& phases, const std::string& agreed_settings, PeerWatch* watch)
+             StartupPhases& phases, const std::string& agreed_settings, PeerWatch* watch,
+             c10::intrusive_ptr<c10d::Store> generation_store)
       : env_(env),
         timeout_(timeout),
         deadline_(Clock::now() + timeout),
@@ -509,10 +477,12 @@ class Rendezvous {
         where_("dtlaunch ddp: rendezvous at " + address(env)),
         first_answer_(std::min<milliseconds>(timeout, std::chrono::seconds(10))),
         words_(where_, me_, timeout_, first_answer_, env.world_size),
-        audit_(env, mine_, where_, agreed_) {}
+        audit_(env, mine_, where_, agreed_),
+        store_(std::move(generation_store)) {}
 
   c10::intrusive_ptr<c10d::Store> run() {
-    reach_store();
+    answered_ = static_cast<bool>(store_);  // set: a live recovery's generation (internal.hpp)
+    if (!store_) reach_store();
     try {
       if (env_.rank == 0)
         claim_as_host();
@@ -529,7 +499,7 @@ class Rendezvous {
       // Once this rank's heartbeat runs (it has claimed its place), a store that fails may be
       // a rank 0 that died: its verdict names it.
       if (watch_ && joined_ && watch_->wait_lost(kVerdictGrace)) throw watch_->error();
-      throw words_.translate(e, answered_, watchdog_->fired(), arrived_);
+      throw words_.translate(e, answered_, watchdog_ && watchdog_->fired(), arrived_);
     }
     phases_.all_checked_in = Clock::now();
     return store_;
@@ -542,7 +512,8 @@ class Rendezvous {
 
   // Connects to (or, on rank 0, hosts) the store, with the watchdog bounding its first answer.
   void reach_store() {
-    if (env_.rank == 0) {
+    const bool hosts = env_.rank == 0 && !env_.store_hosted;
+    if (hosts) {
       // Rank 0's own TCPStore client connects to MASTER_ADDR too; with a name that does not
       // resolve it would retry, one warning a second, to the deadline.
       std::string reason;
@@ -560,13 +531,13 @@ class Rendezvous {
                       watch_ ? watch_->abort_flag() : nullptr);
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(env_.master_port);
-    so.isServer = env_.rank == 0;
+    so.isServer = hosts;
     so.waitWorkers = false;
     so.timeout = timeout_;
     try {
       store_ = open_store(env_, so);
     } catch (const std::exception& e) {
-      if (env_.rank == 0)
+      if (hosts)
         throw Error(ErrorKind::kBackend,
                     "dtlaunch ddp: rank 0 could not host the rendezvous store at " + address(env_) +
                         ": " + first_line(e));
@@ -606,8 +577,7 @@ class Rendezvous {
                       ": two jobs share MASTER_ADDR:MASTER_PORT, or MASTER_ADDR is not the host "
                       "of rank 0");
     }
-    answered_ = true;
-    watchdog_->set_cutoff(deadline_ + std::chrono::seconds(4));
+    if (!std::exchange(answered_, true)) watchdog_->set_cutoff(deadline_ + std::chrono::seconds(4));
     store_->set(keys::identity(), bytes(record(mine_)));
   }
 
@@ -789,8 +759,11 @@ class Rendezvous {
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, milliseconds timeout,
                                            milliseconds progress_every, StartupPhases& phases,
-                                           const std::string& agreed_settings, PeerWatch* watch) {
-  return Rendezvous(env, timeout, progress_every, phases, agreed_settings, watch).run();
+                                           const std::string& agreed_settings, PeerWatch* watch,
+                                           c10::intrusive_ptr<c10d::Store> generation_store) {
+  return Rendezvous(env, timeout, progress_every, phases, agreed_settings, watch,
+                    std::move(generation_store))
+      .run();
 }
 
 }  // namespace dtlaunch::ddp::detail

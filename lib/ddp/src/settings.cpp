@@ -16,6 +16,10 @@ RuntimeSettings RuntimeSettings::read(const core::EnvMap& env, int world_size) {
     s.monitor = MonitorSettings::read(env, world_size);
     s.shm_all_reduce = contract::read_switch(env, contract::setting::kShm, true);
     s.hier_all_reduce = contract::read_switch(env, contract::setting::kHier, true);
+    s.live = contract::read_switch(env, contract::setting::kLive, false);
+    s.live_join = contract::read_switch(env, contract::setting::kLiveJoin, false);
+    if (auto wait = contract::read_number(env, contract::setting::kLiveWait))
+      s.live_wait = std::chrono::seconds(*wait);
     return s;
   } catch (const core::Error& e) {
     throw Error(ErrorKind::kConfig, std::string("dtlaunch ddp: ") + e.what());

@@ -4,6 +4,8 @@
 // the environment.
 #pragma once
 
+#include <chrono>
+
 #include "contract/settings.hpp"
 #include "core/env_map.hpp"
 #include "monitor.hpp"
@@ -14,7 +16,10 @@ struct RuntimeSettings {
   MonitorSettings monitor;
   bool shm_all_reduce =
       true;  // DTLAUNCH_DDP_SHM (InitOptions::shm_all_reduce can only turn it off)
-  bool hier_all_reduce = true;  // DTLAUNCH_DDP_HIER
+  bool hier_all_reduce = true;                                    // DTLAUNCH_DDP_HIER
+  bool live = false;                                              // DTLAUNCH_DDP_LIVE
+  bool live_join = false;                                         // DTLAUNCH_DDP_LIVE_JOIN
+  std::chrono::milliseconds live_wait{std::chrono::seconds(60)};  // DTLAUNCH_DDP_LIVE_WAIT
 
   // Throws Error(kConfig) with one line naming a malformed variable and quoting its value.
   static RuntimeSettings read(const core::EnvMap& env, int world_size);

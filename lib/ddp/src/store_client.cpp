@@ -17,6 +17,10 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <string_view>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <type_traits>
+#include <utility>
 
 #include "core/socket.hpp"
 #include "core/text.hpp"
@@ -305,6 +309,45 @@ bool poll_until(int fd, short events, Clock::time_point deadline) {
     if (n < 0 && errno != EINTR) return false;
     if (Clock::now() >= deadline) return false;
   }
+}
+
+namespace {
+
+template <class Options, class = void>
+struct HasUseLibUV : std::false_type {};
+template <class Options>
+struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>>
+    : std::true_type {};
+
+// Opens the store on the server env asks for. A LibTorch built without libuv (Debian's 2.x)
+// refuses useLibUV with "use_libuv was requested but PyTorch was build without libuv support",
+// even though its default asks for it: then the older server, which is all 1.13 ever had.
+// On LibTorch 1.x a client is our own bounded one (store_client.hpp): 1.13's would abort the
+// process on unasked bytes from the port.
+template <class Options>
+c10::intrusive_ptr<c10d::Store> open_store_with(const WorkerEnv& env, Options options) {
+#if TORCH_VERSION_MAJOR < 2
+  if (!options.isServer)
+    return connect_bounded_store(env.master_addr, env.master_port, options.timeout);
+#endif
+  if constexpr (HasUseLibUV<Options>::value) {
+    options.useLibUV = env.store_use_libuv;
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    } catch (const std::exception& e) {
+      if (!options.useLibUV ||
+          std::string_view(e.what()).find("without libuv") == std::string_view::npos)
+        throw;
+      options.useLibUV = false;
+    }
+  }
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> open_store(const WorkerEnv& env, c10d::TCPStoreOptions options) {
+  return open_store_with(env, std::move(options));
 }
 
 #if TORCH_VERSION_MAJOR < 2

@@ -14,6 +14,9 @@
 #include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "dtlaunch/ddp.h"
 
 namespace dtlaunch::ddp::detail {
 
@@ -27,6 +30,11 @@ struct StoreProtocolError : std::runtime_error {
 // The largest value or key the client accepts from the peer. The runtime's values are records
 // of a few KB and Gloo's addresses; anything near this is garbage read as a length.
 constexpr uint64_t kStoreMaxValueBytes = uint64_t{64} << 20;
+
+// Opens the store at MASTER_ADDR:MASTER_PORT as `options` say (options.isServer: hosts it here),
+// on the server kind env asks for (USE_LIBUV where this LibTorch has libuv). On LibTorch 1.x a
+// client is the bounded one below.
+c10::intrusive_ptr<c10d::Store> open_store(const WorkerEnv& env, c10d::TCPStoreOptions options);
 
 // Connects to host:port within `timeout` (a wait's default limit, as TCPStore's) and
 // returns the store. Keys are prefixed with "/" as c10d::TCPStore prefixes them, so both clients

@@ -62,6 +62,18 @@ struct Hier {
   }
 };
 
+// Live recovery (live.cpp): each generation's rendezvous and groups under "dtlaunch/live/G/", and
+// for each lost rank the generation in which its replacement is awaited.
+struct Live {
+  static constexpr std::string_view kPrefix = "dtlaunch/live/";
+  static std::string generation(int generation) {
+    return join(kPrefix, std::to_string(generation)) + "/";
+  }
+  static std::string wanted(int rank) { return join(kPrefix, "wanted", rank); }
+  // Rank 0's executable digest and state layout, which a replacement must share.
+  static std::string program() { return join(kPrefix, "program"); }
+};
+
 // NCCL's communicator (nccl_group.cpp): rank 0's unique id, and who joined and finished init.
 struct Nccl {
   static constexpr std::string_view kPrefix = "dtlaunch/nccl/";

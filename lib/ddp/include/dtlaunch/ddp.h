@@ -10,10 +10,13 @@
 #include <c10/core/Device.h>
 #include <torch/data/samplers/base.h>
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,6 +101,9 @@ struct DTLAUNCH_DDP_API WorkerEnv {
   // USE_LIBUV, as in PyTorch 2.4+: "1" (default) hosts the store on TCPStore's libuv server
   // where this LibTorch has one, "0" on the older server. LibTorch 1.13 has only the older one.
   bool store_use_libuv = true;
+  // DTLAUNCH_STORE_HOSTED=1: another process hosts the store (dtlaunch-store), so that it outlives
+  // any rank; rank 0 connects to it like the others. 0 (default): rank 0 hosts it.
+  bool store_hosted = false;
   // DTLAUNCH_RUN_ID, the launcher's opaque identity of the job ("" when unset, as under
   // torchrun). Every rank's (run_id, world_size) must equal rank 0's at the rendezvous, so that
   // two jobs that share MASTER_ADDR:MASTER_PORT fail instead of mixing their ranks.
@@ -127,6 +133,7 @@ class DTLAUNCH_DDP_API Work {
 namespace detail {
 class Monitor;
 class PeerWatch;
+class LiveGroup;
 void attach_peer_watch(ProcessGroup& group, std::shared_ptr<PeerWatch> watch);
 }  // namespace detail
 
@@ -180,7 +187,10 @@ class DTLAUNCH_DDP_API ProcessGroup {
 
  private:
   friend class detail::Monitor;
+  friend class detail::LiveGroup;
   friend void detail::attach_peer_watch(ProcessGroup&, std::shared_ptr<detail::PeerWatch>);
+  // A LiveRun's group hands every call to its current generation's group (LiveRun below).
+  ProcessGroup* forward_ = nullptr;
   WorkerEnv env_;
   Backend backend_;
   at::Device device_;
@@ -336,6 +346,99 @@ class DTLAUNCH_DDP_API DistributedDataParallel {
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
   std::shared_ptr<Reducer> reducer_;
+};
+
+// Hosts a job's store in this process, so that it outlives every rank: the ranks, rank 0
+// included, connect to it with DTLAUNCH_STORE_HOSTED=1 (what dtlaunch-store runs). Live recovery
+// can then replace rank 0 too.
+class DTLAUNCH_DDP_API StoreHost {
+ public:
+  // Listens on `port` of every address of this machine; 0: a free port, see port().
+  explicit StoreHost(int port);
+  ~StoreHost();
+  StoreHost(const StoreHost&) = delete;
+  StoreHost& operator=(const StoreHost&) = delete;
+  int port() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Live recovery (docs/ddp.md, "Live recovery"): a program that registers its training state and
+// runs its steps through LiveRun::step survives the loss of a peer without a restart. The
+// survivors keep their processes; a replacement started with DTLAUNCH_DDP_LIVE_JOIN=1 and the lost
+// rank's RANK (dtlaunch job --live starts it) takes the lost rank's place, and one survivor sends
+// it the state over the re-formed group, in memory. Gloo only, for now.
+
+// What a replacement needs to go on exactly where the survivors are, in the program's own terms.
+// Serialised with torch::serialize archives, with the CPU generator's state added.
+class DTLAUNCH_DDP_API TrainingState {
+ public:
+  using Save = std::function<void(torch::serialize::OutputArchive&)>;
+  using Load = std::function<void(torch::serialize::InputArchive&)>;
+
+  // `step` counts the completed steps: after a loss the group takes the state of a rank at the
+  // highest. The body given to LiveRun::step increments it last, after its last collective.
+  explicit TrainingState(int64_t& step) : step_(&step) {}
+  // Parameters and buffers, written in place (the optimizer and DDP keep their tensors).
+  TrainingState& add(const std::string& name, torch::nn::Module& module);
+  TrainingState& add(const std::string& name, torch::optim::Optimizer& optimizer);
+  TrainingState& add(const std::string& name, int64_t& counter);  // an epoch, a cursor
+  TrainingState& add(const std::string& name, DistributedSampler& sampler);
+  // Anything else: how to write it and read it back.
+  TrainingState& add(const std::string& name, Save save, Load load);
+
+  int64_t step() const noexcept { return *step_; }
+  // One line per part: its name and what it holds (a module's tensors' names, dtypes and
+  // shapes). A replacement whose description differs from the running job's is refused.
+  std::string describe() const;
+  // The whole state, and back: what a survivor sends and a replacement loads.
+  std::string serialize() const;
+  void deserialize(const std::string& bytes);
+
+ private:
+  struct Part {
+    std::string name;
+    Save save;
+    Load load;
+    std::function<std::string()> describe;
+  };
+  TrainingState& add(const std::string& name, Save save, Load load,
+                     std::function<std::string()> describe);
+  int64_t* step_;
+  std::vector<Part> parts_;
+};
+
+class DTLAUNCH_DDP_API LiveRun {
+ public:
+  // init_process_group for a program that recovers live. It needs the heartbeat
+  // (DTLAUNCH_DDP_HEARTBEAT_TIMEOUT > 0, the default). With DTLAUNCH_DDP_LIVE_JOIN=1 this process
+  // replaces a lost rank: it waits (DTLAUNCH_DDP_LIVE_WAIT) until the survivors want its RANK,
+  // joins them, and returns with `state` overwritten by a survivor's.
+  explicit LiveRun(TrainingState& state, const InitOptions& options = {});
+  ~LiveRun();
+  LiveRun(const LiveRun&) = delete;
+  LiveRun& operator=(const LiveRun&) = delete;
+
+  // The same object through every recovery: give it to DistributedDataParallel. (A replacement's
+  // first DistributedDataParallel skips its broadcast: its state came from a survivor.)
+  std::shared_ptr<ProcessGroup> group() const;
+  bool replacement() const noexcept;  // this process joined a running job
+  int generation() const noexcept;    // recoveries of this group so far, as this process saw them
+
+  // Runs one step. true: `body` returned. false: a peer was lost in it (the heartbeat's verdict),
+  // replacements will come (DTLAUNCH_DDP_LIVE=1; else the loss is thrown), and the group
+  // recovered: it tore the old group down, re-formed with the replacement in the
+  // lost rank's place, agreed on the highest completed step and sent that rank's state to every
+  // rank behind it; the state is now that step's, so call again. Throws the loss as it is when it
+  // cannot recover: this rank was cut off, rank 0 (the store's host) was lost, or no replacement
+  // came within DTLAUNCH_DDP_LIVE_WAIT. Any other error is thrown as it is.
+  bool step(const std::function<void()>& body);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // The bucket plan, a pure function. slot_bytes[i] and slot_kind[i] (e.g. the dtype) describe
