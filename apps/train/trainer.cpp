@@ -83,7 +83,12 @@ Split load_mnist_split(const std::filesystem::path& dir, bool train) {
 // A failure there (a corrupt file, a full cache) is agreed on by all ranks, in place of a
 // barrier: every rank then fails with the same exit status instead of the others failing first
 // with "Connection reset by peer" when the failing rank leaves.
-Data load_fashion_mnist(const TrainConfig& cfg, ddp::ProcessGroup& pg) {
+Data load_fashion_mnist(const TrainConfig& cfg, ddp::ProcessGroup& pg, bool replacement) {
+  if (replacement) {
+    // A live replacement joins ranks that are long past this agreement: it unpacks on its own.
+    const std::filesystem::path dir = prepare_fashion_mnist(cfg.data_dir, cfg.cache_dir);
+    return Data{load_mnist_split(dir, true), load_mnist_split(dir, false)};
+  }
   std::filesystem::path dir;
   int status = 0;
   std::string error;
@@ -211,9 +216,10 @@ void check_seen_by_all(const std::string& path, int seeing, ddp::ProcessGroup& p
                             " of " + std::to_string(pg.size()) + " ranks";
   if (again == pg.size())
     throw Error(ExitCode::kBadInput,
-                where + ", and on every rank a second later: it appeared while this job was "
-                        "starting. Is another job writing the same --checkpoint? Give each job "
-                        "its own path");
+                where +
+                    ", and on every rank a second later: it appeared while this job was "
+                    "starting. Is another job writing the same --checkpoint? Give each job "
+                    "its own path");
   throw Error(ExitCode::kBadInput, where + ": it must be on a file system every rank shares");
 }
 
@@ -260,8 +266,9 @@ std::optional<Progress> maybe_resume(const TrainConfig& cfg, Model& model, ddp::
     fail("; the previous checkpoint " + prev + " did not load either" +
          (previous_error.empty() ? std::string() : " (" + previous_error + ")"));
   log("%s; resuming from the previous checkpoint %s instead",
-      newest_error.empty() ? ("--checkpoint " + cfg.checkpoint + " failed its check on a rank").c_str()
-                           : newest_error.c_str(),
+      newest_error.empty()
+          ? ("--checkpoint " + cfg.checkpoint + " failed its check on a rank").c_str()
+          : newest_error.c_str(),
       prev.c_str());
   return progress;
 }
@@ -284,14 +291,36 @@ Progress starting_point(const TrainConfig& cfg, Model& model, ddp::ProcessGroup&
   return start;
 }
 
-std::shared_ptr<ddp::ProcessGroup> start_process_group(const TrainConfig& cfg) {
+ddp::InitOptions init_options(const TrainConfig& cfg) {
   ddp::InitOptions init;
   init.backend = parse_backend(cfg.backend);
   init.rendezvous_timeout = std::chrono::milliseconds(
       static_cast<std::int64_t>(std::llround(cfg.rendezvous_timeout_s * 1000.0)));
-  std::shared_ptr<ddp::ProcessGroup> pg = ddp::init_process_group(init);
-  end_startup();  // from here a stop signal is agreed on at a step boundary (stop_signal.hpp)
-  return pg;
+  return init;
+}
+
+// What a live replacement gets from a survivor (docs/example.md, "Live recovery"): the weights,
+// the optimizer's momentum and where training stands. The sample order follows from the run's
+// options, which a replacement has too.
+void register_live_state(ddp::TrainingState& state, Model& model, Progress& now) {
+  state.add("model", *model.net).add("optimizer", model.opt);
+  state.add(
+      "progress",
+      [&now](torch::serialize::OutputArchive& a) {
+        a.write("epoch", c10::IValue(static_cast<std::int64_t>(now.epoch)));
+        a.write("step_in_epoch", c10::IValue(static_cast<std::int64_t>(now.step_in_epoch)));
+        a.write("global_step", c10::IValue(static_cast<std::int64_t>(now.global_step)));
+      },
+      [&now](torch::serialize::InputArchive& a) {
+        const auto read = [&a](const char* key) {
+          c10::IValue v;
+          a.read(key, v);
+          return static_cast<std::uint64_t>(v.toInt());
+        };
+        now.epoch = read("epoch");
+        now.step_in_epoch = read("step_in_epoch");
+        now.global_step = read("global_step");
+      });
 }
 
 ddp::DdpOptions ddp_options(const TrainConfig& cfg) {
@@ -410,20 +439,28 @@ class ProgressLog {
   void record(const Progress& now, double loss) {
     loss_sum_ += loss;
     ++loss_count_;
-    if (cfg_.log_every == 0 || now.global_step % cfg_.log_every != 0) return;
+    if (cfg_.log_every != 0 && now.global_step % cfg_.log_every == 0) due_ = now;
+  }
+
+  // The line that record() made due, with its all_reduce: at the start of the next step (before
+  // its update, so that a live recovery can run that step again) or at the end of training.
+  void flush() {
+    if (!due_) return;
+    const Progress now = *due_;
     at::Tensor l = at::tensor({loss_sum_, static_cast<double>(loss_count_)}, at::kDouble);
     pg_.all_reduce(l, ddp::ReduceOp::kSum);
     double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
     log_("epoch %llu/%llu step %llu/%llu loss %.4f samples/s %.0f",
          static_cast<unsigned long long>(now.epoch + 1),
          static_cast<unsigned long long>(cfg_.epochs),
-         static_cast<unsigned long long>(now.step_in_epoch + 1),
+         static_cast<unsigned long long>(now.step_in_epoch),
          static_cast<unsigned long long>(steps_per_epoch_),
          l[0].item<double>() / l[1].item<double>(),
          static_cast<double>(loss_count_) * samples_per_step_ / secs);
     loss_sum_ = 0;
     loss_count_ = 0;
     interval_start_ = Clock::now();
+    due_.reset();
   }
 
  private:
@@ -435,6 +472,7 @@ class ProgressLog {
   double loss_sum_ = 0;
   std::uint64_t loss_count_ = 0;
   Clock::time_point interval_start_ = Clock::now();
+  std::optional<Progress> due_;
 };
 
 // Benchmark timing (--synthetic): from the end of this run's warm-up steps to the end of the
@@ -490,11 +528,8 @@ void log_start(const TrainConfig& cfg, const ddp::ProcessGroup& pg, const Shard&
 void save_every_n_steps(const TrainConfig& cfg, Model& model, const Progress& now,
                         std::uint64_t steps_per_epoch, ddp::ProcessGroup& pg) {
   if (cfg.checkpoint_every != 0 && now.global_step % cfg.checkpoint_every == 0 &&
-      now.step_in_epoch + 1 < steps_per_epoch) {
-    Progress after = now;
-    ++after.step_in_epoch;  // the step just taken
-    save_on_rank0(cfg.checkpoint, model, after, pg);
-  }
+      now.step_in_epoch < steps_per_epoch)
+    save_on_rank0(cfg.checkpoint, model, now, pg);
 }
 
 // The end of an epoch, or of training inside one at the step cap: the test accuracy (not in
@@ -564,12 +599,25 @@ int run_training(const TrainConfig& cfg) {
   const bool synthetic = cfg.synthetic > 0;
   if (!synthetic) check_fashion_mnist(cfg.data_dir);
 
-  std::shared_ptr<ddp::ProcessGroup> pg = start_process_group(cfg);
-  Rank0Log log(pg->rank());
-  Data data = synthetic ? make_synthetic(cfg, pg->rank()) : load_fashion_mnist(cfg, *pg);
   Model model(cfg);
+  Progress now;
+  std::int64_t live_step = 0;  // now.global_step, as the live state's step counter
+  ddp::TrainingState state(live_step);
+  register_live_state(state, model, now);
+  // A group that recovers live from a lost rank where the launcher starts replacements
+  // (DTLAUNCH_DDP_LIVE=1); a replacement gets `state` from a survivor here.
+  ddp::LiveRun live(state, init_options(cfg));
+  end_startup();  // from here a stop signal is agreed on at a step boundary (stop_signal.hpp)
+  std::shared_ptr<ddp::ProcessGroup> pg = live.group();
+  Rank0Log log(pg->rank());
+  Data data = synthetic ? make_synthetic(cfg, pg->rank())
+                        : load_fashion_mnist(cfg, *pg, live.replacement());
   Shard shard(cfg, data.train, *pg);
-  Progress now = starting_point(cfg, model, *pg, shard.steps_per_epoch(), log);
+  if (live.replacement())
+    now.order = sample_order(cfg, *pg);
+  else
+    now = starting_point(cfg, model, *pg, shard.steps_per_epoch(), log);
+  live_step = static_cast<std::int64_t>(now.global_step);
   ddp::DistributedDataParallel ddp_model(model.net.ptr(), pg, ddp_options(cfg));
 
   log_start(cfg, *pg, shard, log);
@@ -582,19 +630,32 @@ int run_training(const TrainConfig& cfg) {
   for (; now.epoch < cfg.epochs && !step_cap_reached(cfg, now);
        ++now.epoch, now.step_in_epoch = 0) {
     at::Tensor order = shard.order(now.epoch);
-    for (; now.step_in_epoch < shard.steps_per_epoch() && !step_cap_reached(cfg, now);
-         ++now.step_in_epoch) {
-      if (int sig = stop.agreed_signal(now.global_step)) {
+    while (now.step_in_epoch < shard.steps_per_epoch() && !step_cap_reached(cfg, now)) {
+      int sig = 0;
+      double loss = 0;
+      // Everything of a step that communicates comes before its update, and the counters last:
+      // after a live recovery the step runs again from the state the group agreed on.
+      const bool done = live.step([&] {
+        progress.flush();
+        if ((sig = stop.agreed_signal(now.global_step)) != 0) return;
+        timing.before_step(now.global_step, ddp_model);
+        loss = train_step(model, shard.batch(order, now.step_in_epoch));
+        ++now.step_in_epoch;
+        live_step = static_cast<std::int64_t>(++now.global_step);
+      });
+      if (sig != 0) {
         stop_here(sig, cfg, model, now, *pg, log);
         timing.report(now.global_step, ddp_model, log);
         return kExitCheckpointed;
       }
-      timing.before_step(now.global_step, ddp_model);
-      const double loss = train_step(model, shard.batch(order, now.step_in_epoch));
-      ++now.global_step;
+      if (!done) {
+        order = shard.order(now.epoch);  // the state sent may be of the next epoch
+        continue;
+      }
       progress.record(now, loss);
       save_every_n_steps(cfg, model, now, shard.steps_per_epoch(), *pg);
     }
+    progress.flush();  // the last step's line before the epoch's
     if (!end_epoch(cfg, model, data, now, shard.steps_per_epoch(), *pg, log, accuracy))
       break;  // the step cap ended training inside this epoch
   }

@@ -7,6 +7,7 @@
 //                       create LIVE_MARKS/R-S (default /tmp) dies, a replacement included
 //   LIVE_STEP_MS=M      each step sleeps M ms first (a fault then lands mid-run)
 //   LIVE_HIDDEN=H       hidden width (default 64)
+//   LIVE_LOG_STEPS=1    "step S done at T" after each completed step (T: Unix time, seconds)
 //
 // Prints "pid PID rank R" at start, "recovered before step S (generation G)" after each
 // recovery, and at the end "done rank R pid PID step S generation G replacement 0|1"; rank 0
@@ -66,6 +67,7 @@ int run() {
   const int64_t steps = env_int("LIVE_STEPS", 30);
   const int64_t step_ms = env_int("LIVE_STEP_MS", 0);
   const int64_t hidden = env_int("LIVE_HIDDEN", 64);
+  const bool log_steps = env_int("LIVE_LOG_STEPS", 0) == 1;
   std::vector<std::pair<int, int64_t>> kills;
   if (const char* k = std::getenv("LIVE_KILL"))
     for (std::string rest = k; !rest.empty();) {
@@ -110,6 +112,13 @@ int run() {
       opt.step();
       ++step;
     });
+    if (done && log_steps) {
+      const double t =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      std::printf("step %ld done at %.3f\n", static_cast<long>(step), t);
+      std::fflush(stdout);
+    }
     if (!done) {
       std::printf("recovered before step %ld (generation %d)\n", static_cast<long>(step),
                   live.generation());

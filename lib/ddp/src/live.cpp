@@ -261,6 +261,15 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// A steady-clock time as the wall clock's Unix seconds, so that lines of several machines can be
+// laid side by side.
+std::string unix_time(Clock::time_point t) {
+  const auto wall =
+      std::chrono::system_clock::now() -
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(Clock::now() - t);
+  return fixed(std::chrono::duration<double>(wall.time_since_epoch()).count(), 3);
+}
+
 bool contains(const std::vector<int>& v, int x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
@@ -626,13 +635,16 @@ struct LiveRun::Impl {
         continue;
       }
       const auto formed = Clock::now();
-      if (env.rank == 0)
+      int lowest = 0;  // the lowest surviving rank says it
+      while (contains(lost, lowest)) ++lowest;
+      if (env.rank == lowest)
         detail::say("dtlaunch ddp: " + me() + ": live recovery, generation " +
                     std::to_string(next) + ": rank" + (lost.size() == 1 ? " " : "s ") +
-                    detail::format_ranks(lost) + " replaced; caught " +
-                    fixed(seconds_between(watch_verdict_, caught), 3) +
-                    " s after the verdict, tear down " + fixed(seconds_between(caught, torn), 3) +
-                    " s, re-form " + fixed(seconds_between(torn, formed), 3) + " s");
+                    detail::format_ranks(lost) + " replaced; verdict at " +
+                    unix_time(watch_verdict_) + " (Unix s), caught " +
+                    fixed(seconds_between(watch_verdict_, caught), 3) + " s after it, tear down " +
+                    fixed(seconds_between(caught, torn), 3) + " s, re-form " +
+                    fixed(seconds_between(torn, formed), 3) + " s");
       try {
         agree_and_send(formed);
         return;
