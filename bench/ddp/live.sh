@@ -13,10 +13,12 @@
 #   bench/ddp/live.sh [BUILD_DIR]
 # knobs (environment):
 #   RATE=1gbit      tc tbf rate of each node's link
-#   HIDDEN=600000   live_worker's hidden width: 25.8 M parameters, 206 MB of state with momentum
+#   HIDDEN=4096     live_worker's hidden width for the fault rows: 0.18 M parameters, 1.4 MB of
+#                   state with SGD's momentum
+#   BIG_HIDDEN=600000  a last kill row with 25.8 M parameters, 206 MB of state ("": none)
 #   FAULTS="kill freeze cut kill0"
 #   TIMEOUT=3       DTLAUNCH_DDP_HEARTBEAT_TIMEOUT
-#   STEPS=12        steps per run; the fault comes after step 3
+#   STEPS=12        steps per run (4 x STEPS for the small model); the fault comes after step 3
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -24,7 +26,8 @@ build=${1:-$root/build}
 worker=$build/tests/ddp/live_worker
 store=$build/apps/store/dtlaunch-store
 RATE=${RATE:-1gbit}
-HIDDEN=${HIDDEN:-600000}
+HIDDEN=${HIDDEN:-4096}
+BIG_HIDDEN=${BIG_HIDDEN-600000}
 FAULTS=${FAULTS:-kill freeze cut kill0}
 TIMEOUT=${TIMEOUT:-3}
 STEPS=${STEPS:-12}
@@ -54,26 +57,33 @@ done
 port=29530
 export WORLD_SIZE=3 LOCAL_WORLD_SIZE=1 MASTER_ADDR=10.78.0.1 OMP_NUM_THREADS=1 \
   GLOO_SOCKET_IFNAME=eth0 DTLAUNCH_STORE_HOSTED=1 DTLAUNCH_DDP_LIVE=1 DTLAUNCH_DDP_LIVE_WAIT=60 \
-  DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=$TIMEOUT LIVE_HIDDEN=$HIDDEN LIVE_STEPS=$STEPS LIVE_LOG_STEPS=1 \
+  DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=$TIMEOUT LIVE_LOG_STEPS=1 \
   DTLAUNCH_RUN_ID=live-bench
 
-# rank NODE RANK LOG [VAR=VALUE...]: a rank in node NODE's namespace; prints its pid.
+# rank NODE RANK LOG [VAR=VALUE...]: a rank in node NODE's namespace.
 rank() {
   local node=$1 r=$2 log=$3
   shift 3
-  ip netns exec "bnode$node" env RANK="$r" LOCAL_RANK=0 "$@" timeout 600 "$worker" >"$log" 2>&1 &
-  for _ in $(seq 600); do
+  # NODE_RANK: the namespaces share this machine's host name and boot id, and would otherwise
+  # be taken for one node (the shared-memory all_reduce, past the links).
+  ip netns exec "bnode$node" env RANK="$r" LOCAL_RANK=0 NODE_RANK=$((node - 1)) NNODES=4 "$@" \
+    timeout 600 "$worker" >"$log" 2>&1 &
+}
+
+# pid_of LOG: the worker's own pid, which it prints once its group is formed.
+pid_of() {
+  for _ in $(seq 1200); do
     local p
-    p=$(sed -n 's/^pid \([0-9]*\) rank .*/\1/p' "$log" 2>/dev/null)
+    p=$(sed -n 's/^pid \([0-9]*\) rank .*/\1/p' "$1" 2>/dev/null)
     [[ -n $p ]] && { echo "$p"; return; }
     sleep 0.1
   done
-  echo "live.sh: rank $r on node $node printed no pid" >&2
+  echo "live.sh: $1 printed no pid" >&2
   exit 1
 }
 
-wait_line() {  # LOG TEXT: up to 10 minutes
-  for _ in $(seq 6000); do
+wait_line() {  # LOG TEXT: up to 2 minutes
+  for _ in $(seq 1200); do
     grep -q -- "$2" "$1" 2>/dev/null && return
     sleep 0.1
   done
@@ -88,10 +98,14 @@ field() {  # LOG PATTERN WORD-BEFORE: the word after WORD-BEFORE on the first li
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) $(nproc) CPUs; $(uptime)"
 echo "| fault | fault -> first step s | detect s | caught after verdict s | tear down s | re-form s | agree s | transfer s | state MB | transfer Mbit/s | link Mbit/s |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
-gen=0
-for fault in $FAULTS; do
-  dir=$work/$fault
+# run_fault FAULT HIDDEN: one job, one fault, one table row.
+run_fault() {
+  local fault=$1 hidden=$2 dir=$work/$1-$2
   mkdir -p "$dir"
+  export LIVE_HIDDEN=$hidden
+  # A small model's steps take milliseconds: 100 ms of sleep in each (counted in the first step
+  # after the recovery) leaves time to inject the fault mid-run.
+  export LIVE_STEP_MS=$((hidden > 100000 ? 0 : 100)) LIVE_STEPS=$((hidden > 100000 ? STEPS : 4 * STEPS))
   # Each run with a store of its own, on a port of its own.
   port=$((port + 1))
   export DTLAUNCH_RUN_ID=live-bench-$fault MASTER_PORT=$port
@@ -100,7 +114,8 @@ for fault in $FAULTS; do
   store_pid=$!
   for _ in $(seq 100); do grep -q "hosting the store" "$dir/store.out" && break; sleep 0.1; done
   declare -A p=()
-  for r in 0 1 2; do p[$r]=$(rank $((r + 1)) "$r" "$dir/r$r.log"); done
+  for r in 0 1 2; do rank $((r + 1)) "$r" "$dir/r$r.log"; done
+  for r in 0 1 2; do p[$r]=$(pid_of "$dir/r$r.log"); done
   victim=1 vnode=2
   [[ $fault == kill0 ]] && victim=0 vnode=1
   watcher=$(( victim == 0 ? 1 : 0 ))
@@ -111,7 +126,7 @@ for fault in $FAULTS; do
     freeze) kill -STOP "${p[$victim]}" ;;
     cut) ip netns exec "bnode$vnode" ip link set eth0 down ;;
   esac
-  rep=$(rank 4 "$victim" "$dir/rep.log" DTLAUNCH_DDP_LIVE_JOIN=1)
+  rank 4 "$victim" "$dir/rep.log" DTLAUNCH_DDP_LIVE_JOIN=1
   wait_line "$dir/r$watcher.log" "recovered before step"
   case $fault in
     freeze) kill -CONT "${p[$victim]}" ;;
@@ -119,7 +134,9 @@ for fault in $FAULTS; do
   esac
   wait_line "$dir/r$watcher.log" "^done rank"
   wait_line "$dir/rep.log" "^done rank"
-  first=$(awk -v t0="$t0" '$1 == "step" && $4 == "at" && $5 > t0 {print $5 - t0; exit}' "$dir/r$watcher.log")
+  rep=$(pid_of "$dir/rep.log")
+  # The first step completed after the recovery.
+  first=$(awk -v t0="$t0" '/^recovered before step/ {r = 1} r && $1 == "step" && $4 == "at" {print $5 - t0; exit}' "$dir/r$watcher.log")
   # The recovery lines of the lowest surviving rank, which is also the donor here.
   rec=$dir/r$watcher.log
   verdict=$(field "$rec" "replaced; verdict at" at)
@@ -138,4 +155,8 @@ for fault in $FAULTS; do
   for f in "$dir"/r*.log "$dir"/rep.log; do sed "s|^|# $fault $(basename "$f"): |" "$f" | grep -v " done at " >&2; done
   for r in 0 1 2; do kill -9 "${p[$r]}" 2>/dev/null || true; done
   kill -9 "$rep" 2>/dev/null || true
-done
+}
+
+for fault in $FAULTS; do run_fault "$fault" "$HIDDEN"; done
+# The transfer's rate: a state of at least 200 MB (25.8 M parameters and their momentum).
+[[ -n $BIG_HIDDEN ]] && run_fault kill "$BIG_HIDDEN"
