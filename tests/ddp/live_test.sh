@@ -1,6 +1,6 @@
 #!/bin/bash
 # Live recovery with real processes and signals on one machine (issue 32, docs/ddp.md "Live
-# recovery"): 3 ranks of live_worker train; ranks are SIGKILLed (by themselves, at a given step)
+# recovery"): 3 ranks of live_worker train (heartbeat timeout 3 s); ranks are SIGKILLed (by themselves, at a given step)
 # or SIGSTOPped (by this script), and a replacement is started with DTLAUNCH_DDP_LIVE_JOIN=1 and
 # the lost rank's RANK, as `dtlaunch job --live` would. The survivors must keep their processes
 # and end with the fault-free run's weights, bit for bit; the losses that cannot be recovered
@@ -17,7 +17,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1 LIVE_STEPS=24
-export DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=2 DTLAUNCH_DDP_LIVE_WAIT=30 DTLAUNCH_DDP_LIVE=1
+export DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=3 DTLAUNCH_DDP_LIVE_WAIT=30 DTLAUNCH_DDP_LIVE=1
 fail=0
 case_name=""
 
@@ -173,6 +173,20 @@ for r in 0 2; do kept "r$r" $r 1; done
 [ "$(digest_of r0)" = "$reference" ] || bad "weights $(digest_of r0) differ from the fault-free $reference"
 show
 
+# A rank frozen for less than the heartbeat's timeout is no loss: nothing recovers.
+new_case short-freeze
+for r in 0 1 2; do start "r$r" $r LIVE_STEP_MS=100; done
+short=$(wpid r1)
+sleep 1
+kill -STOP "$short"
+sleep 1.5
+kill -CONT "$short"
+for r in 0 1 2; do expect "r$r" 0; done
+for r in 0 1 2; do kept "r$r" $r 0; done
+grep -q "live recovery\|peer lost" "$LIVE_MARKS"/r*.log && bad "a recovery or a loss after a 1.5 s freeze"
+[ "$(digest_of r0)" = "$reference" ] || bad "weights $(digest_of r0) differ from the fault-free $reference"
+show
+
 new_case rank0-lost
 for r in 0 1 2; do start "r$r" $r LIVE_KILL=0:5; done
 expect r0 137
@@ -206,7 +220,7 @@ for r in 0 1 2; do start "r$r" $r LIVE_KILL=1:5 DTLAUNCH_DDP_LIVE=0; done
 expect r1 137
 for n in r0 r2; do
   expect $n 76
-  says $n "peer lost (heartbeat, timeout 2 s): rank 1"
+  says $n "peer lost (heartbeat, timeout 3 s): rank 1"
   grep -q "live recovery" "$LIVE_MARKS/$n.log" && bad "$n tried a live recovery"
 done
 show

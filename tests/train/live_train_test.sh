@@ -15,7 +15,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1
-export DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=2 DTLAUNCH_DDP_LIVE_WAIT=30 DTLAUNCH_DDP_LIVE=1
+export DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=3 DTLAUNCH_DDP_LIVE_WAIT=30 DTLAUNCH_DDP_LIVE=1
 # 2 epochs of 40 steps; a progress line at every step, so that a fault lands mid-run.
 args=(--synthetic 1280 --batch-size 32 --epochs 2 --log-every 1 --seed 5 --backend gloo)
 fail=0
