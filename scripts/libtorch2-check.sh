@@ -126,7 +126,7 @@ step() {
 }
 
 # Release: no -g, the quickest compile of the torch headers. Warnings are errors, as in build/.
-targets="dtlaunch_ddp ddp_unit_test ddp_proc_test ddp_worker dtlaunch-train train_test"
+targets="dtlaunch_ddp ddp_unit_test ddp_proc_test ddp_worker live_worker dtlaunch-store dtlaunch-train train_test"
 if [[ $stage != test ]]; then
   if step configure "cmake -S '$root' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DDTLAUNCH_WARNINGS_AS_ERRORS=ON -DDTLAUNCH_BUILD_BENCHMARKS=OFF" \

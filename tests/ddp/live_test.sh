@@ -8,6 +8,9 @@
 # Usage: live_test.sh LIVE_WORKER DTLAUNCH_STORE
 set -u
 worker=$1 store_host=$2
+for f in "$worker" "$store_host"; do
+  [ -x "$f" ] || { echo "FAIL: $f is not built"; exit 1; }
+done
 dir=$(mktemp -d)
 declare -A pid
 cleanup() {
@@ -116,6 +119,26 @@ says rep2 "in generation 2 with step 14's state"
 [ "$(digest_of r0)" = "$reference" ] || bad "weights $(digest_of r0) differ from the fault-free $reference"
 show
 
+# A storm: 5 faults in one job, ranks 1 and 2 in turn, each replacement killed in its turn.
+new_case storm
+storm=(LIVE_KILL=1:4,2:8,1:12,2:16,1:20 LIVE_STEP_MS=40)
+for r in 0 1 2; do start "r$r" $r "${storm[@]}"; done
+expect r1 137
+start r1b 1 DTLAUNCH_DDP_LIVE_JOIN=1 "${storm[@]}"
+expect r2 137
+start r2b 2 DTLAUNCH_DDP_LIVE_JOIN=1 "${storm[@]}"
+expect r1b 137
+start r1c 1 DTLAUNCH_DDP_LIVE_JOIN=1 "${storm[@]}"
+expect r2b 137
+start r2c 2 DTLAUNCH_DDP_LIVE_JOIN=1 "${storm[@]}"
+expect r1c 137
+start r1d 1 DTLAUNCH_DDP_LIVE_JOIN=1 "${storm[@]}"
+for n in r0 r1d r2c; do expect $n 0; done
+kept r0 0 5
+for s in 4 8 12 16 20; do says r0 "recovered before step $s"; done
+[ "$(digest_of r0)" = "$reference" ] || bad "weights $(digest_of r0) differ from the fault-free $reference"
+show
+
 # Another build (the worker with a byte appended) and another model (a hidden layer one wider)
 # are refused before they join; the job's own program then takes the place.
 new_case other-program
@@ -166,7 +189,7 @@ for _ in $(seq 300); do
 done
 kill -CONT "$frozen"
 expect r1 76
-says r1 "rank 1 ($(hostname)) was replaced in generation 1 while it was stopped or cut off"
+says r1 "rank 1 ($(uname -n)) was replaced in generation 1 while it was stopped or cut off"
 for n in r0 r2 rep; do expect $n 0; done
 says r0 "recovered before step"
 for r in 0 2; do kept "r$r" $r 1; done

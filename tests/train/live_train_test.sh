@@ -7,6 +7,7 @@
 # Usage: live_train_test.sh DTLAUNCH_TRAIN
 set -u
 train=$1
+[ -x "$train" ] || { echo "FAIL: $train is not built"; exit 1; }
 dir=$(mktemp -d)
 declare -A pid
 cleanup() {

@@ -174,7 +174,16 @@ TEST_CASE("train: a stop signal to any rank checkpoints and exits 75 and --resum
     const auto run_args = concat(args, {"--checkpoint", ckpt, "--resume"});
 
     Ranks first(kTrain, run_args, 2, tmp.path(), "stop" + std::to_string(row.signal));
-    REQUIRE(first.wait_for_output(0, "step 40/469", 120s));
+    const bool reached = first.wait_for_output(0, "step 40/469", 120s);
+    // Seen once in a fresh clone's run, not reproduced: the run ended before step 40. Say how.
+    if (!reached) {
+      const std::vector<int> ended = first.wait_all(1s);
+      UNSCOPED_INFO("the run ended before step 40: statuses " << ended[0] << " " << ended[1]
+                                                              << "\nrank 0:\n"
+                                                              << first.log(0) << "\nrank 1:\n"
+                                                              << first.log(1));
+    }
+    REQUIRE(reached);
     REQUIRE(first.pid(row.target_rank) > 0);
     ::kill(first.pid(row.target_rank), row.signal);
     std::vector<int> status = first.wait_all(120s);

@@ -423,7 +423,9 @@ struct LiveRun::Impl {
     detail::FormedGroup f = detail::form_group(env, o, phases, std::move(generation_store), &watch);
     if (g == 0) {
       first_store = f.store;
-      if (env.rank == 0) first_store->set(keys::program(), detail::bytes(program_identity(state)));
+      // Only where replacements may come: it reads the whole executable.
+      if (env.rank == 0 && settings.live)
+        first_store->set(keys::program(), detail::bytes(program_identity(state)));
     }
     if (group)
       group->set(f.group);
