@@ -36,17 +36,22 @@ exe=$work/consumer/build/train_min
 resolved=$(ldd "$exe" | awk '/libdtlaunch_ddp/ { print $3 }')
 [[ $resolved == "$prefix"/lib/* ]] || { echo "FAIL: libdtlaunch_ddp resolved to '$resolved'"; exit 1; }
 
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-pids=()
-for rank in 0 1; do
-  env RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-    timeout 120 "$exe" >"$work/rank$rank.log" 2>&1 &
-  pids+=($!)
-done
-status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-cat "$work/rank0.log" "$work/rank1.log"
-((status == 0)) || { echo "FAIL: a rank failed"; exit 1; }
+# two_ranks EXE NAME: runs EXE as ranks 0 and 1 on a free port, their output in NAME0.log and
+# NAME1.log; fails the test when a rank fails.
+two_ranks() {
+  local port pids=() status=0
+  port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for rank in 0 1; do
+    env RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+      timeout 120 "$1" >"$work/$2$rank.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  cat "$work/${2}0.log" "$work/${2}1.log"
+  ((status == 0)) || { echo "FAIL: a rank of $1 failed"; exit 1; }
+}
+
+two_ranks "$exe" rank
 
 # Rank 0 prints "epoch E loss L" for 5 epochs; training must have reduced the loss.
 first=$(awk '$1 == "epoch" && $2 == 0 { print $4 }' "$work/rank0.log")
@@ -66,15 +71,6 @@ printf 'add_executable(live_min live_min.cpp)\ntarget_link_libraries(live_min PR
   >>"$work/consumer/CMakeLists.txt"
 cmake --build "$work/consumer/build" >"$work/build_live.log" 2>&1 ||
   { cat "$work/build_live.log"; echo "FAIL: build live_min"; exit 1; }
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-pids=()
-for rank in 0 1; do
-  env RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-    timeout 120 "$work/consumer/build/live_min" >"$work/live$rank.log" 2>&1 &
-  pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-cat "$work/live0.log" "$work/live1.log"
-((status == 0)) || { echo "FAIL: a rank of live_min failed"; exit 1; }
+two_ranks "$work/consumer/build/live_min" live
 grep -qx "done at step 1000" "$work/live0.log" || { echo "FAIL: live_min did not reach step 1000"; exit 1; }
 echo "PASS: installed package built and ran; loss $first -> $last; live_min reached step 1000"
