@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A process outside the job writes a forged rendezvous failure record, with terminal escapes,
 into rank 0's store while the ranks wait there (docs/security.md: the TCPStore is
-unauthenticated). Usage: forge_store.py PORT"""
+unauthenticated). Usage: forge_store.py PORT [KEY VALUE]...: the given records instead."""
 import datetime
 import sys
 import time
@@ -22,5 +22,10 @@ while True:
         if time.time() > deadline:
             raise
         time.sleep(0.2)
-store.set("dtlaunch/rdzv/failed", "2\n\x1b]0;owned\x07forged: peer lost\x1b[2J")
+pairs = sys.argv[2:]
+if pairs:
+    for k, v in zip(pairs[::2], pairs[1::2]):
+        store.set(k, v)
+else:
+    store.set("dtlaunch/rdzv/failed", "2\n\x1b]0;owned\x07forged: peer lost\x1b[2J")
 print("forge_store: written", flush=True)

@@ -5,9 +5,9 @@
 # the lost rank's RANK, as `dtlaunch job --live` would. The survivors must keep their processes
 # and end with the fault-free run's weights, bit for bit; the losses that cannot be recovered
 # must end every survivor with status 76 and a line that says why.
-# Usage: live_test.sh LIVE_WORKER DTLAUNCH_STORE
+# Usage: live_test.sh LIVE_WORKER DTLAUNCH_STORE FORGE_STORE_PY
 set -u
-worker=$1 store_host=$2
+worker=$1 store_host=$2 forger=$3
 for f in "$worker" "$store_host"; do
   [ -x "$f" ] || { echo "FAIL: $f is not built"; exit 1; }
 done
@@ -175,6 +175,26 @@ for n in r0 rep1 rep2; do expect $n 0; done
 says r0 "recovered before step 8 (generation 2)"
 kept r0 0 2
 [ "$(digest_of r0)" = "$reference" ] || bad "weights $(digest_of r0) differ from the fault-free $reference"
+show
+
+# A process outside the job writes into the store a record wanting rank 1 (which would end it as
+# replaced) and a garbled program record: with the job's key, neither changes what happens.
+new_case forged-records
+key=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+# The records are forged first, then rank 2 is killed: 60 steps of 100 ms leave time for both.
+for r in 0 1 2; do start "r$r" $r LIVE_STEPS=60 LIVE_STEP_MS=100 DTLAUNCH_JOB_KEY=$key; done
+wpid r0 >/dev/null
+env -u RANK /usr/bin/python3 "$forger" "$MASTER_PORT" dtlaunch/live/wanted/1 "generation 99" \
+  dtlaunch/live/program $'garbage\x1b[2J' >"$LIVE_MARKS/forger.log" 2>&1 || bad "the forger failed"
+grep -q "^done rank" "$LIVE_MARKS/r0.log" && bad "the job ended before the fault"
+kill -9 "$(wpid r2)"
+expect r2 137
+start rep 2 DTLAUNCH_DDP_LIVE_JOIN=1 DTLAUNCH_JOB_KEY=$key LIVE_STEPS=60 LIVE_STEP_MS=100
+for n in r0 r1 rep; do expect $n 0; done
+says r1 "a record wanting rank 1 that is not this job's was ignored"
+says rep "the running job's program record has no valid seal; it was ignored"
+grep -q $'\x1b' "$LIVE_MARKS"/r*.log "$LIVE_MARKS"/rep.log && bad "a raw escape reached the output"
+for r in 0 1; do says "r$r" "done rank $r pid $(wpid "r$r") step 60 generation 1 replacement 0"; done
 show
 
 new_case frozen

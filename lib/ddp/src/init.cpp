@@ -32,7 +32,8 @@ struct StartupOver {
 
 namespace detail {
 
-FormedGroup form_group(const WorkerEnv& env, const InitOptions& options, StartupPhases& phases,
+FormedGroup form_group(const WorkerEnv& env, const RuntimeSettings& read,
+                       const InitOptions& options, StartupPhases& phases,
                        c10::intrusive_ptr<c10d::Store> generation_store,
                        std::shared_ptr<PeerWatch>* watch_out) {
   if (options.timeout.count() <= 0)
@@ -64,8 +65,6 @@ FormedGroup form_group(const WorkerEnv& env, const InitOptions& options, Startup
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
     std::signal(SIGPIPE, SIG_IGN);
-  // Read before the rendezvous, so that a malformed variable fails every rank at once.
-  const auto read = detail::RuntimeSettings::from_environment(env.world_size);
   const detail::MonitorSettings& settings = read.monitor;
   InitOptions resolved = options;
   resolved.shm_all_reduce = options.shm_all_reduce && read.shm_all_reduce;
@@ -120,13 +119,16 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   phases.start = std::chrono::steady_clock::now();
   const WorkerEnv env = WorkerEnv::from_environment();
   phases.env_read = std::chrono::steady_clock::now();
-  return detail::form_group(env, options, phases).group;
+  // Read before the rendezvous, so that a malformed variable fails every rank at once.
+  const auto read = detail::RuntimeSettings::from_environment(env.world_size);
+  return detail::form_group(env, read, options, phases).group;
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnv& env, const InitOptions& options) {
   detail::StartupPhases phases;
   phases.start = phases.env_read = std::chrono::steady_clock::now();
-  return detail::form_group(env, options, phases).group;
+  const auto read = detail::RuntimeSettings::from_environment(env.world_size);
+  return detail::form_group(env, read, options, phases).group;
 }
 
 }  // namespace dtlaunch::ddp

@@ -58,16 +58,19 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const WorkerEnv& env, std::chrono::mi
                                            PeerWatch* watch = nullptr,
                                            c10::intrusive_ptr<c10d::Store> generation_store = {});
 
-// init_process_group's work, returning besides the group what a live recovery (live.cpp) keeps
-// or reads: the store the rendezvous opened (on rank 0, with its server) and the heartbeat (null
-// without one). With `generation_store`, the rendezvous runs in that prefix of the job's store.
-// `watch_out` gets the heartbeat as soon as it exists: after a failure it names the lost ranks.
+// init_process_group's work, with the runtime's settings read once (settings.hpp), returning
+// besides the group what a live recovery (live.cpp) keeps or reads: the store the rendezvous
+// opened (on rank 0, with its server) and the heartbeat (null without one). With
+// `generation_store`, the rendezvous runs in that prefix of the job's store. `watch_out` gets the
+// heartbeat as soon as it exists: after a failure it names the lost ranks.
 struct FormedGroup {
   std::shared_ptr<ProcessGroup> group;
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<PeerWatch> watch;
 };
-FormedGroup form_group(const WorkerEnv& env, const InitOptions& options, StartupPhases& phases,
+struct RuntimeSettings;
+FormedGroup form_group(const WorkerEnv& env, const RuntimeSettings& settings,
+                       const InitOptions& options, StartupPhases& phases,
                        c10::intrusive_ptr<c10d::Store> generation_store = {},
                        std::shared_ptr<PeerWatch>* watch_out = nullptr);
 

@@ -14,10 +14,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <span>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -334,6 +337,36 @@ std::vector<int> never_checked_in(c10d::Store& in_g, int world_size) {
   return out;
 }
 
+// The record that wants a rank in generation `g`: sealed with the job's key, since it ends the
+// rank that reads it as replaced (docs/security.md).
+std::string wanted_record(const std::optional<core::JobKey>& key, int g) {
+  const std::string text = "generation " + std::to_string(g);
+  return key ? core::seal_line(*key, text) : text;
+}
+
+// The generation of a wanted_record, or -1 when it is not one: no valid seal under `key`, or
+// garbage.
+int wanted_generation_of(const std::string& record, const std::optional<core::JobKey>& key) {
+  std::string_view text = record;
+  if (key) text = core::unseal_line(*key, record).value_or("");
+  const std::string_view prefix = "generation ";
+  if (text.substr(0, prefix.size()) != prefix) return -1;
+  const std::string_view digits = text.substr(prefix.size());
+  int g = -1;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), g);
+  return ec == std::errc() && end == digits.data() + digits.size() && g >= 0 ? g : -1;
+}
+
+// The loss `cause`, when no replacement for `lost` joined the re-form within `wait` (`e`).
+Error no_replacement(const Error& cause, const std::vector<int>& lost, milliseconds wait,
+                     const Error& e) {
+  return Error(ErrorKind::kPeerLost,
+               std::string(cause.what()) + "; live recovery: no replacement for rank" +
+                   (lost.size() == 1 ? " " : "s ") + detail::format_ranks(lost) +
+                   " joined within " + core::duration_text(wait) +
+                   " (DTLAUNCH_DDP_LIVE_WAIT): " + e.what());
+}
+
 // The donor broadcasts the state's size, then sends the bytes point to point to every rank
 // behind it, which loads them. Returns the size.
 int64_t send_state(detail::LiveGroup& group, TrainingState& state, int donor,
@@ -393,6 +426,7 @@ struct LiveRun::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<detail::LiveGroup> group;
   std::shared_ptr<detail::PeerWatch> watch;
+  std::optional<core::JobKey> key = detail::job_key_of(env.job_key);  // DTLAUNCH_JOB_KEY
   int generation = 0;
   bool replacement = false;
   bool has_state = true;  // false on a replacement until a survivor's state is loaded
@@ -402,10 +436,17 @@ struct LiveRun::Impl {
   }
 
   // A replacement of another program or build is refused before it claims anything.
-  void refuse_other_program() const {
+  void refuse_other_program() {
     if (!store->check({keys::program()})) return;
-    const std::string why =
-        program_difference(program_identity(state), detail::text(store->get(keys::program())));
+    const std::string record = detail::text(store->get(keys::program()));
+    const std::optional<std::string_view> theirs =
+        key ? core::unseal_line(*key, record) : std::optional<std::string_view>(record);
+    if (!theirs) {  // not this job's: no check rather than a refusal someone else decided
+      detail::say("dtlaunch ddp: " + me() +
+                  ": the running job's program record has no valid seal; it was ignored");
+      return;
+    }
+    const std::string why = program_difference(program_identity(state), std::string(*theirs));
     if (!why.empty())
       throw Error(ErrorKind::kConfig, "dtlaunch ddp: " + me() +
                                           " refused to join the running job as rank " +
@@ -420,12 +461,15 @@ struct LiveRun::Impl {
     if (g > 0) o.rendezvous_timeout = settings.live_wait;
     detail::StartupPhases phases;
     phases.start = phases.env_read = Clock::now();
-    detail::FormedGroup f = detail::form_group(env, o, phases, std::move(generation_store), &watch);
+    detail::FormedGroup f =
+        detail::form_group(env, settings, o, phases, std::move(generation_store), &watch);
     if (g == 0) {
       first_store = f.store;
       // Only where replacements may come: it reads the whole executable.
       if (env.rank == 0 && settings.live)
-        first_store->set(keys::program(), detail::bytes(program_identity(state)));
+        first_store->set(keys::program(),
+                         detail::bytes(key ? core::seal_line(*key, program_identity(state))
+                                           : program_identity(state)));
     }
     if (group)
       group->set(f.group);
@@ -460,10 +504,7 @@ struct LiveRun::Impl {
   int wanted_generation(Clock::time_point deadline) {
     const std::string claim = detail::store_keys::Rendezvous::rank(env.rank);
     for (;;) {
-      if (store->check({keys::wanted(env.rank)})) {
-        const int g = std::stoi(detail::text(store->get(keys::wanted(env.rank))));
-        if (!generation_store(g)->check({claim})) return g;
-      }
+      if (const int g = wanted_in(); g >= 0 && !generation_store(g)->check({claim})) return g;
       if (Clock::now() >= deadline)
         throw Error(ErrorKind::kTimeout,
                     "dtlaunch ddp: " + me() +
@@ -491,7 +532,6 @@ struct LiveRun::Impl {
       } catch (const Error& e) {
         if (moved_on_from(g)) continue;  // the survivors abandoned g for a newer generation
         if (!lost_again(e)) throw;
-        watch_verdict_ = watch->first_verdict_at();
         recover(e);
         break;
       }
@@ -563,7 +603,7 @@ struct LiveRun::Impl {
 
   // A rank that was stopped or cut off while the others replaced it finds out here, and leaves
   // without disturbing them.
-  void refuse_if_replaced(const Error& cause) const {
+  void refuse_if_replaced(const Error& cause) {
     const int g = wanted_in();
     if (g > generation)
       throw Error(ErrorKind::kPeerLost, "dtlaunch ddp: " + me() + " was replaced in generation " +
@@ -573,29 +613,32 @@ struct LiveRun::Impl {
                                             cause.what() + ")");
   }
 
-  // The generation this rank is wanted in, or -1.
-  int wanted_in() const {
+  // Marks `rank` wanted in generation `g` (wanted_record).
+  void want(int rank, int g) const {
+    store->set(keys::wanted(rank), detail::bytes(wanted_record(key, g)));
+  }
+
+  // The generation this rank is wanted in, or -1: also for a record that is not this job's,
+  // which is said once and changes nothing.
+  int wanted_in() {
     if (!store->check({keys::wanted(env.rank)})) return -1;
-    return std::stoi(detail::text(store->get(keys::wanted(env.rank))));
+    const std::string record = detail::text(store->get(keys::wanted(env.rank)));
+    const int g = wanted_generation_of(record, key);
+    if (g < 0 && !std::exchange(said_forged_, true))
+      detail::say("dtlaunch ddp: " + me() + ": a record wanting rank " + std::to_string(env.rank) +
+                  " that is not this job's was ignored (" + core::excerpt(record, 80) + ")");
+    return g;
   }
 
   // Whether this rank is wanted in a generation after `g`, within a moment (a survivor
   // abandons a generation after it wants the ranks in the next one).
-  bool moved_on_from(int g) const {
+  bool moved_on_from(int g) {
     const auto until = Clock::now() + milliseconds(2000);
     for (;;) {
       if (wanted_in() > g) return true;
       if (Clock::now() >= until) return false;
       std::this_thread::sleep_for(milliseconds(50));
     }
-  }
-
-  Error no_replacement(const Error& cause, const std::vector<int>& lost, const Error& e) const {
-    return Error(ErrorKind::kPeerLost,
-                 std::string(cause.what()) + "; live recovery: no replacement for rank" +
-                     (lost.size() == 1 ? " " : "s ") + detail::format_ranks(lost) +
-                     " joined within " + core::duration_text(settings.live_wait) +
-                     " (DTLAUNCH_DDP_LIVE_WAIT): " + e.what());
   }
 
   // A loss in the middle of a recovery starts the next one, with this loss's verdict.
@@ -605,6 +648,7 @@ struct LiveRun::Impl {
 
   // The recovery after `cause`, a loss the heartbeat named; again after each loss during it.
   void recover(Error cause) {
+    watch_verdict_ = watch->first_verdict_at();
     std::vector<int> lost = watch->lost_ranks();
     for (;;) {
       const auto caught = Clock::now();
@@ -617,11 +661,12 @@ struct LiveRun::Impl {
                                                detail::format_ranks(lost));
       refuse_if_replaced(cause);
       const int next = generation + 1;
-      for (int r : lost) store->set(keys::wanted(r), detail::bytes(std::to_string(next)));
+      for (int r : lost) want(r, next);
       try {
         form(next, generation_store(next));
       } catch (const Error& e) {
-        if (e.kind() == ErrorKind::kTimeout) throw no_replacement(cause, lost, e);
+        if (e.kind() == ErrorKind::kTimeout)
+          throw no_replacement(cause, lost, settings.live_wait, e);
         if (!lost_again(e)) throw;
         cause = e;
         watch_verdict_ = watch->first_verdict_at();
@@ -632,7 +677,7 @@ struct LiveRun::Impl {
           if (contains(before, r) && !contains(lost, r)) lost.push_back(r);
         // Wanted in the next generation first: a replacement that reads the abandonment then
         // finds where to go.
-        for (int r : lost) store->set(keys::wanted(r), detail::bytes(std::to_string(next + 1)));
+        for (int r : lost) want(r, next + 1);
         abandon(*generation_store(next), next, e, env.job_key);
         continue;
       }
@@ -659,6 +704,7 @@ struct LiveRun::Impl {
     }
   }
   Clock::time_point watch_verdict_{};
+  bool said_forged_ = false;
 };
 
 LiveRun::LiveRun(TrainingState& state, const InitOptions& options)
@@ -705,12 +751,11 @@ bool LiveRun::step(const std::function<void()>& body) {
     return true;
   } catch (const Error& e) {
     Impl& m = *impl_;
-    if (!m.settings.live || e.kind() != ErrorKind::kPeerLost || !m.watch || !m.watch->lost()) throw;
+    if (!m.settings.live || !m.lost_again(e)) throw;
     {
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(rng_before);
     }
-    m.watch_verdict_ = m.watch->first_verdict_at();
     m.recover(e);
     return false;
   }
