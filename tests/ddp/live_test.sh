@@ -239,6 +239,11 @@ for n in r1 r2; do
 done
 show
 
+# dtlaunch-store's bad input: one line naming the option, status 2.
+out=$("$store_host" --port 70000 2>&1)
+[ $? = 2 ] && grep -q -- "--port: Value 70000 not in range 0 to 65535" <<<"$out" ||
+  bad "dtlaunch-store --port 70000: $out"
+
 # The store in a process of its own (dtlaunch-store): rank 0 is replaced like any other, and
 # rank 1, now the lowest rank at the highest step, sends the state.
 new_case rank0-replaced
