@@ -148,6 +148,11 @@ void add_shared_launch_options(CLI::App& app, LaunchCommand& command) {
            "value of TORCHELASTIC_RUN_ID (default: the job id); with --nnodes > 1 it also names "
            "the run in DTLAUNCH_RUN_ID (pass the same on every launcher)",
            "ID");
+  add_text(app, "--job-node", options.job_node,
+           "this srun step is node I of a job of N nodes, one step per node (dtlaunch job --live "
+           "runs them): ranks I*T.. of N*T for the step's T tasks; needs MASTER_ADDR and "
+           "MASTER_PORT",
+           "I/N");
   add_local_mode_options(app, options);
 }
 

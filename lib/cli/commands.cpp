@@ -88,6 +88,11 @@ int run_launch(const launch::LaunchOptions& options, const RunFlags& flags, cons
   const launch::LaunchSpec& spec = launch_plan.spec;
   log_notes(spec.notes, launch_plan.who, launch_plan.speaks_for_job, flags.verbose);
   RunFlags checked = flags;
+  // The checks and --watch meet the step's tasks as the whole job; a --job-node step is a part.
+  if (options.job_node && (flags.watch || flags.check != Check::kNone))
+    throw core::Error(core::ExitCode::kBadInput,
+                      "--job-node: --watch, --preflight and the doctor check a whole job in one "
+                      "step; this step is one node of it");
   const std::unique_ptr<watch::WatchJoin> watch = join_watch(launch_plan, checked);
   if (checked.check != Check::kNone && !flags.dry_run) {
     const int status =

@@ -436,6 +436,38 @@ void finish(LaunchSpec& spec, const LaunchOptions& options, const LaunchInputs& 
   check_gpu_plan(spec.gpu, spec.local_world_size, spec.notes);
 }
 
+// --job-node I/N: the step is node I of N, each node its own step of the same tasks. The
+// address and the port are the job's, not this step's: they must come from the user (dtlaunch
+// job --live exports them), and the run is the job's, so that every step's ranks meet.
+void place_job_node(LaunchSpec& spec, const SlurmStep& step, const LaunchOptions& options,
+                    const LaunchInputs& in) {
+  const std::string& text = *options.job_node;
+  const auto slash = text.find('/');
+  if (slash == std::string::npos)
+    throw Error::usage("--job-node '" + excerpt(text) + "': expected I/N (node I of N, from 0)");
+  const auto node = core::parse_count("--job-node", text.substr(0, slash), 0, 1 << 20);
+  const auto nodes = core::parse_count("--job-node", text.substr(slash + 1), 1, 1 << 20);
+  if (node >= nodes)
+    throw Error::usage("--job-node '" + excerpt(text) + "': node " + num(node) +
+                       " is not below the node count " + num(nodes));
+  if (step.nnodes != 1)
+    throw Error::usage("--job-node: the step spans " + num(step.nnodes) +
+                       " nodes; each node of the job runs its own step (srun -N1)");
+  if (!options.master_addr && !in.master_addr)
+    throw Error::usage("--job-node needs MASTER_ADDR or --master-addr: the job's store host, "
+                       "the same for every node's step");
+  if (!options.master_port && !in.master_port)
+    throw Error::usage("--job-node needs MASTER_PORT or --master-port: the job's store port, "
+                       "the same for every node's step");
+  spec.nnodes = static_cast<std::uint32_t>(nodes);
+  spec.node_rank = static_cast<std::uint32_t>(node);
+  spec.world_size = spec.nnodes * step.ntasks;
+  spec.first_rank_on_node = spec.node_rank * step.ntasks;
+  note(spec, Note::Level::kInfo, true,
+       "--job-node " + num(node) + "/" + num(nodes) + ": ranks " + num(spec.first_rank_on_node) +
+           "-" + num(spec.first_rank_on_node + step.ntasks - 1) + " of " + num(spec.world_size));
+}
+
 }  // namespace
 
 LaunchSpec spec_from_slurm(const LaunchInputs& in, const LaunchOptions& options,
@@ -449,6 +481,7 @@ LaunchSpec spec_from_slurm(const LaunchInputs& in, const LaunchOptions& options,
   spec.nnodes = step.nnodes;
   spec.node_rank = step.nodeid;
   spec.local_world_size = step.tasks_per_node[step.nodeid];
+  if (options.job_node) place_job_node(spec, step, options, in);
 
   // Only a derived address needs the node of rank 0: --master-addr must work exactly where it
   // cannot be derived (arbitrary distribution without a readable SLURM_HOSTFILE).
@@ -465,11 +498,13 @@ LaunchSpec spec_from_slurm(const LaunchInputs& in, const LaunchOptions& options,
   choose_master_addr(spec, options, in, derive, "the node of rank 0 in the step's node list",
                      kMasterAddrFromNodeList);
   choose_slurm_port(spec, step, options, in, system);
-  spec.dtlaunch_run_id = slurm_dtlaunch_run_id(step);
+  // The job's run, not this step's, when every node is a step of its own.
+  spec.dtlaunch_run_id =
+      options.job_node ? "slurm-" + num(step.job_id) + ".nodes" : slurm_dtlaunch_run_id(step);
   spec.gpu = make_gpu_plan(options, in, system, step.gpus_per_task, Mode::kSlurm);
   choose_omp(spec, in, step.cpus_per_task);
   finish(spec, options, in, step.job_id);
-  plan_affinity(spec, options, in, system, step.localid, step.procid);
+  plan_affinity(spec, options, in, system, step.localid, spec.first_rank_on_node + step.procid);
   return spec;
 }
 
@@ -549,6 +584,9 @@ bool nodes_from_options(LaunchSpec& spec, const LaunchInputs& in, const LaunchOp
 LaunchSpec spec_from_local(const LaunchInputs& in, const LaunchOptions& options,
                            const System& system) {
   const std::uint32_t nproc = workers_per_node(options);
+  if (options.job_node)
+    throw Error::usage("--job-node is for a Slurm step of one node (srun -N1 dtlaunch --job-node "
+                       "I/N); in local mode use --nnodes and --node-rank");
   LaunchSpec spec;
   spec.mode = Mode::kLocal;
   spec.local_world_size = nproc;

@@ -35,6 +35,10 @@ struct LaunchOptions {
   bool allow_gpu_sharing = false;              // several local ranks on one GPU
   bool export_run_id = false;                  // TORCHELASTIC_RUN_ID (Lightning reads it)
   std::optional<std::string> run_id;
+  // --job-node I/N: this Slurm step is node I of a job of N nodes, each its own step of the same
+  // number of tasks (`dtlaunch job --live` runs one step per node, so that a lost node's step can
+  // be ended and started again elsewhere alone). Ranks I*T.. for the step's T tasks.
+  std::optional<std::string> job_node;
   std::optional<std::string> port_range;      // "LO-HI"; also DTLAUNCH_PORT_RANGE
   std::optional<affinity::CpuBind> cpu_bind;  // also DTLAUNCH_CPU_BIND; default none
   // also DTLAUNCH_MEM_BIND; default local when binding CPUs

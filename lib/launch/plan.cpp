@@ -37,8 +37,9 @@ LaunchPlan plan(const LaunchOptions& options, const core::EnvMap& env, const Sys
   p.inputs = read_inputs(env, p.mode);
   if (p.mode == Mode::kSlurm) {
     p.spec = spec_from_slurm(p.inputs, options, system);
-    p.who = "rank " + std::to_string(p.inputs.step->procid);
-    p.speaks_for_job = p.inputs.step->procid == 0;
+    const std::uint32_t rank = p.spec.first_rank_on_node + p.inputs.step->procid;
+    p.who = "rank " + std::to_string(rank);
+    p.speaks_for_job = rank == 0;
   } else {
     p.spec = spec_from_local(p.inputs, options, system);
     p.spec.supervisor_tag = system.random_tag();
@@ -59,7 +60,8 @@ std::vector<PlannedWorker> plan_workers(const LaunchPlan& plan, const core::EnvM
   const LaunchSpec& spec = plan.spec;
   if (plan.mode == Mode::kSlurm) {
     const SlurmStep& step = *plan.inputs.step;
-    return {planned(spec, {step.procid, step.localid, restart_count}, env)};
+    return {planned(spec, {spec.first_rank_on_node + step.procid, step.localid, restart_count},
+                    env)};
   }
   // Several launchers (--nnodes > 1) cannot agree on a key they each make: the inherited one
   // stands there (the sbatch templates and dtlaunch job export one), docs/security.md.

@@ -62,7 +62,9 @@ struct LaunchSpec {
   std::uint32_t nnodes = 1;
   std::uint32_t node_rank = 0;
   std::uint32_t local_world_size = 1;    // tasks on this node
-  std::uint32_t first_rank_on_node = 0;  // local mode: rank = first_rank_on_node + local_rank
+  // rank = first_rank_on_node + local rank (local mode) or + SLURM_PROCID (Slurm; not 0 only
+  // with --job-node)
+  std::uint32_t first_rank_on_node = 0;
   Rendezvous master;
   GpuPlan gpu;
   AffinityPlan affinity;

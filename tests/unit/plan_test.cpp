@@ -1,6 +1,9 @@
 // plan(): which workers a launcher starts, who it is in its log, and how its supervisor is named.
 #include "launch/plan.hpp"
 
+#include <functional>
+
+#include "core/error.hpp"
 #include "dtlaunch_catch.hpp"
 #include "fake_system.hpp"
 #include "launch/render.hpp"
@@ -123,4 +126,93 @@ TEST_CASE("plan: under Slurm the restart count is the one dtlaunch job exports")
   env.set("DTLAUNCH_RESTART_COUNT", "two");
   CHECK_THROWS_WITH(plan(o, env, FakeSystem()),
                     dtlaunch_test::contains_text("DTLAUNCH_RESTART_COUNT"));
+}
+
+namespace {
+
+// srun -N1 -n2 on node7: one node's step of a `dtlaunch job --live` job, seen by task `procid`.
+core::EnvMap one_node_step(int procid) {
+  return core::EnvMap{
+      {"SLURM_JOB_ID", "4242"},          {"SLURM_STEP_ID", "5"},
+      {"SLURM_PROCID", std::to_string(procid)},
+      {"SLURM_LOCALID", std::to_string(procid)},
+      {"SLURM_NODEID", "0"},             {"SLURM_STEP_NUM_TASKS", "2"},
+      {"SLURM_STEP_NUM_NODES", "1"},     {"SLURM_STEP_NODELIST", "node7"},
+      {"SLURM_STEP_TASKS_PER_NODE", "2"}, {"SLURM_NTASKS", "2"},
+      {"PATH", "/usr/bin:/bin"},         {"MASTER_ADDR", "batchhost"},
+      {"MASTER_PORT", "29400"}};
+}
+
+int status_of(const std::function<void()>& f, std::string* message) {
+  try {
+    f();
+  } catch (const dtlaunch::core::Error& e) {
+    *message = e.what();
+    return e.exit_status();
+  }
+  return 0;
+}
+
+LaunchOptions job_node(const char* slot) {
+  LaunchOptions o;
+  o.argv = {"sh"};
+  o.job_node = slot;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("plan: --job-node I/N makes a one-node step node I of the job, ranks I*T..") {
+  for (int procid = 0; procid < 2; ++procid) {
+    const LaunchPlan p = plan(job_node("1/3"), one_node_step(procid), FakeSystem());
+    REQUIRE(p.workers.size() == 1);
+    CHECK(p.workers[0].rank == static_cast<std::uint32_t>(2 + procid));
+    CHECK(p.workers[0].local_rank == static_cast<std::uint32_t>(procid));
+    CHECK(p.who == "rank " + std::to_string(2 + procid));
+    CHECK_FALSE(p.speaks_for_job);
+    CHECK(value_of(p.workers[0], "RANK") == std::to_string(2 + procid));
+    CHECK(value_of(p.workers[0], "WORLD_SIZE") == "6");
+    CHECK(value_of(p.workers[0], "LOCAL_WORLD_SIZE") == "2");
+    CHECK(value_of(p.workers[0], "GROUP_RANK") == "1");
+    CHECK(value_of(p.workers[0], "MASTER_ADDR") == "batchhost");
+    CHECK(value_of(p.workers[0], "MASTER_PORT") == "29400");
+    // Every node's step is one run: the step id does not name it.
+    CHECK(value_of(p.workers[0], "DTLAUNCH_RUN_ID") == "slurm-4242.nodes");
+  }
+  const LaunchPlan first = plan(job_node("0/3"), one_node_step(0), FakeSystem());
+  CHECK(first.workers[0].rank == 0);
+  CHECK(first.speaks_for_job);
+}
+
+TEST_CASE("plan: --job-node refuses a bad slot, a multi-node step, and a step without the store") {
+  struct Case {
+    const char* slot;
+    const char* drop;  // a variable taken out of the step's environment, or ""
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"3", "", "--job-node '3': expected I/N (node I of N, from 0)"},
+           Case{"3/3", "", "--job-node '3/3': node 3 is not below the node count 3"},
+           Case{"1/x", "", "--job-node='x': expected an integer in 1..1048576"},
+           Case{"0/2", "MASTER_ADDR",
+                "--job-node needs MASTER_ADDR or --master-addr: the job's store host, the same "
+                "for every node's step"},
+           Case{"0/2", "MASTER_PORT",
+                "--job-node needs MASTER_PORT or --master-port: the job's store port, the same "
+                "for every node's step"},
+       }) {
+    INFO(c.slot << " " << c.drop);
+    core::EnvMap env = one_node_step(0);
+    if (*c.drop) env.erase(c.drop);
+    std::string msg;
+    CHECK(status_of([&] { plan(job_node(c.slot), env, FakeSystem()); }, &msg) == 2);
+    CHECK(msg == c.message);
+  }
+  core::EnvMap two_nodes = slurm_step_env();
+  two_nodes.set("MASTER_ADDR", "batchhost");
+  two_nodes.set("MASTER_PORT", "29400");
+  std::string msg;
+  CHECK(status_of([&] { plan(job_node("0/3"), two_nodes, FakeSystem()); }, &msg) == 2);
+  CHECK(msg == "--job-node: the step spans 3 nodes; each node of the job runs its own step "
+               "(srun -N1)");
 }
