@@ -376,13 +376,18 @@ class Shard {
 };
 
 // One optimizer step; returns the batch's loss on this rank.
-double train_step(Model& model, const Batch& batch) {
+// `before_update(loss)` runs after backward and before the optimizer's update: the step's last
+// communication must come before its update, so that a live recovery can run the step again.
+template <typename BeforeUpdate>
+double train_step(Model& model, const Batch& batch, BeforeUpdate&& before_update) {
   model.opt.zero_grad();
   at::Tensor loss =
       torch::nn::functional::cross_entropy(model.net->forward(batch.images), batch.labels);
   loss.backward();  // DDP averages the gradients across ranks during and after backward
+  const double value = loss.item<double>();
+  before_update(value);
   model.opt.step();
-  return loss.item<double>();
+  return value;
 }
 
 // The agreed stop: every `every` steps a tiny all-reduce(max) of each rank's stop flag, at the
@@ -435,32 +440,35 @@ class ProgressLog {
         pg_(pg),
         log_(log) {}
 
-  // Called after each step, with the progress counting that step.
+  // In the step that ends at global step `next` (before its update): the line's all_reduce when
+  // the step is due one. Whether it is due follows from the step alone, so every rank makes it,
+  // a live replacement too, and a step run again after a live recovery makes it again; nothing
+  // of this object changes before the step completes (a replacement's sums start at 0: its line
+  // averages what the group counted).
+  void reduce_if_due(std::uint64_t next, double loss) {
+    if (cfg_.log_every == 0 || next % cfg_.log_every != 0) return;
+    at::Tensor l =
+        at::tensor({loss_sum_ + loss, static_cast<double>(loss_count_ + 1)}, at::kDouble);
+    pg_.all_reduce(l, ddp::ReduceOp::kSum);
+    reduced_ = l[0].item<double>() / l[1].item<double>();
+  }
+
+  // Called after each completed step, with the progress counting that step.
   void record(const Progress& now, double loss) {
     loss_sum_ += loss;
     ++loss_count_;
-    if (cfg_.log_every != 0 && now.global_step % cfg_.log_every == 0) due_ = now;
-  }
-
-  // The line that record() made due, with its all_reduce: at the start of the next step (before
-  // its update, so that a live recovery can run that step again) or at the end of training.
-  void flush() {
-    if (!due_) return;
-    const Progress now = *due_;
-    at::Tensor l = at::tensor({loss_sum_, static_cast<double>(loss_count_)}, at::kDouble);
-    pg_.all_reduce(l, ddp::ReduceOp::kSum);
-    double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
+    if (!reduced_) return;
+    const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
     log_("epoch %llu/%llu step %llu/%llu loss %.4f samples/s %.0f",
          static_cast<unsigned long long>(now.epoch + 1),
          static_cast<unsigned long long>(cfg_.epochs),
          static_cast<unsigned long long>(now.step_in_epoch),
-         static_cast<unsigned long long>(steps_per_epoch_),
-         l[0].item<double>() / l[1].item<double>(),
+         static_cast<unsigned long long>(steps_per_epoch_), *reduced_,
          static_cast<double>(loss_count_) * samples_per_step_ / secs);
     loss_sum_ = 0;
     loss_count_ = 0;
     interval_start_ = Clock::now();
-    due_.reset();
+    reduced_.reset();
   }
 
  private:
@@ -472,7 +480,7 @@ class ProgressLog {
   double loss_sum_ = 0;
   std::uint64_t loss_count_ = 0;
   Clock::time_point interval_start_ = Clock::now();
-  std::optional<Progress> due_;
+  std::optional<double> reduced_;  // this step's line, made in reduce_if_due()
 };
 
 // Benchmark timing (--synthetic): from the end of this run's warm-up steps to the end of the
@@ -636,10 +644,11 @@ int run_training(const TrainConfig& cfg) {
       // Everything of a step that communicates comes before its update, and the counters last:
       // after a live recovery the step runs again from the state the group agreed on.
       const bool done = live.step([&] {
-        progress.flush();
         if ((sig = stop.agreed_signal(now.global_step)) != 0) return;
         timing.before_step(now.global_step, ddp_model);
-        loss = train_step(model, shard.batch(order, now.step_in_epoch));
+        loss = train_step(model, shard.batch(order, now.step_in_epoch), [&](double value) {
+          progress.reduce_if_due(now.global_step + 1, value);
+        });
         ++now.step_in_epoch;
         live_step = static_cast<std::int64_t>(++now.global_step);
       });
@@ -655,7 +664,6 @@ int run_training(const TrainConfig& cfg) {
       progress.record(now, loss);
       save_every_n_steps(cfg, model, now, shard.steps_per_epoch(), *pg);
     }
-    progress.flush();  // the last step's line before the epoch's
     if (!end_epoch(cfg, model, data, now, shard.steps_per_epoch(), *pg, log, accuracy))
       break;  // the step cap ended training inside this epoch
   }
