@@ -357,6 +357,42 @@ int wanted_generation_of(const std::string& record, const std::optional<core::Jo
   return ec == std::errc() && end == digits.data() + digits.size() && g >= 0 ? g : -1;
 }
 
+// A replacement takes its rank's place though no survivor wanted it, in the newest generation the
+// survivors are forming (the highest any valid record wants), when nobody checked in there as its
+// rank. The launcher replaces a node's ranks together, but the heartbeat may name only some: a
+// node cut off is "unreachable" to its watcher, and its other ranks, watched from their own node,
+// are named by nobody while the re-form waits for them. The place is marked wanted as a survivor
+// would, so that the rank replaced leaves when it comes back (refuse_if_replaced). Returns the
+// generation, or -1.
+int claim_place(const c10::intrusive_ptr<c10d::Store>& store,
+                const std::optional<core::JobKey>& key, const WorkerEnv& env, const std::string& me,
+                int wanted_now) {
+  int g = -1;
+  for (int r = 0; r < env.world_size; ++r)
+    if (r != env.rank && store->check({keys::wanted(r)}))
+      g = std::max(g, wanted_generation_of(detail::text(store->get(keys::wanted(r))), key));
+  if (g <= 0 || wanted_now >= g ||
+      c10d::PrefixStore(keys::generation(g), store)
+          .check({detail::store_keys::Rendezvous::rank(env.rank)}))
+    return -1;
+  store->set(keys::wanted(env.rank), detail::bytes(wanted_record(key, g)));
+  detail::say("dtlaunch ddp: " + me + " takes rank " + std::to_string(env.rank) +
+              "'s place in generation " + std::to_string(g) +
+              ", which the survivors are forming without it named lost");
+  return g;
+}
+
+// A replacement's error when no survivor wanted its rank within `wait`.
+Error nobody_wanted(const std::string& me, const WorkerEnv& env, milliseconds wait) {
+  return Error(ErrorKind::kTimeout,
+               "dtlaunch ddp: " + me +
+                   " started as a replacement (DTLAUNCH_DDP_LIVE_JOIN=1), but no survivor of the "
+                   "job at " +
+                   env.master_addr + ":" + std::to_string(env.master_port) + " wanted rank " +
+                   std::to_string(env.rank) + " within " + core::duration_text(wait) +
+                   " (DTLAUNCH_DDP_LIVE_WAIT)");
+}
+
 // The loss `cause`, when no replacement for `lost` joined the re-form within `wait` (`e`).
 Error no_replacement(const Error& cause, const std::vector<int>& lost, milliseconds wait,
                      const Error& e) {
@@ -503,16 +539,12 @@ struct LiveRun::Impl {
   // it yet (the check-in record: rank 0 claims its place otherwise than the others).
   int wanted_generation(Clock::time_point deadline) {
     const std::string claim = detail::store_keys::Rendezvous::rank(env.rank);
-    for (;;) {
-      if (const int g = wanted_in(); g >= 0 && !generation_store(g)->check({claim})) return g;
-      if (Clock::now() >= deadline)
-        throw Error(ErrorKind::kTimeout,
-                    "dtlaunch ddp: " + me() +
-                        " started as a replacement (DTLAUNCH_DDP_LIVE_JOIN=1), but no survivor of "
-                        "the job at " +
-                        env.master_addr + ":" + std::to_string(env.master_port) + " wanted rank " +
-                        std::to_string(env.rank) + " within " +
-                        core::duration_text(settings.live_wait) + " (DTLAUNCH_DDP_LIVE_WAIT)");
+    for (int polls = 0;; ++polls) {
+      const int wanted = wanted_in();
+      if (wanted >= 0 && !generation_store(wanted)->check({claim})) return wanted;
+      if (polls % 10 == 9)
+        if (const int g = claim_place(store, key, env, me(), wanted); g > 0) return g;
+      if (Clock::now() >= deadline) throw nobody_wanted(me(), env, settings.live_wait);
       std::this_thread::sleep_for(milliseconds(50));
     }
   }
