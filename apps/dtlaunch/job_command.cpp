@@ -65,6 +65,14 @@ CLI::App* add_job_command(CLI::App& app, JobCommand& command) {
   sub->add_flag("--watch", o.watch,
                 "run each task as dtlaunch --watch PROGRAM (programs without dtlaunch's runtime, "
                 "Python included)");
+  sub->add_flag("--live", o.live,
+                "one step per node: a lost node's ranks start again on a spare while the others "
+                "keep running, with the state sent from a survivor (programs on dtlaunch's DDP "
+                "runtime that use LiveRun; docs/resilience.md)");
+  sub->add_option("--store-program", o.store_program,
+                  "--live: the program that hosts the job's store on the batch host (default: "
+                  "dtlaunch-store from PATH)")
+      ->type_name("PATH");
   sub->add_option("--srun-arg", o.srun_args, "an argument for srun, verbatim (repeatable)")
       ->type_name("ARG")
       ->allow_extra_args(false);

@@ -120,6 +120,9 @@ inline constexpr Setting kSlurmStepNodelist =
 inline constexpr Setting kSlurmJobNodelist =
     text("SLURM_JOB_NODELIST", Owner::kLauncher, "SLURM_NODELIST",
          "the hosts when SLURM_STEP_NODELIST is unset; the allocation's nodes for dtlaunch job");
+inline constexpr Setting kSlurmdNodename =
+    text("SLURMD_NODENAME", Owner::kLauncher, "the host name",
+         "the batch host's node: dtlaunch job --live hosts the store there (MASTER_ADDR)");
 inline constexpr Setting kSlurmNodelist =
     text("SLURM_NODELIST", Owner::kLauncher, "-", "older name of SLURM_JOB_NODELIST");
 inline constexpr Setting kSlurmStepTasksPerNode =

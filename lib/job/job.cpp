@@ -4,6 +4,7 @@
 
 #include "contract/settings.hpp"
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "core/parse.hpp"
 #include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
@@ -54,6 +55,7 @@ Allocation read_allocation(const core::EnvMap& env) {
     // smallest share fits on every node.
     a.tasks_per_node = *std::min_element(counts.begin(), counts.end());
   }
+  a.batch_host = contract::read_text(env, s::kSlurmdNodename).value_or(core::short_host_name(""));
   a.gpus_per_node = contract::read_text(env, s::kSlurmGpusPerNode);
   if (const auto cpus = contract::read_text(env, s::kSlurmCpusPerTask)) {
     core::parse_count(s::kSlurmCpusPerTask.name, *cpus, 1, 1 << 20);
@@ -133,6 +135,21 @@ std::vector<std::string> choose_nodes(const std::vector<std::string>& allocation
   return chosen;
 }
 
+namespace {
+
+// The options that shape a step's tasks, the same for every step of an attempt.
+void add_task_shape(std::vector<std::string>& argv, const Allocation& allocation,
+                    const JobOptions& options) {
+  if (allocation.gpus_per_node) argv.push_back("--gpus-per-node=" + *allocation.gpus_per_node);
+  if (allocation.cpus_per_task) argv.push_back("--cpus-per-task=" + *allocation.cpus_per_task);
+  // Each task's lines labelled, srun's own not: only srun's own say how a task ended
+  // (srun_output.hpp); the driver takes the labels off again unless the user asked for them.
+  if (!srun_labels_asked(options.srun_args)) argv.push_back("--label");
+  argv.insert(argv.end(), options.srun_args.begin(), options.srun_args.end());
+}
+
+}  // namespace
+
 std::vector<std::string> srun_command(const std::string& dtlaunch,
                                       const std::vector<std::string>& nodes, const Sizes& sizes,
                                       const Allocation& allocation, const JobOptions& options,
@@ -154,12 +171,7 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
   // after it comes back), a node whose slurmd died never. Its tasks are gone; a restart without
   // --overlap would wait for "Requested nodes are busy" all that time.
   if (restart > 0) argv.push_back("--overlap");
-  if (allocation.gpus_per_node) argv.push_back("--gpus-per-node=" + *allocation.gpus_per_node);
-  if (allocation.cpus_per_task) argv.push_back("--cpus-per-task=" + *allocation.cpus_per_task);
-  // Each task's lines labelled, srun's own not: only srun's own say how a task ended
-  // (srun_output.hpp); the driver takes the labels off again unless the user asked for them.
-  if (!srun_labels_asked(options.srun_args)) argv.push_back("--label");
-  argv.insert(argv.end(), options.srun_args.begin(), options.srun_args.end());
+  add_task_shape(argv, allocation, options);
   argv.push_back(dtlaunch);
   argv.push_back("--preflight");
   if (options.watch) argv.push_back("--watch");
@@ -167,6 +179,58 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
   argv.push_back("--");
   argv.insert(argv.end(), options.program.begin(), options.program.end());
   return argv;
+}
+
+std::vector<std::string> node_step_command(const std::string& dtlaunch, const std::string& node,
+                                           std::uint32_t slot, std::uint32_t slots,
+                                           const Sizes& sizes, const Allocation& allocation,
+                                           const JobOptions& options, bool replacement) {
+  const std::string tasks = std::to_string(sizes.tasks_per_node);
+  std::vector<std::string> argv = {
+      "srun", "--nodes=1", "--nodelist=" + node, "--ntasks=" + tasks, "--ntasks-per-node=" + tasks,
+      // A rank that fails ends its node's step: the node's ranks are replaced together.
+      "--kill-on-bad-exit=1"};
+  if (replacement) argv.push_back("--overlap");
+  add_task_shape(argv, allocation, options);
+  argv.push_back(dtlaunch);
+  argv.push_back("--job-node=" + std::to_string(slot) + "/" + std::to_string(slots));
+  argv.insert(argv.end(), options.launch_args.begin(), options.launch_args.end());
+  argv.push_back("--");
+  argv.insert(argv.end(), options.program.begin(), options.program.end());
+  return argv;
+}
+
+std::optional<std::string> choose_spare(const std::vector<std::string>& allocation,
+                                        const std::set<std::string>& excluded,
+                                        const std::set<std::string>& in_use) {
+  for (const auto& node : allocation)
+    if (!excluded.count(node) && !in_use.count(node)) return node;
+  return std::nullopt;
+}
+
+std::vector<std::pair<std::string, std::string>> live_environment(const std::string& store_host,
+                                                                  std::uint16_t store_port) {
+  return {{std::string(s::kMasterAddr.name), store_host},
+          {std::string(s::kMasterPort.name), std::to_string(store_port)},
+          {std::string(s::kStoreHosted.name), "1"},
+          {std::string(s::kLive.name), "1"}};
+}
+
+std::string ranks_of_tasks(std::string_view tasks, std::uint32_t first) {
+  std::string out;
+  std::string number;
+  for (std::size_t i = 0; i <= tasks.size(); ++i) {
+    const char c = i < tasks.size() ? tasks[i] : ',';
+    if (c >= '0' && c <= '9') {
+      number += c;
+      continue;
+    }
+    if (!number.empty())
+      out += std::to_string(first + static_cast<std::uint32_t>(std::stoul(number)));
+    number.clear();
+    if (i < tasks.size()) out += c;
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, std::string>> attempt_environment(std::uint32_t restart,

@@ -25,6 +25,9 @@ struct Allocation {
   std::optional<std::string> gpus_per_node;  // SLURM_GPUS_PER_NODE, passed on to srun
   // SLURM_CPUS_PER_TASK: since Slurm 22.05 srun no longer inherits --cpus-per-task.
   std::optional<std::string> cpus_per_task;
+  // SLURMD_NODENAME, else the host's name: where the batch script runs, and with --live the
+  // job's store, whose address every node's step is given.
+  std::string batch_host;
 };
 
 // Throws Error (bad input, 2) naming the variable when the environment is not a batch job's.
@@ -38,6 +41,10 @@ struct JobOptions {
   std::optional<std::uint32_t> tasks_per_node;  // --ntasks-per-node: default the allocation's
   std::chrono::milliseconds stop_grace{std::chrono::seconds(30)};  // --stop-grace
   bool watch = false;                                              // run dtlaunch --watch PROGRAM
+  // --live: one step per node; a lost node's ranks are started again on a spare while the others
+  // keep running (the DDP runtime's live recovery, docs/resilience.md).
+  bool live = false;
+  std::string store_program = "dtlaunch-store";  // --store-program: hosts the store for --live
   // --no-retry-exit: the program's exit statuses that mean "a restart cannot help" (a corrupt
   // dataset, a config error): an attempt in which a task exits with one of them ends the job.
   std::set<int> no_retry_exits;
@@ -76,6 +83,27 @@ std::vector<std::string> srun_command(const std::string& dtlaunch,
                                       const std::vector<std::string>& nodes, const Sizes& sizes,
                                       const Allocation& allocation, const JobOptions& options,
                                       std::uint32_t restart);
+
+// --live: srun's command line for node `slot` of `slots`, on `node`, as its own step
+// (dtlaunch --job-node). A replacement is started beside whatever the lost node's step left
+// behind on that node (--overlap), as a restart's step is.
+std::vector<std::string> node_step_command(const std::string& dtlaunch, const std::string& node,
+                                           std::uint32_t slot, std::uint32_t slots,
+                                           const Sizes& sizes, const Allocation& allocation,
+                                           const JobOptions& options, bool replacement);
+
+// --live: the spare for a lost node: the first node of the allocation neither excluded nor in use.
+std::optional<std::string> choose_spare(const std::vector<std::string>& allocation,
+                                        const std::set<std::string>& excluded,
+                                        const std::set<std::string>& in_use);
+
+// --live: what every node's step is given: the store on the batch host, hosted apart from the
+// ranks, and live recovery on.
+std::vector<std::pair<std::string, std::string>> live_environment(const std::string& store_host,
+                                                                  std::uint16_t store_port);
+
+// "0-1" of srun's failure line, for a step whose task 0 is rank `first`: "4-5".
+std::string ranks_of_tasks(std::string_view tasks, std::uint32_t first);
 
 // The variables an attempt adds to the driver's environment, which srun hands to the tasks: the
 // restart count, and the attempt's secret `job_key` (64 hex digits, fresh per attempt, so that a

@@ -381,6 +381,7 @@ std::string attempt_line(const AttemptRecord& r) {
   std::string line = "dtlaunch job: attempt " + std::to_string(r.attempt) + " on " +
                      nodes_text(r.nodes) + ": " + decision_word(r.outcome) + " after " +
                      core::duration_text(r.wall);
+  for (const auto& replaced : r.replaced) line += "; replaced live: " + replaced;
   if (r.outcome.decision == Decision::kSucceeded) return line;
   line +=
       "; culprit " + (r.outcome.culprits.empty() ? std::string("none") : list(r.outcome.culprits));
@@ -426,7 +427,10 @@ std::string summary_json(const std::vector<AttemptRecord>& attempts, std::string
     out += "], \"cause\": " + core::json_quote(r.outcome.cause) +
            ", \"exit_status\": " + std::to_string(r.outcome.exit_status) +
            ", \"ran_s\": " + std::to_string(r.wall.count() / 1000.0) +
-           ", \"stop_s\": " + std::to_string(r.stop.count() / 1000.0) + "}";
+           ", \"stop_s\": " + std::to_string(r.stop.count() / 1000.0) + ", \"replaced\": [";
+    for (std::size_t k = 0; k < r.replaced.size(); ++k)
+      out += (k ? ", " : "") + core::json_quote(r.replaced[k]);
+    out += "]}";
   }
   return out + "]}\n";
 }

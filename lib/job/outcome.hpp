@@ -77,6 +77,9 @@ struct AttemptRecord {
   std::chrono::milliseconds wall{0};  // srun's run time: start to the step's end
   // From the first failure srun reported to the step's end (0 when none): how long stopping took.
   std::chrono::milliseconds stop{0};
+  // --live: the nodes whose ranks were started again on a spare while the others ran on,
+  // "cn2 -> cn4 (ranks 2-3)".
+  std::vector<std::string> replaced;
 };
 
 // Why to stop rather than restart after the last of `attempts` failed: it and the one before

@@ -368,6 +368,20 @@ def submit(ctx, template, extra, env, timeout, before_wait=None, script_done=Fal
     return job, info, texts[0], texts[1]
 
 
+
+def wait_for_output(ctx, job, pattern, timeout=120):
+    """Waits until the job's stdout matches pattern; returns scontrol's fields, or None."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = ctx.scontrol_job(job)
+        out = info.get("StdOut", "")
+        if out and os.path.exists(out) and re.search(pattern, open(out).read()):
+            return info
+        time.sleep(0.05)
+    ctx.fail(f"job {job}: no output matching {pattern!r} within {timeout} s")
+    return None
+
+
 def check_done(ctx, name, info, out, err, want_name, want_limit):
     ctx.eq(info.get("JobState"), "COMPLETED", f"{name}: final state")
     ctx.eq(info.get("ExitCode"), "0:0", f"{name}: exit code")

@@ -70,19 +70,6 @@ def train_args(ckpt):
     return args + (f" --checkpoint {ckpt} --resume --checkpoint-every 20" if ckpt else "")
 
 
-def wait_for_output(job, pattern, timeout=120):
-    """Waits until the job's stdout matches pattern; returns scontrol's fields, or None."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = ctx.scontrol_job(job)
-        out = info.get("StdOut", "")
-        if out and os.path.exists(out) and re.search(pattern, open(out).read()):
-            return info
-        time.sleep(0.05)
-    ctx.fail(f"job {job}: no output matching {pattern!r} within {timeout} s")
-    return None
-
-
 def accuracy(text):
     m = re.search(r"done: \d+ steps, test accuracy (\S+ \(\d+/\d+\))", text)
     return m.group(1) if m else None
@@ -174,7 +161,7 @@ def follow_recovery(info, t0, phases):
 
 def fault_when_training(fault, state):
     def before_wait(job):
-        info = wait_for_output(job, r"step 4\d/")
+        info = slurmtest.wait_for_output(ctx, job, r"step 4\d/")
         pids = ctx.pids_in_node(2, ("dtlaunch-train",))
         if info is None or not ctx.check(pids, f"{fault}: the rank found on {node2}"):
             return
@@ -227,7 +214,7 @@ ckpt = os.path.join(ctx.outdir("torch"), "loop.ckpt")
 
 
 def kill_python(job):
-    info = wait_for_output(job, r"step 40\n")
+    info = slurmtest.wait_for_output(ctx, job, r"step 40\n")
     pids = ctx.pids_in_node(2, ("python3",))
     if info is not None and ctx.check(pids, f"torch: python3 found on {node2}"):
         ctx.inject(2, "kill", pids)

@@ -3,6 +3,7 @@
 #include "job/job.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -156,6 +157,57 @@ TEST_CASE("job: srun runs the preflight on exactly the chosen nodes") {
         std::vector<std::pair<std::string, std::string>>{{"DTLAUNCH_RESTART_COUNT", "2"},
                                                          {"TORCHELASTIC_RESTART_COUNT", "2"},
                                                          {"DTLAUNCH_JOB_KEY", key}});
+}
+
+TEST_CASE("job: --live runs one step per node, and a replacement joins beside what is left") {
+  core::EnvMap env = batch_env();
+  env.set("SLURMD_NODENAME", "cn1");
+  env.set("SLURM_CPUS_PER_TASK", "4");
+  const Allocation a = read_allocation(env);
+  CHECK(a.batch_host == "cn1");
+  JobOptions o;
+  o.spare_nodes = 1;
+  o.live = true;
+  o.program = {"./train"};
+  o.launch_args = {"--grace", "5"};
+  const Sizes s = decide_sizes(a, o);
+  CHECK(node_step_command("/bin/dtlaunch", "cn2", 1, 3, s, a, o, false) ==
+        std::vector<std::string>{"srun", "--nodes=1", "--nodelist=cn2", "--ntasks=2",
+                                 "--ntasks-per-node=2", "--kill-on-bad-exit=1", "--cpus-per-task=4",
+                                 "--label", "/bin/dtlaunch", "--job-node=1/3", "--grace", "5", "--",
+                                 "./train"});
+  // The replacement: slot 1's ranks on the spare, beside the steps that still hold resources.
+  const auto replacement = node_step_command("/bin/dtlaunch", "cn4", 1, 3, s, a, o, true);
+  CHECK(replacement[2] == "--nodelist=cn4");
+  CHECK(replacement[6] == "--overlap");
+  CHECK(replacement[10] == "--job-node=1/3");
+  // No preflight in a node's step: the others run already (docs/resilience.md).
+  CHECK(std::count(replacement.begin(), replacement.end(), "--preflight") == 0);
+
+  const std::vector<std::string> all = {"cn1", "cn2", "cn3", "cn4", "cn5"};
+  struct Case {
+    std::set<std::string> excluded, in_use;
+    std::optional<std::string> spare;
+  };
+  const Case cases[] = {
+      {{}, {"cn1", "cn2", "cn3"}, "cn4"},
+      {{"cn2"}, {"cn1", "cn3", "cn4"}, "cn5"},
+      {{"cn4"}, {"cn1", "cn2", "cn3"}, "cn5"},
+      {{"cn2", "cn5"}, {"cn1", "cn3", "cn4"}, std::nullopt},
+      {{}, {"cn1", "cn2", "cn3", "cn4", "cn5"}, std::nullopt},
+  };
+  for (const auto& c : cases) CHECK(choose_spare(all, c.excluded, c.in_use) == c.spare);
+
+  CHECK(live_environment("cn1", 29400) ==
+        std::vector<std::pair<std::string, std::string>>{{"MASTER_ADDR", "cn1"},
+                                                         {"MASTER_PORT", "29400"},
+                                                         {"DTLAUNCH_STORE_HOSTED", "1"},
+                                                         {"DTLAUNCH_DDP_LIVE", "1"}});
+  // srun's task numbers in a node's step, as the job's ranks.
+  CHECK(ranks_of_tasks("0-1", 4) == "4-5");
+  CHECK(ranks_of_tasks("1", 2) == "3");
+  CHECK(ranks_of_tasks("0,2-3", 8) == "8,10-11");
+  CHECK(ranks_of_tasks("", 8) == "");
 }
 
 TEST_CASE("job: srun's per-node lines are read, other lines are not") {
