@@ -216,7 +216,7 @@ std::optional<int> parse_command_line(int argc, char** argv, dtlaunch::train::Tr
 // Trains, and turns each kind of error into its line and exit status.
 int train(const dtlaunch::train::TrainConfig& cfg) {
   try {
-    dtlaunch::train::install_stop_handlers();
+    dtlaunch::train::install_stop_handlers(dtlaunch::ddp::request_stop);
     return dtlaunch::train::run_training(cfg);
   } catch (const dtlaunch::train::Error& e) {
     std::fprintf(stderr, "dtlaunch-train: %s\n", e.what());
@@ -228,6 +228,9 @@ int train(const dtlaunch::train::TrainConfig& cfg) {
     std::fprintf(stderr, "dtlaunch-train: %s error: %s\n", dtlaunch::ddp::to_string(e.kind()),
                  first_line(e.what()).c_str());
     if (e.kind() == dtlaunch::ddp::ErrorKind::kPeerLost) return dtlaunch::ddp::kExitPeerLost;
+    // A stop signal during a live recovery: nothing is saved (the state is being mended), and
+    // the status is a preemption's, so that a requeued job starts again.
+    if (e.kind() == dtlaunch::ddp::ErrorKind::kStopped) return dtlaunch::train::kExitCheckpointed;
     return e.kind() == dtlaunch::ddp::ErrorKind::kConfig
                ? static_cast<int>(dtlaunch::train::ExitCode::kBadInput)
                : static_cast<int>(dtlaunch::train::ExitCode::kFailure);

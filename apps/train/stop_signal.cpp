@@ -15,6 +15,7 @@ namespace {
 // sig_atomic_t is the only type the C++ standard guarantees a handler can write to safely.
 volatile std::sig_atomic_t g_stop_signal = 0;
 volatile std::sig_atomic_t g_starting = 1;
+void (*g_also)() noexcept = nullptr;  // set before the handler is installed
 
 // Written by the handler with write(2), the one output call that is async-signal-safe, so the
 // text is made beforehand.
@@ -27,11 +28,13 @@ extern "C" void on_stop_signal(int sig) {
     ::_exit(kExitCheckpointed);
   }
   if (g_stop_signal == 0) g_stop_signal = sig;
+  if (g_also) g_also();
 }
 
 }  // namespace
 
-void install_stop_handlers() {
+void install_stop_handlers(void (*also)() noexcept) {
+  g_also = also;
   int i = 0;
   for (int sig : {SIGUSR1, SIGTERM})
     g_startup_message[i++] = "dtlaunch-train: " + std::string(strsignal(sig)) +

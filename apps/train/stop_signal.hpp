@@ -15,8 +15,10 @@ inline constexpr int kExitCheckpointed = 75;
 
 // Installs the handler for SIGUSR1 and SIGTERM (SA_RESTART, so that blocking system calls in the
 // communication library are not interrupted), in start-up mode: a signal exits at once with
-// kExitCheckpointed and a line on stderr.
-void install_stop_handlers();
+// kExitCheckpointed and a line on stderr. After start-up, `also` (async-signal-safe) is called
+// on each signal too: the runtime's ddp::request_stop, which ends a live recovery's wait for
+// replacements so that the rank exits 75 (as at start-up) rather than after DTLAUNCH_DDP_LIVE_WAIT.
+void install_stop_handlers(void (*also)() noexcept = nullptr);
 
 // From here on a signal only sets the flag that stop_signal_received() returns.
 void end_startup() noexcept;

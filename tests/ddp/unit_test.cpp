@@ -187,6 +187,7 @@ TEST_CASE("the runtime's errors carry their kind", "[ddp][errors]") {
   using dtlaunch::ddp::ErrorKind;
   CHECK(std::string(dtlaunch::ddp::to_string(ErrorKind::kPeerLost)) == "peer-lost");
   CHECK(std::string(dtlaunch::ddp::to_string(ErrorKind::kMismatch)) == "mismatch");
+  CHECK(std::string(dtlaunch::ddp::to_string(ErrorKind::kStopped)) == "stopped");
   try {
     WorkerEnv::from_variables(without(base(), "RANK"));
     FAIL("no error for a missing RANK");

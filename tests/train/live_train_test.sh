@@ -4,6 +4,7 @@
 # started with DTLAUNCH_DDP_LIVE_JOIN=1, as `dtlaunch job --live` would; rank 1 is killed near the
 # end of that epoch and replaced too. The survivors keep their processes and rank 0 ends with
 # the weights sha256 of a fault-free run with the same seed; two fault-free runs print the same.
+# Then a stop signal during a recovery ends the survivors' wait for a replacement with 75.
 # Usage: live_train_test.sh DTLAUNCH_TRAIN
 set -u
 train=$1
@@ -100,5 +101,29 @@ wait_for rep2 "joined the running job as a replacement in generation 1"
 wait_for rep1 "joined the running job as a replacement in generation 2"
 [ "$(digest_of r0)" = "${digests[1]}" ] ||
   bad "weights $(digest_of r0) differ from the fault-free ${digests[1]}"
+show
+
+# A stop signal (preemption) while the survivors wait for a replacement that never comes: they
+# leave within moments with 75, as at start-up, not after DTLAUNCH_DDP_LIVE_WAIT (30 s here).
+new_run stop-in-recovery
+for r in 0 1 2; do start "r$r" $r; done
+wait_for r0 "epoch 1/2 step 10/40"
+kill_rank r2
+wait_for r0 "peer lost"
+wait_for r1 "peer lost"
+sleep 1
+stopped_at=$SECONDS
+pkill -TERM -P "${pid[r0]}" || bad "no process of r0 to stop"
+pkill -TERM -P "${pid[r1]}" || bad "no process of r1 to stop"
+expect r0 75
+expect r1 75
+expect r2 137
+took=$((SECONDS - stopped_at))
+((took < 10)) || bad "the survivors left ${took} s after the signal (the wait is 30 s)"
+for n in r0 r1; do
+  grep -q "stopped error: .*a stop signal (request_stop()) ended the live recovery from" \
+    "$dir/$run/$n.log" ||
+    bad "$n did not say that the stop ended its recovery"
+done
 show
 exit $fail

@@ -1,7 +1,9 @@
 // The runtime's error kinds and the text helpers its messages share.
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <string>
 #include <string_view>
 
 #include "core/names.hpp"
@@ -10,17 +12,34 @@
 
 namespace dtlaunch::ddp {
 
-constexpr core::Named<ErrorKind> kErrorKindNames[] = {{ErrorKind::kConfig, "config"},
-                                                      {ErrorKind::kTimeout, "timeout"},
-                                                      {ErrorKind::kPeerLost, "peer-lost"},
-                                                      {ErrorKind::kMismatch, "mismatch"},
-                                                      {ErrorKind::kBackend, "backend"}};
+constexpr core::Named<ErrorKind> kErrorKindNames[] = {
+    {ErrorKind::kConfig, "config"},      {ErrorKind::kTimeout, "timeout"},
+    {ErrorKind::kPeerLost, "peer-lost"}, {ErrorKind::kMismatch, "mismatch"},
+    {ErrorKind::kBackend, "backend"},    {ErrorKind::kStopped, "stopped"}};
+
+namespace {
+// Lock-free, so that a signal handler may set it (request_stop).
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+}  // namespace
+
+void request_stop() noexcept {
+  g_stop_requested.store(true, std::memory_order_relaxed);
+}
 
 const char* to_string(ErrorKind kind) noexcept {
   return core::name_of(kind, kErrorKindNames, "backend").data();
 }
 
 namespace detail {
+
+bool stop_requested() noexcept {
+  return g_stop_requested.load(std::memory_order_relaxed);
+}
+
+Error stopped(const std::string& what) {
+  return Error(ErrorKind::kStopped, what + ": stopped (a stop signal: request_stop())");
+}
 
 void say(std::string_view line) {
   std::string whole(line);

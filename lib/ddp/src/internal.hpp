@@ -23,6 +23,10 @@ using std::chrono::milliseconds;
 // in stdio's buffer when the process then ends with _Exit.
 void say(std::string_view line);
 
+// Whether request_stop() was called; stopped(WHAT): the error that ends the wait WHAT then.
+bool stop_requested() noexcept;
+Error stopped(const std::string& what);
+
 // The first line of an exception's message: c10 errors append a C++ stack trace.
 std::string first_line(const std::exception& e);
 // A store value from text and back: the store holds bytes, the runtime's records are text.

@@ -1,13 +1,12 @@
 // Live recovery (ddp.h's TrainingState and LiveRun; docs/ddp.md, "Live recovery"). Each
-// generation of the group has its own rendezvous, heartbeat and backend under the store prefix
-// "dtlaunch/live/G/" of the job's store (rank 0 hosts it for the whole job), so that nothing of
-// a torn-down generation can meet the next one. A recovery, on every survivor: the heartbeat's
-// verdict names the lost ranks; the old group is destroyed (its connections were already shut by
-// the verdict, so no wait for a collective timeout); each lost rank is marked wanted in the next
-// generation; the survivors and the replacements rendezvous there with the same world size, the
-// replacement under the lost rank's number, so the reduction order and the bits stay the same;
-// the ranks all-gather their completed step; the lowest rank at the highest step sends its
-// serialised state, point to point, to every rank behind it.
+// generation of the group has its own rendezvous, heartbeat and backend under the prefix
+// "dtlaunch/live/G/" of the job's store, so that nothing of a torn-down generation can meet the
+// next one. A recovery, on every survivor: the heartbeat's verdict names the lost ranks; the old
+// group is destroyed (the verdict already shut its connections: no collective timeout); each
+// lost rank is marked wanted in the next generation; the survivors and the replacements
+// rendezvous there with the same world size, a replacement under the lost rank's number (same
+// reduction order, same bits); they all-gather their completed step; the lowest rank at the
+// highest step sends its serialised state, point to point, to every rank behind it.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -29,6 +28,7 @@
 #include "core/text.hpp"
 #include "failure_record.hpp"
 #include "internal.hpp"
+#include "live_wanted.hpp"
 #include "peer_watch.hpp"
 #include "settings.hpp"
 #include "startup_line.hpp"
@@ -337,72 +337,6 @@ std::vector<int> never_checked_in(c10d::Store& in_g, int world_size) {
   return out;
 }
 
-// The record that wants a rank in generation `g`: sealed with the job's key, since it ends the
-// rank that reads it as replaced (docs/security.md).
-std::string wanted_record(const std::optional<core::JobKey>& key, int g) {
-  const std::string text = "generation " + std::to_string(g);
-  return key ? core::seal_line(*key, text) : text;
-}
-
-// The generation of a wanted_record, or -1 when it is not one: no valid seal under `key`, or
-// garbage.
-int wanted_generation_of(const std::string& record, const std::optional<core::JobKey>& key) {
-  std::string_view text = record;
-  if (key) text = core::unseal_line(*key, record).value_or("");
-  const std::string_view prefix = "generation ";
-  if (text.substr(0, prefix.size()) != prefix) return -1;
-  const std::string_view digits = text.substr(prefix.size());
-  int g = -1;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), g);
-  return ec == std::errc() && end == digits.data() + digits.size() && g >= 0 ? g : -1;
-}
-
-// A replacement takes its rank's place though no survivor wanted it, in the newest generation the
-// survivors are forming (the highest any valid record wants), when nobody checked in there as its
-// rank. The launcher replaces a node's ranks together, but the heartbeat may name only some: a
-// node cut off is "unreachable" to its watcher, and its other ranks, watched from their own node,
-// are named by nobody while the re-form waits for them. The place is marked wanted as a survivor
-// would, so that the rank replaced leaves when it comes back (refuse_if_replaced). Returns the
-// generation, or -1.
-int claim_place(const c10::intrusive_ptr<c10d::Store>& store,
-                const std::optional<core::JobKey>& key, const WorkerEnv& env, const std::string& me,
-                int wanted_now) {
-  int g = -1;
-  for (int r = 0; r < env.world_size; ++r)
-    if (r != env.rank && store->check({keys::wanted(r)}))
-      g = std::max(g, wanted_generation_of(detail::text(store->get(keys::wanted(r))), key));
-  if (g <= 0 || wanted_now >= g ||
-      c10d::PrefixStore(keys::generation(g), store)
-          .check({detail::store_keys::Rendezvous::rank(env.rank)}))
-    return -1;
-  store->set(keys::wanted(env.rank), detail::bytes(wanted_record(key, g)));
-  detail::say("dtlaunch ddp: " + me + " takes rank " + std::to_string(env.rank) +
-              "'s place in generation " + std::to_string(g) +
-              ", which the survivors are forming without it named lost");
-  return g;
-}
-
-// A replacement's error when no survivor wanted its rank within `wait`.
-Error nobody_wanted(const std::string& me, const WorkerEnv& env, milliseconds wait) {
-  return Error(ErrorKind::kTimeout,
-               "dtlaunch ddp: " + me +
-                   " started as a replacement (DTLAUNCH_DDP_LIVE_JOIN=1), but no survivor of the "
-                   "job at " +
-                   env.master_addr + ":" + std::to_string(env.master_port) + " wanted rank " +
-                   std::to_string(env.rank) + " within " + core::duration_text(wait) +
-                   " (DTLAUNCH_DDP_LIVE_WAIT)");
-}
-
-// The loss `cause`, when no replacement for `lost` joined the re-form within `wait` (`e`).
-Error no_replacement(const Error& cause, const std::vector<int>& lost, milliseconds wait,
-                     const Error& e) {
-  return Error(ErrorKind::kPeerLost,
-               std::string(cause.what()) + "; live recovery: no replacement for rank" +
-                   (lost.size() == 1 ? " " : "s ") + detail::format_ranks(lost) +
-                   " joined within " + core::duration_text(wait) +
-                   " (DTLAUNCH_DDP_LIVE_WAIT): " + e.what());
-}
-
 // The donor broadcasts the state's size, then sends the bytes point to point to every rank
 // behind it, which loads them. Returns the size.
 int64_t send_state(detail::LiveGroup& group, TrainingState& state, int donor,
@@ -525,6 +459,7 @@ struct LiveRun::Impl {
         store = detail::connect_store(env, settings.live_wait);
         return;
       } catch (const std::exception& e) {
+        if (detail::stop_requested()) throw detail::stopped("dtlaunch ddp: " + me() + ": " + why);
         if (Clock::now() >= deadline)
           throw Error(ErrorKind::kPeerLost, "dtlaunch ddp: " + me() + ": " + why +
                                                 ", but the job's store at " + env.master_addr +
@@ -543,8 +478,10 @@ struct LiveRun::Impl {
       const int wanted = wanted_in();
       if (wanted >= 0 && !generation_store(wanted)->check({claim})) return wanted;
       if (polls % 10 == 9)
-        if (const int g = claim_place(store, key, env, me(), wanted); g > 0) return g;
-      if (Clock::now() >= deadline) throw nobody_wanted(me(), env, settings.live_wait);
+        if (const int g = detail::claim_place(store, key, env, me(), wanted); g > 0) return g;
+      if (detail::stop_requested())
+        throw detail::stopped("dtlaunch ddp: " + me() + " to be wanted");
+      if (Clock::now() >= deadline) throw detail::nobody_wanted(me(), env, settings.live_wait);
       std::this_thread::sleep_for(milliseconds(50));
     }
   }
@@ -647,7 +584,7 @@ struct LiveRun::Impl {
 
   // Marks `rank` wanted in generation `g` (wanted_record).
   void want(int rank, int g) const {
-    store->set(keys::wanted(rank), detail::bytes(wanted_record(key, g)));
+    store->set(keys::wanted(rank), detail::bytes(detail::wanted_record(key, g)));
   }
 
   // The generation this rank is wanted in, or -1: also for a record that is not this job's,
@@ -655,7 +592,7 @@ struct LiveRun::Impl {
   int wanted_in() {
     if (!store->check({keys::wanted(env.rank)})) return -1;
     const std::string record = detail::text(store->get(keys::wanted(env.rank)));
-    const int g = wanted_generation_of(record, key);
+    const int g = detail::wanted_generation_of(record, key);
     if (g < 0 && !std::exchange(said_forged_, true))
       detail::say("dtlaunch ddp: " + me() + ": a record wanting rank " + std::to_string(env.rank) +
                   " that is not this job's was ignored (" + core::excerpt(record, 80) + ")");
@@ -684,6 +621,8 @@ struct LiveRun::Impl {
     std::vector<int> lost = watch->lost_ranks();
     for (;;) {
       const auto caught = Clock::now();
+      if (detail::stop_requested())
+        throw detail::stopped("dtlaunch ddp: " + me() + ": live recovery from " + cause.what());
       refuse_unrecoverable(cause, lost);
       if (group) group->set(nullptr);  // the verdict shut its connections: its threads end now
       watch.reset();
@@ -698,7 +637,7 @@ struct LiveRun::Impl {
         form(next, generation_store(next));
       } catch (const Error& e) {
         if (e.kind() == ErrorKind::kTimeout)
-          throw no_replacement(cause, lost, settings.live_wait, e);
+          throw detail::no_replacement(cause, lost, settings.live_wait, e);
         if (!lost_again(e)) throw;
         cause = e;
         watch_verdict_ = watch->first_verdict_at();
@@ -788,7 +727,19 @@ bool LiveRun::step(const std::function<void()>& body) {
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(rng_before);
     }
-    m.recover(e);
+    try {
+      m.recover(e);
+    } catch (const Error& during) {
+      // A stop signal came during the recovery: it is the reason, whatever ended the wait (rank 0,
+      // which hosts the store, may have left on it first).
+      if (!detail::stop_requested()) throw;
+      std::string at = detail::first_line(during);
+      if (const auto cut = at.rfind(": stopped ("); cut != std::string::npos) at.resize(cut);
+      throw Error(ErrorKind::kStopped, "dtlaunch ddp: " + m.me() +
+                                           ": a stop signal (request_stop()) ended the live "
+                                           "recovery from '" +
+                                           detail::first_line(e) + "' in: " + at);
+    }
     return false;
   }
 }

@@ -490,10 +490,11 @@ class Rendezvous {
         claim();
       check_in();
       wait_for_all();
-    } catch (const Error&) {
+    } catch (const Error& e) {
       // Rank 0's published diagnosis is the cause: a rank that read it and ended may already be
-      // "lost" to this rank's heartbeat, a consequence.
-      if (watch_ && watch_->lost() && !read_diagnosis_) throw watch_->error();
+      // "lost" to this rank's heartbeat, a consequence. A stop is the program's word.
+      if (e.kind() != ErrorKind::kStopped && watch_ && watch_->lost() && !read_diagnosis_)
+        throw watch_->error();
       throw;
     } catch (const std::exception& e) {
       // Once this rank's heartbeat runs (it has claimed its place), a store that fails may be
@@ -644,6 +645,8 @@ class Rendezvous {
     auto pause = milliseconds(5);
     for (;;) {
       if (env_.rank == 0 ? all_arrived() : others_done()) break;
+      if (stop_requested())
+        throw stopped(where_ + ": waiting for ranks " + format_ranks(missing_ranks()));
       if (watch_) {
         if (watch_->lost()) throw watch_->error();
         watch_->fetch_endpoints(*store_, false);

@@ -38,9 +38,17 @@ enum class ErrorKind {
   kPeerLost,  // a peer's connection closed, or the peer died
   kMismatch,  // ranks called different collectives, or with a different dtype, shape or root
   kBackend,   // any other failure of Gloo, NCCL, CUDA or the store
+  kStopped,   // request_stop() ended a wait: a rendezvous, or a live recovery's
 };
 
 DTLAUNCH_DDP_API const char* to_string(ErrorKind kind) noexcept;
+
+// For a program's stop-signal handler (SIGTERM, SIGUSR1: preemption); async-signal-safe. From
+// then on a wait of the runtime that may last long ends with Error(ErrorKind::kStopped): a
+// rendezvous, and a live recovery's wait for replacements (LiveRun::step), so that a job
+// preempted while it recovers leaves within moments rather than after DTLAUNCH_DDP_LIVE_WAIT.
+// Collectives and steps are not interrupted: a program agrees on its stop between steps.
+DTLAUNCH_DDP_API void request_stop() noexcept;
 
 // The exit status that says "a peer was lost; I am healthy" (the heartbeat's kPeerLost), the
 // same as dtlaunch's own: a job driver restarts without this task's node, and tells it apart
