@@ -546,10 +546,17 @@ char process_state(pid_t pid) {
 }
 
 // The driver's children that are workers (not its guardian).
-std::vector<pid_t> workers_of(pid_t driver) {
+// The driver's children but its guard, once there are `count` of them (or as they are after the
+// wait): the guard names itself dtlaunch-guard just after its fork, and on a loaded machine it
+// was still "dtlaunch" when the workers were ready (CI, once: 3 workers).
+std::vector<pid_t> workers_of(pid_t driver, std::size_t count) {
   std::vector<pid_t> workers;
-  for (pid_t pid : children_of(driver))
-    if (process_name(pid) != "dtlaunch-guard") workers.push_back(pid);
+  eventually([&] {
+    workers.clear();
+    for (pid_t pid : children_of(driver))
+      if (process_name(pid) != "dtlaunch-guard") workers.push_back(pid);
+    return workers.size() == count;
+  });
   return workers;
 }
 
@@ -586,7 +593,7 @@ TEST_CASE_METHOD(LauncherRun,
     return std::filesystem::exists(dir / "ready.0") && std::filesystem::exists(dir / "ready.1");
   }));
   // Both exit while the supervisor is stopped: it finds two zombies when it runs again.
-  const std::vector<pid_t> workers = workers_of(driver.pid());
+  const std::vector<pid_t> workers = workers_of(driver.pid(), 2);
   REQUIRE(workers.size() == 2);
   driver.signal(SIGSTOP);
   std::ofstream(dir / "go") << "";
@@ -633,7 +640,7 @@ TEST_CASE_METHOD(LauncherRun,
   REQUIRE(eventually([&] {
     return read_file(dir / "rank0.txt") == "ready\n" && read_file(dir / "rank1.txt") == "ready\n";
   }));
-  const std::vector<pid_t> workers = workers_of(driver.pid());
+  const std::vector<pid_t> workers = workers_of(driver.pid(), 2);
   REQUIRE(workers.size() == 2);
   auto all_in = [&](char state) {
     return [&, state] {
