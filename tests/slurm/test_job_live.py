@@ -9,7 +9,9 @@ with no checkpoint at all, dtlaunch-store hosting the store on the batch host.
   the ranks of the other nodes keep their processes (the same PIDs before the fault and after the
   recovery), the lost node's ranks run again on the spare (node 4) as a new step, and the final
   digest equals the reference's, bit for bit: no step was lost or done twice. The time from the
-  fault to each phase is printed (docs/benchmarks.md)."""
+  fault to each phase is printed (docs/benchmarks.md);
+- on 3 nodes with no spare, node 2's ranks killed: the attempt ends at once, naming node 2, and
+  the job with it (no node left to restart on)."""
 import os
 import re
 import time
@@ -134,6 +136,35 @@ if ctx.failures:
 live_case("kill node 2", 2, "kill", reference)
 live_case("kill node 1 (rank 0)", 1, "kill", reference)
 live_case("freeze node 3", 3, "stop", reference)
+# No spare left (3 nodes, all used): the attempt ends at once rather than after the survivors'
+# wait for a replacement (DTLAUNCH_DDP_LIVE_WAIT, 60 s), and the job with it (no node to restart
+# on: the program keeps no checkpoint anyway).
+print("case no spare")
+
+
+def kill_node2(job):
+    if slurmtest.wait_for_output(ctx, job, r"step 2\d/") is not None:
+        fallback["t0"] = time.monotonic()
+        ctx.inject(2, "kill", ctx.pids_in_node(2, ("dtlaunch-train",)))
+
+
+fallback = {}
+env = dict(env_for(), SPARE_NODES="0")
+job, info, text, err = slurmtest.submit(ctx, "resilient.sbatch", ["--nodes=3"] + layout[1:], env,
+                                        120, before_wait=kill_node2)
+took = time.monotonic() - fallback.get("t0", time.monotonic())
+ctx.eq(info.get("JobState"), "FAILED", "no spare: the job failed")
+ctx.check(f"node {ctx.node(2)} (ranks 2-3) lost" in err and "no spare is left: the attempt ends"
+          in err, f"no spare: said so: {err}")
+ctx.check(re.search(rf"attempt 1 on \S+: failed .*culprit {ctx.node(2)}", err),
+          f"no spare: attempt 1 names {ctx.node(2)}")
+ctx.check("attempt 2" not in err and "healthy node(s) left" in err,
+          f"no spare: no restart, out of nodes: {err}")
+print(f"  the job ended {took:.1f} s after the fault")
+ctx.check(took < 40, f"no spare: the job ended {took:.1f} s after the fault, before the 60 s wait")
+if ctx.failures:
+    print(text, err)
+
 # Last: node 2 stays allocated to this job for a minute after it.
 live_case("cut node 2's link, restored while the job runs on", 2, "link", reference)
 ctx.finish()
