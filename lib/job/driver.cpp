@@ -1,11 +1,7 @@
 #include "driver.hpp"
 
-#include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,8 +24,6 @@
 #include "proc/fd.hpp"
 #include "proc/output_relay.hpp"
 #include "srun_process.hpp"
-
-extern char** environ;
 
 namespace dtlaunch::job {
 
