@@ -13,12 +13,14 @@
 #include <string>
 #include <utility>
 
+#include "contract/settings.hpp"
 #include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/hmac.hpp"
 #include "core/text.hpp"
 #include "hostlist/hostlist.hpp"
 #include "job/srun_output.hpp"
+#include "launch/system.hpp"
 #include "live_driver.hpp"
 #include "outcome.hpp"
 #include "proc/fd.hpp"
@@ -177,6 +179,14 @@ std::optional<std::string> job_ends(const std::vector<AttemptRecord>& attempts, 
   return std::nullopt;
 }
 
+std::string resolve_store_program(const std::string& program, const core::EnvMap& env) {
+  try {
+    return launch::resolve_program(program, contract::read_text(env, contract::setting::kPath));
+  } catch (const core::Error& e) {
+    throw core::Error(core::ExitCode::kBadInput, std::string("--store-program: ") + e.what());
+  }
+}
+
 }  // namespace
 
 int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
@@ -189,6 +199,8 @@ int run_job(const JobOptions& options, const std::string& dtlaunch, bool json,
         "--watch programs (Python) are restarted: drop one of them");
   const Allocation allocation = read_allocation(env);
   const Sizes sizes = decide_sizes(allocation, options);
+  JobOptions checked = options;  // --live: the store's program found before anything starts
+  if (options.live) checked.store_program = resolve_store_program(options.store_program, env);
   err << "dtlaunch job: " << allocation.nodes.size() << " node(s) allocated ("
       << hostlist::compress(allocation.nodes) << "): " << sizes.nodes << " used, " << sizes.spares
       << " spare, " << sizes.tasks_per_node << " task(s) per node, up to " << options.max_restarts

@@ -518,6 +518,27 @@ TEST_CASE("blackbox: subcommands take arguments verbatim, and are subcommands on
   }
 }
 
+// Issue 32: `dtlaunch job --live`'s store program is found before the first attempt starts; one
+// that is missing or cannot run is bad input naming the option.
+TEST_CASE("blackbox: dtlaunch job --live refuses a --store-program that cannot run") {
+  const EnvMap batch{{"SLURM_JOB_ID", "4242"},
+                     {"SLURM_JOB_NODELIST", "node[1-4]"},
+                     {"SLURM_TASKS_PER_NODE", "2(x4)"},
+                     {"SLURM_NTASKS", "8"},
+                     {"PATH", "/usr/bin:/bin"}};
+  const std::pair<std::string, std::string> cases[] = {
+      {"/no/such/store", "--store-program: /no/such/store: no such file"},
+      {"/tmp", "--store-program: /tmp: cannot execute: Is a directory"},
+      {"no-such-store-xyz", "--store-program: no-such-store-xyz: command not found in PATH"},
+      {"", "--store-program: program name is empty"}};
+  for (const auto& [program, needle] : cases) {
+    INFO("--store-program '" << program << "'");
+    check_refused(launch(batch, {"job", "--live", "--spare-nodes", "1", "--store-program", program,
+                                 "--", kChild}),
+                  2, needle);
+  }
+}
+
 // Issue 35: `dtlaunch job --no-retry-exit` names the part of its value that is not a status.
 TEST_CASE("blackbox: dtlaunch job --no-retry-exit refuses what is not a list of exit statuses") {
   check_refused(launch(slurm_step_env(), {"job", "--no-retry-exit", "3,x", "--", kChild}), 2,
