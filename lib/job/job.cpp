@@ -202,8 +202,14 @@ std::vector<std::string> node_step_command(const std::string& dtlaunch, const st
 
 std::optional<std::string> choose_spare(const std::vector<std::string>& allocation,
                                         const std::set<std::string>& excluded,
-                                        const std::set<std::string>& in_use) {
+                                        const std::set<std::string>& in_use,
+                                        const std::vector<std::string>& returned) {
+  const auto back = [&returned](const std::string& node) {
+    return std::find(returned.begin(), returned.end(), node) != returned.end();
+  };
   for (const auto& node : allocation)
+    if (!excluded.count(node) && !in_use.count(node) && !back(node)) return node;
+  for (const auto& node : returned)
     if (!excluded.count(node) && !in_use.count(node)) return node;
   return std::nullopt;
 }

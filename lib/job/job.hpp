@@ -92,10 +92,14 @@ std::vector<std::string> node_step_command(const std::string& dtlaunch, const st
                                            const Sizes& sizes, const Allocation& allocation,
                                            const JobOptions& options, bool replacement);
 
-// --live: the spare for a lost node: the first node of the allocation neither excluded nor in use.
+// --live: the spare for a lost node: the first node of the allocation neither excluded nor in use
+// nor back in service; else the first node back in service (`returned`, in the order they came
+// back: a lost node whose old step ended) that is not in use. A fresh spare goes first: a node
+// that lost ranks once is more likely than one never used to lose them again.
 std::optional<std::string> choose_spare(const std::vector<std::string>& allocation,
                                         const std::set<std::string>& excluded,
-                                        const std::set<std::string>& in_use);
+                                        const std::set<std::string>& in_use,
+                                        const std::vector<std::string>& returned = {});
 
 // --live: what every node's step is given: the store on the batch host, hosted apart from the
 // ranks, and live recovery on.

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -53,7 +55,10 @@ class StoreProcess {
     }
     constexpr std::string_view kSays = "hosting the store on port ";
     const auto at = line.find(kSays);
-    if (at != std::string::npos) port_ = std::atoi(line.c_str() + at + kSays.size());
+    if (at != std::string::npos) {
+      const char* first = line.data() + at + kSays.size();
+      std::from_chars(first, line.data() + line.size(), port_);  // port_ stays 0 on garbage
+    }
     if (port_ <= 0 || port_ > 65535) {
       stop();
       throw core::Error(core::ExitCode::kBadInput,
@@ -92,7 +97,7 @@ struct NodeStep {
   bool written_off = false;  // its ranks were started again elsewhere: its end does not count
   std::optional<Clock::time_point> aborted;  // srun asked to cancel it (SIGINT twice)
   bool killed = false;                       // srun SIGKILLed: it did not end
-  std::size_t lost_seen = 0;                 // evidence.lost_nodes already acted on
+  std::size_t lost_seen = 0;                 // evidence.lost_reports already read
 };
 
 class LiveRun {
@@ -113,6 +118,8 @@ class LiveRun {
   bool done() const;
   void finish(LiveAttempt& out);
   NodeStep* current(std::uint32_t slot);
+  void return_to_service(const NodeStep& step);
+  const NodeStep* current_on(const std::string& node) const;
 
   const LivePlan& plan_;
   const core::JobKey& key_;
@@ -121,7 +128,8 @@ class LiveRun {
   std::vector<std::string> nodes_;
   std::vector<std::unique_ptr<NodeStep>> steps_;
   std::uint32_t replacements_ = 0;
-  std::set<std::string> lost_;
+  std::set<std::string> lost_;         // out of service: their ranks were started elsewhere
+  std::vector<std::string> returned_;  // lost, then their old step ended: spares again
   std::vector<std::string> replaced_;
   Clock::time_point start_ = Clock::now();
   std::optional<Clock::time_point> first_failure_;
@@ -131,6 +139,12 @@ class LiveRun {
   Evidence blame_;
   int blame_status_ = 0;
 };
+
+const NodeStep* LiveRun::current_on(const std::string& node) const {
+  for (const auto& s : steps_)
+    if (s->node == node && !s->written_off) return s.get();
+  return nullptr;
+}
 
 NodeStep* LiveRun::current(std::uint32_t slot) {
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it)
@@ -167,7 +181,19 @@ void LiveRun::reap() {
     if (::waitpid(s->pid, &wstatus, WNOHANG) != s->pid) continue;
     s->reaped = true;
     s->status = shell_status(wstatus);
+    return_to_service(*s);
   }
+}
+
+// A written-off step that ended (not srun killed by us: its node could not be reached) leaves its
+// node free of this job's ranks: the node can take a later loss's ranks, so a storm of faults
+// needs no more spares than faults at one time.
+void LiveRun::return_to_service(const NodeStep& step) {
+  if (!step.written_off || !step.reaped || step.killed || ending_ || signalled_) return;
+  if (!lost_.erase(step.node) || current_on(step.node) != nullptr) return;
+  returned_.push_back(step.node);
+  err_ << "dtlaunch job: --live: node " << step.node << "'s old step has ended: it is a spare again"
+       << std::endl;
 }
 
 // srun's own abort of one step: SIGINT twice within a second cancels it (the other steps run on).
@@ -189,7 +215,7 @@ bool LiveRun::lose(NodeStep& step, const std::string& why) {
   excluded.insert(lost_.begin(), lost_.end());
   excluded.insert(step.node);
   const auto spare = replacements_ < plan_.replacements_left
-                         ? choose_spare(plan_.allocation.nodes, excluded, in_use)
+                         ? choose_spare(plan_.allocation.nodes, excluded, in_use, returned_)
                          : std::nullopt;
   const bool spare_ok = spare.has_value();
   const std::uint32_t first = step.slot * plan_.sizes.tasks_per_node;
@@ -206,6 +232,7 @@ bool LiveRun::lose(NodeStep& step, const std::string& why) {
   step.written_off = true;
   abort_step(step);
   lost_.insert(step.node);
+  std::erase(returned_, *spare);
   ++replacements_;
   nodes_[step.slot] = *spare;
   const std::string record = step.node + " -> " + *spare + " (ranks " + ranks + ")";
@@ -213,6 +240,7 @@ bool LiveRun::lose(NodeStep& step, const std::string& why) {
   err_ << "dtlaunch job: --live: node " << step.node << " lost (" << why << "): ranks " << ranks
        << " start again on " << *spare << "; the other nodes keep running" << std::endl;
   start(step.slot, *spare, true);
+  return_to_service(step);  // its step had ended already (its ranks were killed)
   return true;
 }
 
@@ -236,16 +264,24 @@ void LiveRun::end_attempt(const NodeStep* cause, std::string why) {
 
 // Steps found lost: by a survivor's sealed line naming their host, or by their own failure.
 void LiveRun::act_on_losses() {
-  for (std::size_t i = 0; i < steps_.size(); ++i) {
-    NodeStep& reporter = *steps_[i];
-    if (reporter.written_off || reporter.evidence.lost_nodes.size() == reporter.lost_seen) continue;
-    reporter.lost_seen = reporter.evidence.lost_nodes.size();
-    for (const auto& host : reporter.evidence.lost_nodes)
-      for (std::uint32_t slot = 0; slot < nodes_.size(); ++slot)
-        if (NodeStep* lost = current(slot); lost && lost->node == host && !ending_)
-          if (!lose(*lost, "a survivor's heartbeat named it"))
-            end_attempt(lost, reporter.evidence.first_lost_message);
+  // The hosts named since the last look, each once, matched against the steps current before
+  // any of them is acted on: a host named by several survivors, or lost and then chosen as a
+  // spare in this same look, is lost once. (A node back in service is named anew by new lines
+  // only: each report is read once.)
+  std::map<std::string, std::string> named;  // host -> the first report's message
+  for (auto& reporter : steps_) {
+    const auto& reports = reporter->evidence.lost_reports;
+    for (std::size_t k = reporter->lost_seen; k < reports.size() && !reporter->written_off; ++k)
+      named.emplace(reports[k], reporter->evidence.first_lost_message);
+    reporter->lost_seen = reports.size();
   }
+  std::vector<std::pair<NodeStep*, std::string>> hit;
+  for (const auto& [host, message] : named)
+    for (std::uint32_t slot = 0; slot < nodes_.size(); ++slot)
+      if (NodeStep* lost = current(slot); lost && lost->node == host)
+        hit.emplace_back(lost, message);
+  for (const auto& [lost, message] : hit)
+    if (!ending_ && !lose(*lost, "a survivor's heartbeat named it")) end_attempt(lost, message);
   for (std::size_t i = 0; i < steps_.size(); ++i) {
     NodeStep& s = *steps_[i];
     if (!s.reaped || s.written_off || s.status == 0 || ending_) continue;

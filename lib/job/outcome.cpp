@@ -107,7 +107,10 @@ void read_lost_hosts(std::string_view text, Evidence& evidence) {
   // node's other ranks are on its host.
   rest = rest.substr(0, rest.find("; "));
   const auto named = rank_hosts(rest);
-  for (const auto& host : named) evidence.lost_nodes.insert(host);
+  for (const auto& host : named) {
+    evidence.lost_nodes.insert(host);
+    evidence.lost_reports.push_back(host);
+  }
   if (!named.empty() && evidence.first_lost_message.empty())
     evidence.first_lost_message = std::string(text.substr(at));
 }

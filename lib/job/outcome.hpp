@@ -31,8 +31,9 @@ struct TaskFailure {
 };
 
 struct Evidence {
-  std::vector<TaskFailure> failures;  // in the order srun printed them
-  std::set<std::string> lost_nodes;   // named by survivors' "peer lost" messages
+  std::vector<TaskFailure> failures;      // in the order srun printed them
+  std::set<std::string> lost_nodes;       // named by survivors' "peer lost" messages
+  std::vector<std::string> lost_reports;  // the same, every naming in the order read (--live)
   std::set<std::string> preflight_exclude;
   std::string first_lost_message;  // the first "peer lost" line, for the attempt's cause
   bool cancelled = false;          // the driver had to scancel the step

@@ -220,6 +220,53 @@ ctx.check(took < 40, f"no spare: the job ended {took:.1f} s after the fault, bef
 if ctx.failures:
     print(text, err)
 
+# A storm: 5 faults in one job with one spare. Each lost node's old step ends (its ranks were
+# killed, or frozen and then killed as the step was cancelled) and the node is a spare again:
+# node 2 -> 4, 3 -> 2, 1 (rank 0) -> 3, 4 frozen -> 1, 2 -> 4. Each fault comes once the job
+# trains again after the last and the node it needs is back in service.
+print("case storm of 5 faults, one spare")
+STORM = [(2, "kill", 4), (3, "kill", 2), (1, "kill", 3), (4, "stop", 1), (2, "kill", 4)]
+
+
+def storm(job):
+    info = slurmtest.wait_for_output(ctx, job, r"step 2\d/")
+    if info is None:
+        return
+    t0 = time.monotonic()
+    for i, (victim, fault, spare) in enumerate(STORM, 1):
+        while time.monotonic() - t0 < 150:
+            err = open(info["StdErr"]).read()
+            back = spare == 4 and i == 1 or f"node {ctx.node(spare)}'s old step has ended" in err
+            if back and len(re.findall(r"agreed on step", err)) >= i - 1:
+                break
+            time.sleep(0.05)
+        out_at = len(open(info["StdOut"]).read())
+        while time.monotonic() - t0 < 150 and not re.search(
+                r"step \d+/", open(info["StdOut"]).read()[out_at:]):
+            time.sleep(0.05)
+        pids = ctx.pids_in_node(victim, ("dtlaunch-train",))
+        if not ctx.eq(len(pids), 2, f"storm fault {i}: the ranks found on node {victim}"):
+            return
+        storm_faults.append(time.monotonic())
+        ctx.inject(victim, fault, pids)
+
+
+storm_faults = []
+job, info, text, err = slurmtest.submit(ctx, "resilient.sbatch", layout,
+                                        dict(env_for(), MAX_RESTARTS="5"), 240,
+                                        before_wait=storm)
+ctx.eq(info.get("ExitCode"), "0:0", "storm: exit status")
+line = re.search(r"dtlaunch job: attempt 1 on \S+: completed .*", err)
+moves = re.findall(r"replaced live: (\S+ -> \S+) \(ranks", line.group(0) if line else "")
+want = [f"{ctx.node(v)} -> {ctx.node(s)}" for v, _, s in STORM]
+ctx.eq(moves, want, "storm: one attempt, the five replacements, each on the node back in service")
+ctx.check("attempt 2" not in err, "storm: no restart")
+ctx.eq(digest(text), reference, "storm: weights sha256 vs the fault-free run")
+ctx.eq(len(storm_faults), 5, "storm: five faults injected")
+print(f"  faults at {[round(t - storm_faults[0], 1) for t in storm_faults]} s")
+if ctx.failures:
+    print(text, err)
+
 # Last: node 2 stays allocated to this job for a minute after it.
 live_case("cut node 2's link, restored while the job runs on", 2, "link", reference)
 ctx.finish()

@@ -187,16 +187,24 @@ TEST_CASE("job: --live runs one step per node, and a replacement joins beside wh
   const std::vector<std::string> all = {"cn1", "cn2", "cn3", "cn4", "cn5"};
   struct Case {
     std::set<std::string> excluded, in_use;
+    std::vector<std::string> returned;
     std::optional<std::string> spare;
   };
   const Case cases[] = {
-      {{}, {"cn1", "cn2", "cn3"}, "cn4"},
-      {{"cn2"}, {"cn1", "cn3", "cn4"}, "cn5"},
-      {{"cn4"}, {"cn1", "cn2", "cn3"}, "cn5"},
-      {{"cn2", "cn5"}, {"cn1", "cn3", "cn4"}, std::nullopt},
-      {{}, {"cn1", "cn2", "cn3", "cn4", "cn5"}, std::nullopt},
+      {{}, {"cn1", "cn2", "cn3"}, {}, "cn4"},
+      {{"cn2"}, {"cn1", "cn3", "cn4"}, {}, "cn5"},
+      {{"cn4"}, {"cn1", "cn2", "cn3"}, {}, "cn5"},
+      {{"cn2", "cn5"}, {"cn1", "cn3", "cn4"}, {}, std::nullopt},
+      {{}, {"cn1", "cn2", "cn3", "cn4", "cn5"}, {}, std::nullopt},
+      // Back in service: used only when no fresh spare is left, in the order they came back,
+      // though earlier in the allocation.
+      {{"cn3"}, {"cn1", "cn4"}, {"cn2"}, "cn5"},
+      {{"cn3"}, {"cn1", "cn4", "cn5"}, {"cn2"}, "cn2"},
+      {{"cn3"}, {"cn4", "cn5"}, {"cn2", "cn1"}, "cn2"},
+      {{"cn3"}, {"cn2", "cn4", "cn5"}, {"cn2", "cn1"}, "cn1"},
+      {{"cn1", "cn3"}, {"cn2", "cn4", "cn5"}, {"cn1"}, std::nullopt},
   };
-  for (const auto& c : cases) CHECK(choose_spare(all, c.excluded, c.in_use) == c.spare);
+  for (const auto& c : cases) CHECK(choose_spare(all, c.excluded, c.in_use, c.returned) == c.spare);
 
   CHECK(live_environment("cn1", 29400) ==
         std::vector<std::pair<std::string, std::string>>{{"MASTER_ADDR", "cn1"},
@@ -620,6 +628,13 @@ TEST_CASE("job: only lines sealed with the attempt's key name lost or excluded n
   // The same words sealed with this attempt's key are the task's dtlaunch speaking.
   CHECK(evidence_of({sealed(lost_cn2)}).lost_nodes == std::set<std::string>{"cn2"});
   CHECK(evidence_of({sealed(watch_cn2)}).lost_nodes == std::set<std::string>{"cn2"});
+  // --live reads every naming once, in order: cn2 named again after cn3 (a node back in service
+  // and lost again) is a new report, though the set has it already.
+  const std::string lost_cn3 =
+      "dtlaunch ddp: rank 0 (cn1): peer lost: rank 4 (cn3) exited (its connection closed), seen "
+      "by rank 0";
+  CHECK(evidence_of({sealed(lost_cn2), sealed(lost_cn3), sealed(lost_cn2)}).lost_reports ==
+        std::vector<std::string>{"cn2", "cn3", "cn2"});
   CHECK(evidence_of({sealed(exclude_all)}).preflight_exclude ==
         std::set<std::string>{"cn1", "cn2", "cn3"});
   // A cut-off task under --watch names itself, as the runtime does.
