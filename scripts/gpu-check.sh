@@ -7,7 +7,8 @@
 #   2. runs the Gloo tests of the worker as 2 ranks on the 2.x build (the hook and c10d APIs);
 #   3. runs the NCCL backend at world size 1: collectives on CUDA and CPU tensors, DDP training
 #      on the GPU against a one-process reference;
-#   4. runs the example on the GPU;
+#   4. runs a live recovery on NCCL (3 ranks on the one GPU, one killed and replaced) and the
+#      example on the GPU;
 #   5. builds the runtime alone from source into a HOME's .local as docs/install.md says, a
 #      user project against it with find_package(dtlaunch), and runs it with the release
 #      tarball's launcher (dist/, carried here) on the GPU;
@@ -173,6 +174,7 @@ build_targets() {
   local all
   all=$(cmake --build "$build" --target help 2>/dev/null)
   [[ $all == *dtlaunch-train* ]] && targets+=(dtlaunch-train)
+  [[ $all == *live_worker* ]] && targets+=(live_worker)
   [[ $all == *ddp_phases* ]] && targets+=(ddp_phases)
   cmake --build "$build" -j "$jobs" --target "${targets[@]}" && echo "PASS: built ${targets[*]}"
 }
@@ -189,6 +191,52 @@ example() {
   fi
   env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
     MASTER_PORT=$port DTLAUNCH_CUDA_DEVICE=0 "$exe" --backend nccl "${data[@]}"
+}
+
+# Live recovery on NCCL (docs/ddp.md, "Live recovery"): 3 ranks of tests/ddp/live_worker on the
+# one GPU, each with its own NCCL_HOSTID (NCCL refuses two ranks of one host on one GPU; as
+# three hosts they talk over sockets), the model on the GPU, no dropout (the CUDA generator is
+# not carried). Fault-free, then rank 2 SIGKILLs itself at step 8 and a replacement joins:
+# the survivors keep their processes and every run ends with the same weights.
+live_nccl() {
+  local exe=$build/tests/ddp/live_worker
+  [[ -x $exe ]] || { echo "dtlaunch: tests/ddp/live_worker was not built"; return 1; }
+  local dir=$logs/live-nccl port r digests=() rc=0
+  rm -rf "$dir" && mkdir -p "$dir"
+  export WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1 LIVE_STEPS=24 \
+    DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=3 DTLAUNCH_DDP_LIVE_WAIT=30 DTLAUNCH_DDP_LIVE=1 \
+    DTLAUNCH_CUDA_DEVICE=0 LIVE_DEVICE=group LIVE_DROPOUT=0 LIVE_STEP_MS=40 NCCL_SHM_DISABLE=1 \
+    NCCL_P2P_DISABLE=1
+  for run in fault-free kill; do
+    export LIVE_MARKS=$dir/$run
+    mkdir -p "$LIVE_MARKS"
+    port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    local kill=() pids=()
+    [[ $run == kill ]] && kill=(LIVE_KILL=2:8)
+    for r in 0 1 2; do
+      env RANK=$r LOCAL_RANK=$r MASTER_PORT=$port NCCL_HOSTID=gpucheck-$r "${kill[@]}" \
+        timeout 120 "$exe" >"$LIVE_MARKS/r$r.log" 2>&1 &
+      pids+=($!)
+    done
+    if [[ $run == kill ]]; then
+      wait "${pids[2]}"
+      env RANK=2 LOCAL_RANK=2 MASTER_PORT=$port NCCL_HOSTID=gpucheck-2b DTLAUNCH_DDP_LIVE_JOIN=1 \
+        timeout 120 "$exe" >"$LIVE_MARKS/rep.log" 2>&1 &
+      pids[2]=$!
+    fi
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    for f in "$LIVE_MARKS"/*.log; do sed "s|^|[$run $(basename "$f" .log)] |" "$f"; done
+    digests+=("$(sed -n 's/^weights sha256 //p' "$LIVE_MARKS/r0.log")")
+  done
+  grep -q "recovered before step 8 (generation 1)" "$dir/kill/r0.log" || rc=1
+  grep -q "done rank 2 .* replacement 1" "$dir/kill/rep.log" || rc=1
+  grep -q "backend nccl" "$dir/kill/rep.log" || { echo "FAIL: the runtime did not pick NCCL"; rc=1; }
+  if ((rc == 0)) && [[ -n ${digests[0]} && ${digests[0]} == "${digests[1]}" ]]; then
+    echo "PASS: NCCL, rank 2 killed at step 8 and replaced live, weights ${digests[0]:0:16} as fault-free"
+  else
+    echo "FAIL: live recovery on NCCL (digests ${digests[*]}; logs in $dir)"
+    return 1
+  fi
 }
 
 # The install path of docs/install.md on this machine: the runtime alone
@@ -264,6 +312,7 @@ step configure 150 configure &&
     else
       skip nccl-init-bounded-x2 "rank 1 needs Gloo: set GLOO_INCLUDE_DIR"
     fi
+    step live-nccl-x3 90 live_nccl
     step example-gpu 150 example
     step install-from-source 150 install_from_source
     step phases-gpu-x1 150 phases

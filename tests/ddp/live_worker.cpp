@@ -8,11 +8,14 @@
 //   LIVE_STEP_MS=M      each step sleeps M ms first (a fault then lands mid-run)
 //   LIVE_HIDDEN=H       hidden width (default 64)
 //   LIVE_LOG_STEPS=1    "step S done at T" after each completed step (T: Unix time, seconds)
+//   LIVE_DEVICE=group   the model on the group's device (cuda:N under NCCL), not the CPU
+//   LIVE_DROPOUT=P      dropout probability (default 0.1; on a GPU 0: the CUDA generator's state
+//                       is not part of the training state, so a redone step would draw others)
 //
-// Prints "pid PID rank R" at start, "recovered before step S (generation G)" after each
-// recovery, and at the end "done rank R pid PID step S generation G replacement 0|1"; rank 0
-// then prints "weights sha256 HEX". Exits 76 on a loss it could not recover from, 3 on any
-// other error.
+// Prints "pid PID rank R [replacement] backend gloo|nccl" at start, "recovered before step S
+// (generation G)" after each recovery, and at the end "done rank R pid PID step S generation G
+// replacement 0|1"; rank 0 then prints "weights sha256 HEX". Exits 76 on a loss it could not
+// recover from, 3 on any other error.
 #include <dtlaunch/ddp.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -47,7 +50,7 @@ int64_t env_int(const char* name, int64_t fallback) {
 std::string digest(const torch::nn::Module& model) {
   dtlaunch::core::Sha256 hash;
   for (const auto& p : model.named_parameters(true)) {
-    const at::Tensor t = p.value().detach().contiguous();
+    const at::Tensor t = p.value().detach().to(at::kCPU).contiguous();
     hash.update(p.key() + "\n");
     hash.update(std::span<const uint8_t>(static_cast<const uint8_t*>(t.data_ptr()),
                                          t.numel() * t.element_size()));
@@ -78,21 +81,34 @@ int run() {
       rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
     }
   const std::string marks = std::getenv("LIVE_MARKS") ? std::getenv("LIVE_MARKS") : "/tmp";
+  const char* device_name = std::getenv("LIVE_DEVICE");
+  const bool on_group_device = device_name && std::string(device_name) == "group";
+  const char* dropout_text = std::getenv("LIVE_DROPOUT");
+  const double dropout = dropout_text && *dropout_text ? std::stod(dropout_text) : 0.1;
 
   torch::manual_seed(7);
   auto model = std::make_shared<torch::nn::SequentialImpl>(
-      torch::nn::Linear(32, hidden), torch::nn::ReLU(), torch::nn::Dropout(0.1),
+      torch::nn::Linear(32, hidden), torch::nn::ReLU(), torch::nn::Dropout(dropout),
       torch::nn::Linear(hidden, 10));
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   int64_t step = 0;
   ddp::TrainingState state(step);
+  // The state is registered before the group exists: the model moves to the device NCCL's
+  // group will use (kAuto picks NCCL where a GPU is) before its optimizer is made.
+  const at::Device device =
+      on_group_device && ddp::nccl_available()
+          ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
+                                      ddp::WorkerEnv::from_environment().device_index))
+          : at::Device(at::kCPU);
+  model->to(device);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   state.add("model", *model).add("optimizer", opt);
 
   ddp::LiveRun live(state);
   const int rank = live.group()->rank();
   const int world = live.group()->size();
-  std::printf("pid %d rank %d%s\n", static_cast<int>(::getpid()), rank,
-              live.replacement() ? " replacement" : "");
+  std::printf("pid %d rank %d%s backend %s\n", static_cast<int>(::getpid()), rank,
+              live.replacement() ? " replacement" : "",
+              live.group()->backend() == ddp::Backend::kNccl ? "nccl" : "gloo");
   std::fflush(stdout);
   ddp::DistributedDataParallel net(model, live.group());
 
@@ -104,8 +120,8 @@ int run() {
           ::kill(::getpid(), SIGKILL);
       if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
       auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(step * world + rank));
-      const at::Tensor x = at::randn({16, 32}, gen);
-      const at::Tensor y = at::randint(10, {16}, gen, at::kLong);
+      const at::Tensor x = at::randn({16, 32}, gen).to(device);
+      const at::Tensor y = at::randint(10, {16}, gen, at::kLong).to(device);
       opt.zero_grad();
       const at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
       loss.backward();

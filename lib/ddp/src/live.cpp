@@ -337,8 +337,19 @@ std::vector<int> never_checked_in(c10d::Store& in_g, int world_size) {
   return out;
 }
 
-// The donor broadcasts the state's size, then sends the bytes point to point to every rank
-// behind it, which loads them. Returns the size.
+std::shared_ptr<Work> point_to_point(detail::LiveGroup& group, at::Tensor& bytes, int peer,
+                                     bool sending) {
+#if DTLAUNCH_DDP_HAVE_GLOO
+  return detail::gloo_point_to_point(group.current(), bytes, peer, sending);
+#else
+  (void)group, (void)bytes, (void)peer, (void)sending;
+  throw Error(ErrorKind::kConfig, "dtlaunch ddp: live recovery on Gloo needs this build's Gloo");
+#endif
+}
+
+// The donor broadcasts the state's size, then sends the bytes to every rank behind it, which
+// loads them: point to point on Gloo; on NCCL in one broadcast (pipelined along NCCL's ring, it
+// takes about the time of one send; the ranks not behind drop the bytes). Returns the size.
 int64_t send_state(detail::LiveGroup& group, TrainingState& state, int donor,
                    const std::vector<int>& behind, const detail::PeerWatch* watch) {
   at::Tensor size = at::zeros({1}, at::kLong);
@@ -351,27 +362,26 @@ int64_t send_state(detail::LiveGroup& group, TrainingState& state, int donor,
   const int64_t n = size.data_ptr<int64_t>()[0];
   if (behind.empty()) return n;
   at::Tensor buffer = at::empty({n}, at::kByte);
-#if !DTLAUNCH_DDP_HAVE_GLOO
-  throw Error(ErrorKind::kConfig, "dtlaunch ddp: live recovery needs this build's Gloo backend");
-#else
+  const bool receiving = contains(behind, group.rank());
+  if (group.rank() == donor) std::memcpy(buffer.data_ptr(), bytes.data(), static_cast<size_t>(n));
   try {
-    if (group.rank() == donor) {
-      std::memcpy(buffer.data_ptr(), bytes.data(), static_cast<size_t>(n));
+    if (group.backend() == Backend::kNccl) {
+      group.broadcast(buffer, donor);
+    } else if (group.rank() == donor) {
       std::vector<std::shared_ptr<Work> > sends;
-      for (int r : behind)
-        sends.push_back(detail::gloo_point_to_point(group.current(), buffer, r, true));
+      for (int r : behind) sends.push_back(point_to_point(group, buffer, r, true));
       for (auto& w : sends) w->wait();
-    } else if (contains(behind, group.rank())) {
-      detail::gloo_point_to_point(group.current(), buffer, donor, false)->wait();
-      state.deserialize(
-          std::string(static_cast<const char*>(buffer.data_ptr()), static_cast<size_t>(n)));
+    } else if (receiving) {
+      point_to_point(group, buffer, donor, false)->wait();
     }
   } catch (const Error&) {
     // A peer lost during the transfer: the heartbeat's verdict names it.
     if (watch && watch->wait_lost(milliseconds(1500))) throw watch->error();
     throw;
   }
-#endif
+  if (receiving)
+    state.deserialize(
+        std::string(static_cast<const char*>(buffer.data_ptr()), static_cast<size_t>(n)));
   return n;
 }
 
@@ -681,11 +691,6 @@ struct LiveRun::Impl {
 LiveRun::LiveRun(TrainingState& state, const InitOptions& options)
     : impl_(std::make_unique<Impl>(state, options)) {
   Impl& m = *impl_;
-  if (m.options.backend == Backend::kNccl)
-    throw Error(ErrorKind::kConfig,
-                "dtlaunch ddp: LiveRun recovers Gloo groups only for now (InitOptions::backend is "
-                "nccl)");
-  m.options.backend = Backend::kGloo;
   if (m.env.world_size > 1 && m.settings.monitor.heartbeat_timeout.count() == 0)
     throw Error(ErrorKind::kConfig,
                 "dtlaunch ddp: LiveRun needs the heartbeat to name a lost rank, and "

@@ -105,6 +105,13 @@ struct Comm {
 
   ~Comm() {
     cudaSetDevice(device);
+    // After the heartbeat's verdict, a communicator is aborted, never destroyed: ncclCommDestroy
+    // finalizes with the peers, and a lost one would hold it forever (a live recovery tears the
+    // group down this way while nothing of it is in flight).
+    if (comm != nullptr && !aborted && peer_lost && peer_lost->load(std::memory_order_acquire)) {
+      ncclCommAbort(comm);
+      aborted = true;
+    }
     if (comm != nullptr && !aborted) ncclCommDestroy(comm);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }

@@ -377,7 +377,8 @@ class DTLAUNCH_DDP_API StoreHost {
 // runs its steps through LiveRun::step survives the loss of a peer without a restart. The
 // survivors keep their processes; a replacement started with DTLAUNCH_DDP_LIVE_JOIN=1 and the lost
 // rank's RANK (dtlaunch job --live starts it) takes the lost rank's place, and one survivor sends
-// it the state over the re-formed group, in memory. Gloo only, for now.
+// it the state over the re-formed group, in memory. Gloo and NCCL (the CPU generator's state is
+// carried, the CUDA generators' are not).
 
 // What a replacement needs to go on exactly where the survivors are, in the program's own terms.
 // Serialised with torch::serialize archives, with the CPU generator's state added.
