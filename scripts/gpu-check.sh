@@ -195,8 +195,8 @@ example() {
 
 # Live recovery on NCCL (docs/ddp.md, "Live recovery"): 3 ranks of tests/ddp/live_worker on the
 # one GPU, each with its own NCCL_HOSTID (NCCL refuses two ranks of one host on one GPU; as
-# three hosts they talk over sockets), the model on the GPU, no dropout (the CUDA generator is
-# not carried). Fault-free, then rank 2 SIGKILLs itself at step 8 and a replacement joins:
+# three hosts they talk over sockets), the model and its dropout on the GPU (the CUDA generator's
+# state goes with the training state). Fault-free, then rank 2 SIGKILLs itself at step 8 and a replacement joins:
 # the survivors keep their processes and every run ends with the same weights.
 live_nccl() {
   local exe=$build/tests/ddp/live_worker
@@ -205,7 +205,7 @@ live_nccl() {
   rm -rf "$dir" && mkdir -p "$dir"
   export WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1 LIVE_STEPS=24 \
     DTLAUNCH_DDP_HEARTBEAT_TIMEOUT=3 DTLAUNCH_DDP_LIVE_WAIT=30 DTLAUNCH_DDP_LIVE=1 \
-    DTLAUNCH_CUDA_DEVICE=0 LIVE_DEVICE=group LIVE_DROPOUT=0 LIVE_STEP_MS=40 NCCL_SHM_DISABLE=1 \
+    DTLAUNCH_CUDA_DEVICE=0 LIVE_DEVICE=group LIVE_STEP_MS=40 NCCL_SHM_DISABLE=1 \
     NCCL_P2P_DISABLE=1
   for run in fault-free kill; do
     export LIVE_MARKS=$dir/$run

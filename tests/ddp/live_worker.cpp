@@ -9,8 +9,6 @@
 //   LIVE_HIDDEN=H       hidden width (default 64)
 //   LIVE_LOG_STEPS=1    "step S done at T" after each completed step (T: Unix time, seconds)
 //   LIVE_DEVICE=group   the model on the group's device (cuda:N under NCCL), not the CPU
-//   LIVE_DROPOUT=P      dropout probability (default 0.1; on a GPU 0: the CUDA generator's state
-//                       is not part of the training state, so a redone step would draw others)
 //
 // Prints "pid PID rank R [replacement] backend gloo|nccl" at start, "recovered before step S
 // (generation G)" after each recovery, and at the end "done rank R pid PID step S generation G
@@ -83,12 +81,10 @@ int run() {
   const std::string marks = std::getenv("LIVE_MARKS") ? std::getenv("LIVE_MARKS") : "/tmp";
   const char* device_name = std::getenv("LIVE_DEVICE");
   const bool on_group_device = device_name && std::string(device_name) == "group";
-  const char* dropout_text = std::getenv("LIVE_DROPOUT");
-  const double dropout = dropout_text && *dropout_text ? std::stod(dropout_text) : 0.1;
 
   torch::manual_seed(7);
   auto model = std::make_shared<torch::nn::SequentialImpl>(
-      torch::nn::Linear(32, hidden), torch::nn::ReLU(), torch::nn::Dropout(dropout),
+      torch::nn::Linear(32, hidden), torch::nn::ReLU(), torch::nn::Dropout(0.1),
       torch::nn::Linear(hidden, 10));
   int64_t step = 0;
   ddp::TrainingState state(step);

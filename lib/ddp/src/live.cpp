@@ -7,7 +7,6 @@
 // rendezvous there with the same world size, a replacement under the lost rank's number (same
 // reduction order, same bits); they all-gather their completed step; the lowest rank at the
 // highest step sends its serialised state, point to point, to every rank behind it.
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
@@ -30,6 +29,7 @@
 #include "internal.hpp"
 #include "live_wanted.hpp"
 #include "peer_watch.hpp"
+#include "rng_state.hpp"
 #include "settings.hpp"
 #include "startup_line.hpp"
 #include "store_client.hpp"
@@ -41,6 +41,7 @@ namespace {
 
 constexpr const char* kStepKey = "dtlaunch_step";
 constexpr const char* kCpuRngKey = "dtlaunch_cpu_rng";
+constexpr const char* kCudaRngKey = "dtlaunch_cuda_rng";  // this rank's CUDA device's
 
 // An archive key is a TorchScript attribute name: no dots, not empty.
 void check_part_name(const std::string& name) {
@@ -128,11 +129,9 @@ std::string TrainingState::describe() const {
 std::string TrainingState::serialize() const {
   torch::serialize::OutputArchive root;
   root.write(kStepKey, c10::IValue(*step_));
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    root.write(kCpuRngKey, gen.get_state());
-  }
+  const detail::RngStates rng = detail::rng_states();
+  root.write(kCpuRngKey, rng.cpu);
+  if (rng.cuda.defined()) root.write(kCudaRngKey, rng.cuda);
   for (const Part& p : parts_) {
     torch::serialize::OutputArchive sub;
     p.save(sub);
@@ -148,8 +147,8 @@ void TrainingState::deserialize(const std::string& bytes) {
   std::istringstream in(bytes);
   root.load_from(in);
   c10::IValue step;
-  at::Tensor rng;
-  if (!root.try_read(kStepKey, step) || !root.try_read(kCpuRngKey, rng))
+  detail::RngStates rng;
+  if (!root.try_read(kStepKey, step) || !root.try_read(kCpuRngKey, rng.cpu))
     throw Error(ErrorKind::kMismatch,
                 "dtlaunch ddp: the training state received is not a TrainingState's");
   for (const Part& p : parts_) {
@@ -162,9 +161,8 @@ void TrainingState::deserialize(const std::string& bytes) {
     p.load(sub);
   }
   *step_ = step.toInt();
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(rng);
+  root.try_read(kCudaRngKey, rng.cuda);  // absent where the sender had no CUDA
+  detail::set_rng_states(rng);
 }
 
 struct StoreHost::Impl {
@@ -716,22 +714,14 @@ int LiveRun::generation() const noexcept {
 bool LiveRun::step(const std::function<void()>& body) {
   // The step is run again after a recovery: with the random numbers it began with (dropout),
   // or the weights would differ from a run without the fault.
-  auto generator = at::detail::getDefaultCPUGenerator();
-  at::Tensor rng_before;
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    rng_before = generator.get_state();
-  }
+  const detail::RngStates rng_before = detail::rng_states();
   try {
     body();
     return true;
   } catch (const Error& e) {
     Impl& m = *impl_;
     if (!m.settings.live || !m.lost_again(e)) throw;
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(rng_before);
-    }
+    detail::set_rng_states(rng_before);
     try {
       m.recover(e);
     } catch (const Error& during) {

@@ -377,11 +377,12 @@ class DTLAUNCH_DDP_API StoreHost {
 // runs its steps through LiveRun::step survives the loss of a peer without a restart. The
 // survivors keep their processes; a replacement started with DTLAUNCH_DDP_LIVE_JOIN=1 and the lost
 // rank's RANK (dtlaunch job --live starts it) takes the lost rank's place, and one survivor sends
-// it the state over the re-formed group, in memory. Gloo and NCCL (the CPU generator's state is
-// carried, the CUDA generators' are not).
+// it the state over the re-formed group, in memory. Gloo and NCCL.
 
 // What a replacement needs to go on exactly where the survivors are, in the program's own terms.
-// Serialised with torch::serialize archives, with the CPU generator's state added.
+// Serialised with torch::serialize archives, with the random generators' states added: the CPU's,
+// and the CUDA generator of this rank's device (DTLAUNCH_CUDA_DEVICE, else LOCAL_RANK) where
+// LibTorch has CUDA. Every rank is assumed to draw alike (seeded alike, as DDP needs anyway).
 class DTLAUNCH_DDP_API TrainingState {
  public:
   using Save = std::function<void(torch::serialize::OutputArchive&)>;
