@@ -79,9 +79,14 @@ skip() {
 }
 
 # Runs the worker scenario as N local ranks on a free port; fails if any rank fails.
+# A port nobody listens on now, for a rank 0 of this machine.
+free_port() {
+  "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
 ranks() {
   local n=$1 scenario=$2 port pids=() r rc=0
-  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   for ((r = 0; r < n; r++)); do
     env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
       MASTER_PORT=$port DTLAUNCH_CUDA_DEVICE=0 OMP_NUM_THREADS=1 \
@@ -183,7 +188,7 @@ example() {
   local exe=$build/apps/train/dtlaunch-train
   [[ -x $exe ]] || { echo "dtlaunch: the example was not built (its dependencies are missing)"; return 1; }
   local port data=()
-  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   if [[ -d /usr/share/datasets/fashion-mnist ]]; then
     data=(--data-dir /usr/share/datasets/fashion-mnist --cache-dir "$build/fmnist" --epochs 1)
   else
@@ -210,7 +215,7 @@ live_nccl() {
   for run in fault-free kill; do
     export LIVE_MARKS=$dir/$run
     mkdir -p "$LIVE_MARKS"
-    port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(free_port)
     local kill=() pids=()
     [[ $run == kill ]] && kill=(LIVE_KILL=2:8)
     for r in 0 1 2; do
