@@ -119,7 +119,6 @@ class LiveRun {
   void finish(LiveAttempt& out);
   NodeStep* current(std::uint32_t slot);
   void return_to_service(const NodeStep& step);
-  const NodeStep* current_on(const std::string& node) const;
 
   const LivePlan& plan_;
   const core::JobKey& key_;
@@ -139,12 +138,6 @@ class LiveRun {
   Evidence blame_;
   int blame_status_ = 0;
 };
-
-const NodeStep* LiveRun::current_on(const std::string& node) const {
-  for (const auto& s : steps_)
-    if (s->node == node && !s->written_off) return s.get();
-  return nullptr;
-}
 
 NodeStep* LiveRun::current(std::uint32_t slot) {
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it)
@@ -190,7 +183,8 @@ void LiveRun::reap() {
 // needs no more spares than faults at one time.
 void LiveRun::return_to_service(const NodeStep& step) {
   if (!step.written_off || !step.reaped || step.killed || ending_ || signalled_) return;
-  if (!lost_.erase(step.node) || current_on(step.node) != nullptr) return;
+  // A node out of service is never chosen as a spare, so no current step runs on it.
+  if (!lost_.erase(step.node)) return;
   returned_.push_back(step.node);
   err_ << "dtlaunch job: --live: node " << step.node << "'s old step has ended: it is a spare again"
        << std::endl;
