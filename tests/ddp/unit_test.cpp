@@ -150,16 +150,13 @@ TEST_CASE("plan_buckets", "[ddp][buckets]") {
 TEST_CASE("automatic Gloo threads count the CPUs this rank may run on, not the node") {
   using dtlaunch::ddp::detail::automatic_gloo_threads;
   // The whole node (no binding): its CPUs are shared by the local ranks.
-  CHECK(automatic_gloo_threads(2, 2, 2, false) == 1);
-  CHECK(automatic_gloo_threads(64, 64, 8, false) == 2);
-  CHECK(automatic_gloo_threads(64, 64, 32, false) == 1);
+  CHECK(automatic_gloo_threads(2, 2, 2) == 1);
+  CHECK(automatic_gloo_threads(64, 64, 8) == 2);
+  CHECK(automatic_gloo_threads(64, 64, 32) == 1);
   // A mask narrower than the node (srun or dtlaunch --cpu-bind, a cpuset): this rank's own.
-  CHECK(automatic_gloo_threads(8, 224, 8, false) == 2);
-  CHECK(automatic_gloo_threads(2, 224, 8, false) == 1);  // hardware_concurrency would have said 224
-  CHECK(automatic_gloo_threads(1, 2, 1, false) == 1);
-  // Across nodes: 2 whatever the CPUs (the ring waits on the link).
-  CHECK(automatic_gloo_threads(2, 2, 4, true) == 2);
-  CHECK(automatic_gloo_threads(1, 2, 1, true) == 2);
+  CHECK(automatic_gloo_threads(8, 224, 8) == 2);
+  CHECK(automatic_gloo_threads(2, 224, 8) == 1);  // hardware_concurrency would have said 224
+  CHECK(automatic_gloo_threads(1, 2, 1) == 1);
 }
 
 TEST_CASE("backend failures are classified by their message", "[ddp][errors]") {

@@ -59,12 +59,10 @@ unsigned allowed_cpus() {
 
 namespace {
 
-int gloo_threads_for(int requested, const WorkerEnv& env) {
+int gloo_threads_for(int requested, int local_world_size) {
   if (requested > 0) return requested;
-  // Some of the group's ranks run on other nodes (LOCAL_WORLD_SIZE counts this node's).
-  const bool across_nodes = env.local_world_size < env.world_size;
   return automatic_gloo_threads(allowed_cpus(), std::max(1u, std::thread::hardware_concurrency()),
-                                env.local_world_size, across_nodes);
+                                local_world_size);
 }
 
 Error failure(const std::string& what, const std::exception& e) {
@@ -105,7 +103,7 @@ class GlooGroup final : public ProcessGroup {
         store_(std::move(parts.store)) {
     const InitOptions& options = parts.options;
     auto opts = GlooPG::Options::create(options.timeout);
-    opts->threads = gloo_threads_for(options.gloo_threads, env);
+    opts->threads = gloo_threads_for(options.gloo_threads, env.local_world_size);
     try {
       if (!env.gloo_socket_ifname.empty()) {
         // A comma-separated list, as in PyTorch: one Gloo device per interface.

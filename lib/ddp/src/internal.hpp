@@ -115,11 +115,9 @@ std::shared_ptr<Work> gloo_point_to_point(ProcessGroup& group, at::Tensor& bytes
                                           bool sending);
 #endif
 
-// InitOptions::gloo_threads = 0: 2 Gloo threads when the group spans several nodes or this rank
-// has at least 4 CPUs of its own, else 1. allowed_cpus: its affinity mask's count; node_cpus: the
-// machine's.
-int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size,
-                           bool across_nodes);
+// InitOptions::gloo_threads = 0: 2 Gloo threads when this rank has at least 4 CPUs of its own,
+// else 1. allowed_cpus: its affinity mask's count; node_cpus: the machine's.
+int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size);
 
 #if DTLAUNCH_DDP_HAVE_NCCL
 // Number of usable CUDA devices; 0 when the driver or the devices are missing.

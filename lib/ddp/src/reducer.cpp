@@ -2,9 +2,8 @@
 //
 // Each parameter's AccumulateGrad node gets a post hook, which fires once the gradient has been
 // accumulated into .grad (so accumulated gradients under no_sync are what gets reduced). The hook
-// copies the gradient into its bucket, divided by the world size on the way (one pass over it, as
-// PyTorch's reducer does); a bucket whose last gradient arrived has its all-reduce (a sum)
-// started, in bucket order, so that every rank issues the same
+// copies the gradient into its bucket; a bucket whose last gradient arrived is divided by the
+// world size and its all-reduce started, in bucket order, so that every rank issues the same
 // collectives in the same order. The first hook of a backward queues an engine final callback,
 // which waits for every bucket and writes the averages back before backward() returns.
 #include <ATen/ATen.h>
@@ -278,8 +277,7 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
       throw Error(ErrorKind::kConfig,
                   "dtlaunch ddp: sparse gradient of " + names_[i] + " is not supported");
     }
-    // The same division as a separate div_ of the bucket, bit for bit, without a second pass.
-    at::div_out(dst, grad.reshape(-1), pg_.size());
+    dst.copy_(grad.reshape(-1));
   } else {
     dst.zero_();
   }
@@ -298,6 +296,10 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
 void DistributedDataParallel::Reducer::launch_ready() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_++];
+    // A pass of its own: dividing while copying the gradient in, at::div_out(dst, grad, n) with
+    // an integer Scalar, took 5x as long as copy_ plus div_ in LibTorch 1.13 (64 MiB: 53-70 ms
+    // against 11-13), and the 2x4 DDP step measured slower with it (docs/benchmarks.md).
+    b.flat.div_(pg_.size());
     b.launched = Clock::now();
     if (next_launch_ == 1) comm_start_ = b.launched;
     b.work = pg_.all_reduce_async(b.flat, ReduceOp::kSum);

@@ -34,15 +34,10 @@ bool set_in_environment(const contract::Setting& setting) {
   return core::EnvMap::from_environ(environ).has_entry(setting.name);
 }
 
-int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size,
-                           bool across_nodes) {
-  // Across nodes Gloo's threads mostly wait on the link, and with one of them a bucket's
-  // all_reduce waits for the whole ring of the one before it (a 25 M-parameter DDP step over the
-  // ring on 2 nodes x 4 ranks, 2 shared cores: 5774 ms with 1 thread, 5102 with 2; PyTorch's
-  // default is 2). On one node they compete with the ranks' compute for the cores; a second
-  // thread only pays where cores are to spare. A mask narrower than the node is taken as this
-  // rank's own share (what per-rank binding gives); a whole-node mask is shared by the local ranks.
-  if (across_nodes) return 2;
+int automatic_gloo_threads(unsigned allowed_cpus, unsigned node_cpus, int local_world_size) {
+  // Gloo's worker threads compete with the ranks' compute for the cores; a second thread only
+  // pays where cores are to spare. A mask narrower than the node is taken as this rank's own
+  // share (what per-rank binding gives); a whole-node mask is shared by the local ranks.
   const unsigned ranks = static_cast<unsigned>(std::max(1, local_world_size));
   const unsigned mine = allowed_cpus < node_cpus ? allowed_cpus : allowed_cpus / ranks;
   return mine >= 4u ? 2 : 1;

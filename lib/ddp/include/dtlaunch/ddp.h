@@ -85,11 +85,9 @@ struct InitOptions {
   // While the rendezvous waits, a line on stderr this often says what it waits for (which ranks
   // are missing, or that rank 0's store is not up yet); 0: silent.
   std::chrono::milliseconds progress_every{std::chrono::seconds(15)};
-  // Gloo worker threads per process. 0 (automatic): 2 when the ranks span several nodes (the
-  // ring then waits on the link, and with one thread a bucket waits for the one before it) or
-  // the node has at least 4 cores per local rank; else 1, because on one node Gloo's threads
-  // take cores from the ranks' own compute (2 ranks on 2 cores: steps 5-8 % slower with 2
-  // threads than with 1; docs/ddp.md).
+  // Gloo worker threads per process. 0 (automatic): 2 when the node has at least 4 cores per
+  // local rank, else 1, because Gloo's threads otherwise take cores from the ranks' own compute
+  // (2 ranks on 2 cores: steps 5-8 % slower with 2 threads than with 1; docs/ddp.md).
   int gloo_threads = 0;
   // Gloo backend: when every rank runs on this node, float32/float64 all_reduces go through a
   // shared-memory segment instead of Gloo's TCP loopback (docs/ddp.md, "Shared-memory
