@@ -298,7 +298,7 @@ void DistributedDataParallel::Reducer::launch_ready() {
     Bucket& b = buckets_[next_launch_++];
     // A pass of its own: dividing while copying the gradient in, at::div_out(dst, grad, n) with
     // an integer Scalar, took 5x as long as copy_ plus div_ in LibTorch 1.13 (64 MiB: 53-70 ms
-    // against 11-13), and the 2x4 DDP step measured slower with it (docs/benchmarks.md).
+    // against 11-13), and with it the 2x4 DDP step was slower in 2 runs of 3 (docs/benchmarks.md).
     b.flat.div_(pg_.size());
     b.launched = Clock::now();
     if (next_launch_ == 1) comm_start_ = b.launched;
