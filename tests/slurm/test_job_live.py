@@ -78,14 +78,24 @@ KNOWN_RACE = re.compile(r"to ranks? [0-9,-]*\b[0-3]\b[^\n]*\n(.*\n)*.*op\.preamb
                         r"op\.nbytes")
 
 
-def live_case(name, victim, fault, reference, retried=False):
+def once_more_on_known_race(name, attempt, text_of, failed):
+    """Runs attempt(label); when that try failed (failed(result, whether it added failures)) on
+    KNOWN_RACE, its failures are forgotten, it is said, and attempt runs once more. Returns the
+    last try's result."""
     failures_before = len(ctx.failures)
-    result = live_try(name, victim, fault, reference)
-    if KNOWN_RACE.search(result) and not retried and len(ctx.failures) > failures_before:
+    result = attempt(name)
+    if KNOWN_RACE.search(text_of(result)) and failed(result,
+                                                     len(ctx.failures) > failures_before):
         print(f"  KNOWN ISSUE in {name}: a survivor behind the donor was ended by Gloo after "
               "the recovery (docs/ddp.md); trying the case once more")
         del ctx.failures[failures_before:]
-        live_case(name + " (again)", victim, fault, reference, retried=True)
+        result = attempt(name + " (again)")
+    return result
+
+
+def live_case(name, victim, fault, reference):
+    once_more_on_known_race(name, lambda label: live_try(label, victim, fault, reference),
+                            text_of=lambda result: result, failed=lambda result, added: added)
 
 
 def live_try(name, victim, fault, reference):
@@ -251,22 +261,18 @@ def storm(job):
         ctx.inject(victim, fault, pids)
 
 
-def storm_try():
+def storm_try(_label):
     storm_faults.clear()
     return slurmtest.submit(ctx, "resilient.sbatch", layout, dict(env_for(), MAX_RESTARTS="5"),
                             240, before_wait=storm)
 
 
 # The known race (KNOWN_RACE above) is likelier here: the faults come one step apart, so some
-# survivors are often behind the donor. As in live_case, one such try is said and run again.
+# survivors are often behind the donor.
 storm_faults = []
-failures_before = len(ctx.failures)
-job, info, text, err = storm_try()
-if KNOWN_RACE.search(err) and info.get("ExitCode") != "0:0":
-    del ctx.failures[failures_before:]
-    print("  KNOWN ISSUE in the storm: a survivor behind the donor was ended by Gloo after a "
-          "recovery (docs/ddp.md); trying the case once more")
-    job, info, text, err = storm_try()
+job, info, text, err = once_more_on_known_race(
+    "the storm", storm_try, text_of=lambda result: result[3],
+    failed=lambda result, added: result[1].get("ExitCode") != "0:0")
 ctx.eq(info.get("ExitCode"), "0:0", "storm: exit status")
 line = re.search(r"dtlaunch job: attempt 1 on \S+: completed .*", err)
 moves = re.findall(r"replaced live: (\S+ -> \S+) \(ranks", line.group(0) if line else "")
