@@ -78,12 +78,12 @@ skip() {
   failed=1
 }
 
-# Runs the worker scenario as N local ranks on a free port; fails if any rank fails.
 # A port nobody listens on now, for a rank 0 of this machine.
 free_port() {
   "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# Runs the worker scenario as N local ranks on a free port; fails if any rank fails.
 ranks() {
   local n=$1 scenario=$2 port pids=() r rc=0
   port=$(free_port)
