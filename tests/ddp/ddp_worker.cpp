@@ -241,8 +241,8 @@ enum class Mode { kDdp, kDdpAccumulate, kNoCommunication };
 
 // Trains a DDP copy on this rank's shard and a reference copy on the whole batch, from rank 0's
 // initial parameters; returns max |DDP - reference| over the parameters.
-double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, Mode mode,
-                  size_t* buckets_out, torch::Device dev, ddp::DdpStats* stats_out) {
+double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, size_t first_cap,
+                  Mode mode, size_t* buckets_out, torch::Device dev, ddp::DdpStats* stats_out) {
   const int ws = pg->size(), me = pg->rank();
   torch::manual_seed(7);
   auto xs = torch::randn({kSteps, kBatch, 8}).to(dev);
@@ -260,6 +260,7 @@ double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, Mode
   if (mode != Mode::kNoCommunication) {
     ddp::DdpOptions o;
     o.bucket_cap_bytes = cap;
+    o.first_bucket_cap_bytes = first_cap;
     model = std::make_unique<ddp::DistributedDataParallel>(net.ptr(), pg, o);
     *buckets_out = model->buckets().size();
     check(torch::equal(net->shift.cpu(), torch::zeros({4})), "buffer broadcast from rank 0");
@@ -319,24 +320,27 @@ double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, Mode
 void train(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::Device dev) {
   struct Case {
     const char* name;
-    size_t cap;
+    size_t cap, first_cap;
     Mode mode;
     bool expect_match;
     size_t min_buckets;
   };
+  constexpr size_t kNoFirst = SIZE_MAX;  // DdpOptions' default: no smaller first bucket
   const Case cases[] = {
-      {"one-bucket", 25u << 20, Mode::kDdp, true, 1},
-      {"several-buckets", 512, Mode::kDdp, true, 3},
-      {"bucket-per-gradient", 0, Mode::kDdp, true, 6},
-      {"no_sync-accumulation", 512, Mode::kDdpAccumulate, true, 3},
+      {"one-bucket", 25u << 20, kNoFirst, Mode::kDdp, true, 1},
+      {"several-buckets", 512, kNoFirst, Mode::kDdp, true, 3},
+      {"bucket-per-gradient", 0, kNoFirst, Mode::kDdp, true, 6},
+      // fc3's gradients and fc2's bias (656 bytes), then the rest.
+      {"small-first-bucket", 25u << 20, 600, Mode::kDdp, true, 2},
+      {"no_sync-accumulation", 512, kNoFirst, Mode::kDdpAccumulate, true, 3},
       // The control: without communication a rank does not follow the whole batch.
-      {"control-no-communication", 0, Mode::kNoCommunication, false, 0},
+      {"control-no-communication", 0, kNoFirst, Mode::kNoCommunication, false, 0},
   };
   for (const auto& c : cases) {
     if (!c.expect_match && pg->size() == 1) continue;  // one rank holds the whole batch anyway
     size_t buckets = 0;
     ddp::DdpStats st;
-    double diff = train_case(pg, c.cap, c.mode, &buckets, dev, &st);
+    double diff = train_case(pg, c.cap, c.first_cap, c.mode, &buckets, dev, &st);
     if (c.expect_match) {
       check(diff <= kTolerance, std::string(c.name) + ": max|ddp - whole batch| " +
                                     std::to_string(diff) + " > " + std::to_string(kTolerance));

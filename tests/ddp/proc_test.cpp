@@ -239,8 +239,9 @@ TEST_CASE("DDP on a sharded batch follows one process on the whole batch", "[ddp
       require_all_ok(run);
       check_shm_segments(run, shm);
       for (const auto& r : run.ranks) {
-        for (const char* name : {"one-bucket", "several-buckets", "bucket-per-gradient",
-                                 "no_sync-accumulation", "control-no-communication"})
+        for (const char* name :
+             {"one-bucket", "several-buckets", "bucket-per-gradient", "small-first-bucket",
+              "no_sync-accumulation", "control-no-communication"})
           CHECK(r.output.find(name) != std::string::npos);
       }
     }

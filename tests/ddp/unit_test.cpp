@@ -114,36 +114,66 @@ TEST_CASE("WorkerEnv::from_environment reads the process environment", "[ddp][en
 
 TEST_CASE("plan_buckets", "[ddp][buckets]") {
   using Buckets = std::vector<std::vector<size_t>>;
+  constexpr size_t kSame = SIZE_MAX;  // first_cap_bytes over the cap: every bucket alike
   struct Case {
     const char* name;
     std::vector<size_t> bytes;
     std::vector<int> kinds;
-    size_t cap;
+    size_t cap, first_cap;
     Buckets expected;
   };
   const std::vector<Case> cases = {
-      {"empty", {}, {}, 100, {}},
-      {"all fit in one", {10, 20, 30}, {0, 0, 0}, 100, {{0, 1, 2}}},
+      {"empty", {}, {}, 100, kSame, {}},
+      {"all fit in one", {10, 20, 30}, {0, 0, 0}, 100, kSame, {{0, 1, 2}}},
       {"closes once the cap is reached",
        {40, 60, 10, 90, 5},
        {0, 0, 0, 0, 0},
        100,
+       kSame,
        {{0, 1}, {2, 3}, {4}}},
-      {"a gradient over the cap gets its own", {10, 500, 10}, {0, 0, 0}, 100, {{0, 1}, {2}}},
-      {"cap 0: one per gradient", {4, 4, 4}, {0, 0, 0}, 0, {{0}, {1}, {2}}},
-      {"kinds never share", {10, 10, 10, 10}, {0, 1, 0, 1}, 100, {{0, 2}, {1, 3}}},
+      {"a gradient over the cap gets its own", {10, 500, 10}, {0, 0, 0}, 100, kSame, {{0, 1}, {2}}},
+      {"cap 0: one per gradient", {4, 4, 4}, {0, 0, 0}, 0, kSame, {{0}, {1}, {2}}},
+      {"kinds never share", {10, 10, 10, 10}, {0, 1, 0, 1}, 100, kSame, {{0, 2}, {1, 3}}},
       {"kinds close independently, in order of their last gradient",
        {60, 10, 50, 10},
        {0, 1, 0, 1},
        100,
+       kSame,
        {{0, 2}, {1, 3}}},
-      {"a later kind can close first", {10, 60, 50, 10}, {0, 1, 1, 0}, 100, {{1, 2}, {0, 3}}},
+      {"a later kind can close first",
+       {10, 60, 50, 10},
+       {0, 1, 1, 0},
+       100,
+       kSame,
+       {{1, 2}, {0, 3}}},
+      {"the first bucket closes at the first cap",
+       {10, 20, 30, 40, 50},
+       {0, 0, 0, 0, 0},
+       100,
+       25,
+       {{0, 1}, {2, 3, 4}}},
+      {"first cap 0: the first gradient alone", {10, 20, 30}, {0, 0, 0}, 100, 0, {{0}, {1, 2}}},
+      {"a first cap over the cap is the cap", {60, 50, 60}, {0, 0, 0}, 100, 1000, {{0, 1}, {2}}},
+      {"each kind has a first bucket of its own",
+       {10, 10, 10, 10, 10, 10},
+       {0, 1, 0, 1, 0, 1},
+       100,
+       15,
+       {{0, 2}, {1, 3}, {4}, {5}}},
+      // The benchmark's MLP (bench/ddp/mlp_step.cpp) with the defaults, as PyTorch buckets it:
+      // out's bias and weight, hidden's, in's.
+      {"1 MiB first bucket, 25 MiB cap",
+       {4096, 16777216, 16384, 67108864, 16384, 16777216},
+       {0, 0, 0, 0, 0, 0},
+       25u << 20,
+       1u << 20,
+       {{0, 1}, {2, 3}, {4, 5}}},
   };
   for (const auto& c : cases) {
     INFO(c.name);
-    CHECK(plan_buckets(c.bytes, c.kinds, c.cap) == c.expected);
+    CHECK(plan_buckets(c.bytes, c.kinds, c.cap, c.first_cap) == c.expected);
   }
-  CHECK_THROWS_WITH(plan_buckets({1, 2}, {0}, 10),
+  CHECK_THROWS_WITH(plan_buckets({1, 2}, {0}, 10, 10),
                     dtlaunch_test::contains_text("2 sizes but 1 kinds"));
 }
 
@@ -195,7 +225,7 @@ TEST_CASE("the runtime's errors carry their kind", "[ddp][errors]") {
     CHECK(e.kind() == ErrorKind::kConfig);
   }
   try {
-    plan_buckets({4}, {0, 1}, 16);
+    plan_buckets({4}, {0, 1}, 16, 16);
     FAIL("no error for slots and kinds of different lengths");
   } catch (const dtlaunch::ddp::Error& e) {
     CHECK(e.kind() == ErrorKind::kConfig);

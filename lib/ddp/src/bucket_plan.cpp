@@ -1,6 +1,5 @@
-// The bucket plan: which gradients share an all-reduce. PyTorch's rule (closing a bucket once it
-// reaches the cap, one dtype per bucket) without its smaller first bucket, so that the plan is
-// exactly what DdpOptions::bucket_cap_bytes says.
+// The bucket plan: which gradients share an all-reduce. PyTorch's rule: a bucket closes once it
+// reaches the cap, one dtype per bucket, and each dtype's first bucket has a smaller cap.
 #include <algorithm>
 #include <map>
 
@@ -9,7 +8,8 @@
 namespace dtlaunch::ddp {
 
 std::vector<std::vector<size_t>> plan_buckets(const std::vector<size_t>& slot_bytes,
-                                              const std::vector<int>& slot_kind, size_t cap_bytes) {
+                                              const std::vector<int>& slot_kind, size_t cap_bytes,
+                                              size_t first_cap_bytes) {
   if (slot_bytes.size() != slot_kind.size())
     throw Error(ErrorKind::kConfig, "dtlaunch ddp: plan_buckets got " +
                                         std::to_string(slot_bytes.size()) + " sizes but " +
@@ -17,6 +17,7 @@ std::vector<std::vector<size_t>> plan_buckets(const std::vector<size_t>& slot_by
   struct Open {
     std::vector<size_t> slots;
     size_t bytes = 0;
+    bool first = true;  // no bucket of this kind has closed yet
   };
   // Buckets of different kinds fill side by side; each is emitted where it closes, so the
   // result stays in ready order (a bucket's position is that of its last gradient).
@@ -26,9 +27,10 @@ std::vector<std::vector<size_t>> plan_buckets(const std::vector<size_t>& slot_by
     Open& b = open[slot_kind[i]];
     b.slots.push_back(i);
     b.bytes += slot_bytes[i];
-    if (b.bytes >= cap_bytes) {
+    if (b.bytes >= (b.first ? std::min(first_cap_bytes, cap_bytes) : cap_bytes)) {
       closed.emplace_back(i, std::move(b.slots));
       b = Open{};
+      b.first = false;
     }
   }
   for (auto& [kind, b] : open)

@@ -197,7 +197,8 @@ void DistributedDataParallel::Reducer::plan(const std::vector<at::Tensor>& param
     kinds[k] = static_cast<int>(p.scalar_type());
   }
   slots_.resize(n);
-  for (auto& positions : plan_buckets(bytes, kinds, opts_.bucket_cap_bytes)) {
+  for (auto& positions :
+       plan_buckets(bytes, kinds, opts_.bucket_cap_bytes, opts_.first_bucket_cap_bytes)) {
     Bucket b;
     int64_t offset = 0;
     for (size_t k : positions) {

@@ -272,6 +272,12 @@ class DTLAUNCH_DDP_API DistributedSampler
 struct DdpOptions {
   // Buckets close once they reach this size (so one may exceed it by its last gradient).
   size_t bucket_cap_bytes = 25u << 20;
+  // The first bucket of each dtype (the last layers' gradients, the first to be ready) closes
+  // once it reaches this size, or bucket_cap_bytes if smaller, so that its all_reduce starts
+  // earlier in backward. PyTorch's DDP uses 1 MiB (_DEFAULT_FIRST_BUCKET_BYTES). Default: no
+  // smaller first bucket, because with it the DDP step was slower on the 2-core test cluster
+  // (docs/benchmarks.md), where the early all_reduce takes CPU from backward.
+  size_t first_bucket_cap_bytes = SIZE_MAX;
   // false: a parameter that got no gradient in a synchronised backward is an error naming it.
   // true: its slot is reduced as zeros; a parameter unused on every rank keeps its gradient.
   bool find_unused_parameters = false;
@@ -454,8 +460,10 @@ class DTLAUNCH_DDP_API LiveRun {
 // The bucket plan, a pure function. slot_bytes[i] and slot_kind[i] (e.g. the dtype) describe
 // the gradients in the order they are expected to become ready. Returns buckets as positions
 // into slot_bytes, each bucket holding only one kind; a bucket closes once its size reaches
-// cap_bytes (a gradient larger than the cap gets a bucket of its own).
+// cap_bytes (a gradient larger than the cap gets a bucket of its own), each kind's first bucket
+// once it reaches min(first_cap_bytes, cap_bytes).
 DTLAUNCH_DDP_API std::vector<std::vector<size_t>> plan_buckets(
-    const std::vector<size_t>& slot_bytes, const std::vector<int>& slot_kind, size_t cap_bytes);
+    const std::vector<size_t>& slot_bytes, const std::vector<int>& slot_kind, size_t cap_bytes,
+    size_t first_cap_bytes);
 
 }  // namespace dtlaunch::ddp
