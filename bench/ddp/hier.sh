@@ -20,6 +20,8 @@
 #                          MLP (bench/ddp/mlp_step.cpp, torch_mlp_step.py), the same three sides plus
 #                          "compute", ours with every step under no_sync() (no all_reduce)
 #   STEPS=5                measured steps (after 2 unmeasured) per run
+#   STEP_SIDES="hier ring torch compute"   add hier-first: ours, hierarchical, with PyTorch's
+#                          1 MiB first bucket (mlp_step --first-bucket)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -35,6 +37,7 @@ REPS=${REPS:-3}
 SIDES=${SIDES:-hier ring torch}
 STEP_LAYOUTS=${STEP_LAYOUTS-3x4}
 STEPS=${STEPS:-5}
+STEP_SIDES=${STEP_SIDES:-hier ring torch compute}
 for f in "$dtl" "$exe" "$step_exe"; do
   [[ -x $f ]] || { echo "hier.sh: $f not found: build targets dtlaunch, allreduce_latency and mlp_step" >&2; exit 2; }
 done
@@ -97,6 +100,7 @@ one_step() {  # side nodes ppn -> rank 0's milliseconds per step
   local side=$1 nodes=$2 ppn=$3
   case $side in
     hier | ring) set -- "$step_exe" "$STEPS" 2 ;;
+    hier-first) set -- "$step_exe" "$STEPS" 2 16 --first-bucket ;;
     compute) set -- "$step_exe" "$STEPS" 2 16 --no-sync ;;
     torch) set -- "$py" "$here/torch_mlp_step.py" "$STEPS" 2 ;;
   esac
@@ -148,7 +152,7 @@ for rate in $RATES; do
 done
 
 [[ -n $STEP_LAYOUTS ]] || { echo "# $(date -u +%FT%TZ) $(uptime)"; exit 0; }
-step_sides=(hier ring torch compute)
+step_sides=($STEP_SIDES)
 declare -A steps
 for rate in $RATES; do
   shape "$rate"
@@ -165,8 +169,8 @@ done
 echo
 echo "DDP step, 25.2 M-parameter MLP, batch 16 a rank, medians in ms:"
 echo
-echo "| link | nodes x ranks | hier | ring | torch | compute (no all_reduce) | torch / hier |"
-echo "|---|---|---|---|---|---|---|"
+echo "| link | nodes x ranks | $(printf '%s | ' "${step_sides[@]}")torch / hier |"
+echo "|---|---|$(printf -- '---|%.0s' "${step_sides[@]}")---|"
 for rate in $RATES; do
   for layout in $STEP_LAYOUTS; do
     row="| $rate | $layout |"
@@ -174,7 +178,7 @@ for rate in $RATES; do
       v[$side]=$(tr ' ' '\n' <<<"${steps[$rate/$layout/$side]}" | grep . | median)
       row+=" ${v[$side]} |"
     done
-    echo "$row $(awk -v a="${v[torch]}" -v b="${v[hier]}" 'BEGIN{printf "%.2f", a/b}') |"
+    echo "$row $(awk -v a="${v[torch]:-}" -v b="${v[hier]:-}" 'BEGIN{if (a == "" || b == "") print "-"; else printf "%.2f", a/b}') |"
   done
 done
 echo "# $(date -u +%FT%TZ) $(uptime)"

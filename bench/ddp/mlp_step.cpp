@@ -2,9 +2,10 @@
 // an MLP 1024-4096-4096-1024 (25.2 M float32 parameters, 101 MB of gradients), MSE on random
 // data of this rank, SGD. bench/ddp/torch_mlp_step.py is PyTorch's side: the same model, data
 // and SGD under torch.nn.parallel.DistributedDataParallel.
-//   mlp_step STEPS WARMUP [BATCH=16] [--no-sync]
+//   mlp_step STEPS WARMUP [BATCH=16] [--no-sync | --first-bucket]
 // --no-sync: every step under no_sync(), i.e. the same computation with no all_reduce (the
-// compute-only time that the step table subtracts). Rank 0 prints
+// compute-only time that the step table subtracts). --first-bucket: PyTorch's 1 MiB first
+// bucket (DdpOptions::first_bucket_cap_bytes; ours has none by default). Rank 0 prints
 //   mlp-step: params P ms_per_step X exposed_ms E (the all_reduce time left after backward)
 #include <dtlaunch/ddp.h>
 #include <torch/torch.h>
@@ -36,12 +37,15 @@ int main(int argc, char** argv) try {
   const int steps = std::atoi(argv[1]), warmup = std::atoi(argv[2]);
   const int64_t batch = argc > 3 && argv[3][0] != '-' ? std::atoll(argv[3]) : 16;
   const bool no_sync = std::strcmp(argv[argc - 1], "--no-sync") == 0;
+  const bool first_bucket = std::strcmp(argv[argc - 1], "--first-bucket") == 0;
   torch::set_num_threads(1);
   auto pg = ddp::init_process_group();
   torch::manual_seed(1);
   Mlp net;
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.01));
-  ddp::DistributedDataParallel model(net.ptr(), pg);
+  ddp::DdpOptions options;
+  if (first_bucket) options.first_bucket_cap_bytes = 1u << 20;
+  ddp::DistributedDataParallel model(net.ptr(), pg, options);
   torch::manual_seed(100 + static_cast<uint64_t>(pg->rank()));
   const auto x = torch::randn({batch, 1024}), y = torch::randn({batch, 1024});
   std::chrono::steady_clock::time_point t0;
