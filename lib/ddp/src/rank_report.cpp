@@ -15,7 +15,6 @@
 namespace dtlaunch::ddp::detail {
 namespace {
 
-
 // The watcher's poll interval: a store round trip per rank per interval, so that rank 0's store
 // serves at most about 1000 of them a second at any world size.
 milliseconds watch_interval(int world_size) {
