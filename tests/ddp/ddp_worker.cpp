@@ -237,7 +237,9 @@ constexpr int64_t kBatch = 16;
 // magnitude.
 constexpr double kTolerance = 1e-5;
 
-enum class Mode { kDdp, kDdpAccumulate, kNoCommunication };
+// kDdpSeparateGrads: gradient_as_bucket_view off; kDdpGradsToNone: .grad reset to undefined
+// before every step (so each backward makes new gradients, which DDP copies into its buckets).
+enum class Mode { kDdp, kDdpAccumulate, kDdpSeparateGrads, kDdpGradsToNone, kNoCommunication };
 
 // Trains a DDP copy on this rank's shard and a reference copy on the whole batch, from rank 0's
 // initial parameters; returns max |DDP - reference| over the parameters.
@@ -261,6 +263,7 @@ double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, size
     ddp::DdpOptions o;
     o.bucket_cap_bytes = cap;
     o.first_bucket_cap_bytes = first_cap;
+    o.gradient_as_bucket_view = mode != Mode::kDdpSeparateGrads;
     model = std::make_unique<ddp::DistributedDataParallel>(net.ptr(), pg, o);
     *buckets_out = model->buckets().size();
     check(torch::equal(net->shift.cpu(), torch::zeros({4})), "buffer broadcast from rank 0");
@@ -277,7 +280,10 @@ double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, size
   const int64_t shard = kBatch / ws;
   for (int s = 0; s < kSteps; ++s) {
     auto x = xs[s].narrow(0, me * shard, shard), y = ys[s].narrow(0, me * shard, shard);
-    opt.zero_grad();
+    if (mode == Mode::kDdpGradsToNone)
+      net->zero_grad(/*set_to_none=*/true);
+    else
+      opt.zero_grad();
     if (mode == Mode::kDdpAccumulate) {
       const int64_t half = shard / 2;
       {
@@ -306,6 +312,14 @@ double train_case(const std::shared_ptr<ddp::ProcessGroup>& pg, size_t cap, size
     check(st.buckets_overlapped == kSteps * (model->buckets().size() - 1),
           "stats.buckets_overlapped " + std::to_string(st.buckets_overlapped));
     check(st.hidden_seconds <= st.allreduce_seconds + 1e-9, "stats hidden <= total");
+    // With bucket views, the gradients of a bucket share its memory; without, none do.
+    const bool views = mode != Mode::kDdpSeparateGrads;
+    const auto params = net->parameters();
+    for (const auto& bucket : model->buckets())
+      for (size_t k = 1; k < bucket.size(); ++k)
+        check(params[bucket[k]].grad().is_alias_of(params[bucket[0]].grad()) == views,
+              "gradients of one bucket " + std::string(views ? "share" : "do not share") +
+                  " its memory");
   }
   // Every rank must hold bit-identical parameters.
   std::vector<torch::Tensor> flat;
@@ -333,6 +347,8 @@ void train(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::Device dev) {
       // fc3's gradients and fc2's bias (656 bytes), then the rest.
       {"small-first-bucket", 25u << 20, 600, Mode::kDdp, true, 2},
       {"no_sync-accumulation", 512, kNoFirst, Mode::kDdpAccumulate, true, 3},
+      {"separate-gradients", 512, kNoFirst, Mode::kDdpSeparateGrads, true, 3},
+      {"gradients-set-to-none", 512, kNoFirst, Mode::kDdpGradsToNone, true, 3},
       // The control: without communication a rank does not follow the whole batch.
       {"control-no-communication", 0, kNoFirst, Mode::kNoCommunication, false, 0},
   };
@@ -436,6 +452,45 @@ void unused(const std::shared_ptr<ddp::ProcessGroup>& pg) {
       }
     }
     std::cout << "unused-find rank " << me << " checked " << named.size() << " parameters"
+              << std::endl;
+  }
+  {  // Two backwards without zero_grad: every rank uses b in the first, none in the second. After
+     // the first, b's gradient lives in its bucket; it must keep the first average, while a's
+     // second gradient accumulates onto its first average.
+    Branchy net = make_branchy();
+    ddp::DdpOptions o;
+    o.find_unused_parameters = true;
+    ddp::DistributedDataParallel model(net.ptr(), pg, o);
+    net->forward(xs[me], true).sum().backward();
+    net->forward(xs[(me + 1) % ws], false).sum().backward();
+    std::vector<torch::Tensor> expected;
+    for (int r = 0; r < ws; ++r) {
+      Branchy first = make_branchy(), second = make_branchy();
+      first->forward(xs[r], true).sum().backward();
+      second->forward(xs[(r + 1) % ws], false).sum().backward();
+      auto p1 = first->parameters(), p2 = second->parameters();
+      for (size_t i = 0; i < p1.size(); ++i) {
+        auto g = (p1[i].grad().defined() ? p1[i].grad() : torch::zeros_like(p1[i])) +
+                 (p2[i].grad().defined() ? p2[i].grad() : torch::zeros_like(p2[i]));
+        if (r == 0)
+          expected.push_back(g / ws);
+        else
+          expected[i] += g / ws;
+      }
+    }
+    auto named = net->named_parameters();
+    for (size_t i = 0; i < named.size(); ++i) {
+      const auto& name = named[i].key();
+      const auto& grad = named[i].value().grad();
+      if (name.rfind("c.", 0) == 0)
+        check(!grad.defined(), name + ": never used keeps no gradient");
+      else
+        check(grad.defined() && (grad - expected[i]).abs().max().item<double>() < 1e-6,
+              name + ": two backwards, b unused in the second: " +
+                  (grad.defined() ? std::to_string((grad - expected[i]).abs().max().item<double>())
+                                  : std::string("no gradient")));
+    }
+    std::cout << "unused-kept rank " << me << " checked " << named.size() << " parameters"
               << std::endl;
   }
 }

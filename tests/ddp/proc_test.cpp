@@ -239,9 +239,9 @@ TEST_CASE("DDP on a sharded batch follows one process on the whole batch", "[ddp
       require_all_ok(run);
       check_shm_segments(run, shm);
       for (const auto& r : run.ranks) {
-        for (const char* name :
-             {"one-bucket", "several-buckets", "bucket-per-gradient", "small-first-bucket",
-              "no_sync-accumulation", "control-no-communication"})
+        for (const char* name : {"one-bucket", "several-buckets", "bucket-per-gradient",
+                                 "small-first-bucket", "no_sync-accumulation", "separate-gradients",
+                                 "gradients-set-to-none", "control-no-communication"})
           CHECK(r.output.find(name) != std::string::npos);
       }
     }
@@ -254,6 +254,7 @@ TEST_CASE("unused parameters: an error by default, reduced as zeros on request",
   for (const auto& r : run.ranks) {
     CHECK(r.output.find("unused-default rank") != std::string::npos);
     CHECK(r.output.find("unused-find rank") != std::string::npos);
+    CHECK(r.output.find("unused-kept rank") != std::string::npos);
   }
 }
 

@@ -2,8 +2,9 @@
 //
 // Each parameter's AccumulateGrad node gets a post hook, which fires once the gradient has been
 // accumulated into .grad (so accumulated gradients under no_sync are what gets reduced). The hook
-// copies the gradient into its bucket; a bucket whose last gradient arrived is divided by the
-// world size and its all-reduce started, in bucket order, so that every rank issues the same
+// copies the gradient into its bucket, unless .grad already is its place in the bucket
+// (DdpOptions::gradient_as_bucket_view, from the second step on); a bucket whose last gradient
+// arrived has its average all-reduced, in bucket order, so that every rank issues the same
 // collectives in the same order. The first hook of a backward queues an engine final callback,
 // which waits for every bucket and writes the averages back before backward() returns.
 #include <ATen/ATen.h>
@@ -51,6 +52,24 @@ void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& tensor
       offset += t.numel();
     }
   }
+}
+
+// `grad` is `place` (a parameter's slot in its bucket) when it starts where the slot does and
+// covers it densely: a user's own tensor never shares the bucket's memory.
+bool is_place(const at::Tensor& grad, const at::Tensor& place) {
+  return grad.defined() && grad.data_ptr() == place.data_ptr() && grad.numel() == place.numel() &&
+         grad.is_contiguous();
+}
+
+// A tensor on the bucket's storage, shaped like the parameter. Made with set_, not view(): an
+// autograd view could not be detached in place, which LibTorch's Optimizer::zero_grad does.
+at::Tensor bucket_place(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
+  at::NoGradGuard no_grad;
+  return at::empty({0}, flat.options())
+      .set_(flat.storage(), flat.storage_offset() + offset, sizes, strides);
 }
 
 // glibc gives a freed block above its mmap threshold (128 KiB at first, raised as such blocks
@@ -278,7 +297,7 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
       throw Error(ErrorKind::kConfig,
                   "dtlaunch ddp: sparse gradient of " + names_[i] + " is not supported");
     }
-    dst.copy_(grad.reshape(-1));
+    if (!is_place(grad, dst)) dst.copy_(grad.reshape(-1));
   } else {
     dst.zero_();
   }
@@ -297,13 +316,18 @@ void DistributedDataParallel::Reducer::mark_ready(size_t i) {
 void DistributedDataParallel::Reducer::launch_ready() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_++];
-    // A pass of its own: dividing while copying the gradient in, at::div_out(dst, grad, n) with
-    // an integer Scalar, took 5x as long as copy_ plus div_ in LibTorch 1.13 (64 MiB: 53-70 ms
-    // against 11-13), and with it the 2x4 DDP step was slower in 2 runs of 3 (docs/benchmarks.md).
-    b.flat.div_(pg_.size());
+    // float and double on the CPU: the all_reduce averages, so that the shared-memory paths
+    // divide only the share each rank reduces (no pass over the whole bucket). Other dtypes are
+    // divided first, as PyTorch does, so that a half-precision sum cannot overflow; CUDA too.
+    // (Dividing while copying the gradient in, at::div_out(dst, grad, n) with an integer
+    // Scalar, took 5x as long as copy_ plus div_ in LibTorch 1.13: docs/benchmarks.md.)
+    const bool average_in_all_reduce =
+        b.flat.device().is_cpu() &&
+        (b.flat.scalar_type() == at::kFloat || b.flat.scalar_type() == at::kDouble);
+    if (!average_in_all_reduce) b.flat.div_(pg_.size());
     b.launched = Clock::now();
     if (next_launch_ == 1) comm_start_ = b.launched;
-    b.work = pg_.all_reduce_async(b.flat, ReduceOp::kSum);
+    b.work = pg_.all_reduce_async(b.flat, average_in_all_reduce ? ReduceOp::kAvg : ReduceOp::kSum);
     if (in_iteration_ && ready_count_ < params_.size()) ++stats_.buckets_overlapped;
   }
 }
@@ -381,7 +405,11 @@ void DistributedDataParallel::Reducer::reduce_zeros_for(const std::vector<size_t
   ready_count_ = params_.size();  // backward is over: what starts now overlaps nothing
   for (size_t i : unready) {
     const Slot& s = slots_[i];
-    buckets_[s.bucket].flat.narrow(0, s.offset, s.numel).zero_();
+    at::Tensor place = buckets_[s.bucket].flat.narrow(0, s.offset, s.numel);
+    // A gradient in the bucket leaves it first: a parameter no rank used keeps its gradient.
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (is_place(grad, place)) grad = grad.clone();
+    place.zero_();
     --buckets_[s.bucket].pending;
   }
   launch_ready();
@@ -427,12 +455,16 @@ void DistributedDataParallel::Reducer::write_back(const std::vector<char>& used_
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!used_anywhere[i]) continue;
     const Slot& s = slots_[i];
-    at::Tensor avg = buckets_[s.bucket].flat.narrow(0, s.offset, s.numel).view(params_[i].sizes());
+    const at::Tensor& flat = buckets_[s.bucket].flat;
+    at::Tensor avg = flat.narrow(0, s.offset, s.numel);
     at::Tensor& grad = params_[i].mutable_grad();
-    if (grad.defined())
-      grad.copy_(avg);
+    if (is_place(grad, avg)) continue;  // it holds the average already
+    if (opts_.gradient_as_bucket_view && params_[i].is_contiguous())
+      grad = bucket_place(flat, s.offset, params_[i].sizes());
+    else if (grad.defined())
+      grad.copy_(avg.view(params_[i].sizes()));
     else
-      grad = avg.clone();
+      grad = avg.view(params_[i].sizes()).clone();
   }
 }
 
