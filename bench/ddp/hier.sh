@@ -21,7 +21,9 @@
 #                          "compute", ours with every step under no_sync() (no all_reduce)
 #   STEPS=5                measured steps (after 2 unmeasured) per run
 #   STEP_SIDES="hier ring torch compute"   add hier-first: ours, hierarchical, with PyTorch's
-#                          1 MiB first bucket (mlp_step --first-bucket)
+#                          1 MiB first bucket (mlp_step --first-bucket); hier-copy: ours without
+#                          gradients as bucket views (--separate-grads); torch-view: PyTorch's DDP
+#                          with gradient_as_bucket_view=True
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -101,6 +103,8 @@ one_step() {  # side nodes ppn -> rank 0's milliseconds per step
   case $side in
     hier | ring) set -- "$step_exe" "$STEPS" 2 ;;
     hier-first) set -- "$step_exe" "$STEPS" 2 16 --first-bucket ;;
+    hier-copy) set -- "$step_exe" "$STEPS" 2 16 --separate-grads ;;
+    torch-view) set -- "$py" "$here/torch_mlp_step.py" "$STEPS" 2 16 --bucket-view ;;
     compute) set -- "$step_exe" "$STEPS" 2 16 --no-sync ;;
     torch) set -- "$py" "$here/torch_mlp_step.py" "$STEPS" 2 ;;
   esac

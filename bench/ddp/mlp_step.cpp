@@ -2,10 +2,11 @@
 // an MLP 1024-4096-4096-1024 (25.2 M float32 parameters, 101 MB of gradients), MSE on random
 // data of this rank, SGD. bench/ddp/torch_mlp_step.py is PyTorch's side: the same model, data
 // and SGD under torch.nn.parallel.DistributedDataParallel.
-//   mlp_step STEPS WARMUP [BATCH=16] [--no-sync | --first-bucket]
+//   mlp_step STEPS WARMUP [BATCH=16] [--no-sync | --first-bucket | --separate-grads]
 // --no-sync: every step under no_sync(), i.e. the same computation with no all_reduce (the
 // compute-only time that the step table subtracts). --first-bucket: PyTorch's 1 MiB first
-// bucket (DdpOptions::first_bucket_cap_bytes; ours has none by default). Rank 0 prints
+// bucket (DdpOptions::first_bucket_cap_bytes; ours has none by default). --separate-grads:
+// DdpOptions::gradient_as_bucket_view off (PyTorch's default). Rank 0 prints
 //   mlp-step: params P ms_per_step X exposed_ms E (the all_reduce time left after backward)
 #include <dtlaunch/ddp.h>
 #include <torch/torch.h>
@@ -31,13 +32,16 @@ TORCH_MODULE(Mlp);
 
 int main(int argc, char** argv) try {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: mlp_step STEPS WARMUP [BATCH] [--no-sync]\n");
+    std::fprintf(
+        stderr,
+        "usage: mlp_step STEPS WARMUP [BATCH] [--no-sync | --first-bucket | --separate-grads]\n");
     return 2;
   }
   const int steps = std::atoi(argv[1]), warmup = std::atoi(argv[2]);
   const int64_t batch = argc > 3 && argv[3][0] != '-' ? std::atoll(argv[3]) : 16;
   const bool no_sync = std::strcmp(argv[argc - 1], "--no-sync") == 0;
   const bool first_bucket = std::strcmp(argv[argc - 1], "--first-bucket") == 0;
+  const bool separate_grads = std::strcmp(argv[argc - 1], "--separate-grads") == 0;
   torch::set_num_threads(1);
   auto pg = ddp::init_process_group();
   torch::manual_seed(1);
@@ -45,6 +49,7 @@ int main(int argc, char** argv) try {
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.01));
   ddp::DdpOptions options;
   if (first_bucket) options.first_bucket_cap_bytes = 1u << 20;
+  options.gradient_as_bucket_view = !separate_grads;
   ddp::DistributedDataParallel model(net.ptr(), pg, options);
   torch::manual_seed(100 + static_cast<uint64_t>(pg->rank()));
   const auto x = torch::randn({batch, 1024}), y = torch::randn({batch, 1024});

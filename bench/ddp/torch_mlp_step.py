@@ -2,8 +2,10 @@
 """PyTorch's side of bench/ddp/mlp_step.cpp: the same 25 M-parameter MLP, data and SGD under
 torch.nn.parallel.DistributedDataParallel on Gloo.
 
-usage: torch_mlp_step.py STEPS WARMUP [BATCH=16], one process per rank (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT). Rank 0 prints "mlp-step: params P ms_per_step X torch".
+usage: torch_mlp_step.py STEPS WARMUP [BATCH=16] [--bucket-view], one process per rank (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT). --bucket-view: DistributedDataParallel's
+gradient_as_bucket_view=True (default False). Rank 0 prints
+"mlp-step: params P ms_per_step X torch".
 """
 import sys
 import time
@@ -27,12 +29,13 @@ class Mlp(nn.Module):
 
 def main():
     steps, warmup = int(sys.argv[1]), int(sys.argv[2])
-    batch = int(sys.argv[3]) if len(sys.argv) > 3 else 16
+    batch = int(sys.argv[3]) if len(sys.argv) > 3 and not sys.argv[3].startswith("-") else 16
+    bucket_view = sys.argv[-1] == "--bucket-view"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="env://")
     torch.manual_seed(1)
     net = Mlp()
-    model = nn.parallel.DistributedDataParallel(net)
+    model = nn.parallel.DistributedDataParallel(net, gradient_as_bucket_view=bucket_view)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     torch.manual_seed(100 + dist.get_rank())
     x, y = torch.randn(batch, 1024), torch.randn(batch, 1024)
