@@ -64,12 +64,8 @@ bool is_place(const at::Tensor& grad, const at::Tensor& place) {
 // A tensor on the bucket's storage, shaped like the parameter. Made with set_, not view(): an
 // autograd view could not be detached in place, which LibTorch's Optimizer::zero_grad does.
 at::Tensor bucket_place(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes) {
-  std::vector<int64_t> strides(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;)
-    strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
-  at::NoGradGuard no_grad;
-  return at::empty({0}, flat.options())
-      .set_(flat.storage(), flat.storage_offset() + offset, sizes, strides);
+  at::NoGradGuard no_grad;  // no strides given: contiguous ones
+  return at::empty({0}, flat.options()).set_(flat.storage(), flat.storage_offset() + offset, sizes);
 }
 
 // glibc gives a freed block above its mmap threshold (128 KiB at first, raised as such blocks
