@@ -45,6 +45,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -397,6 +398,42 @@ Branchy make_branchy() {
   return Branchy();
 }
 
+// The definition DDP must meet: the mean over ranks of each parameter's local gradient (zero
+// where there is none), each rank's from `backward(model, rank)` on a fresh copy.
+std::vector<torch::Tensor> mean_of_local_grads(int ws,
+                                               const std::function<void(Branchy&, int)>& backward) {
+  std::vector<torch::Tensor> mean;
+  for (int r = 0; r < ws; ++r) {
+    Branchy local = make_branchy();
+    backward(local, r);
+    auto ps = local->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      auto g = ps[i].grad().defined() ? ps[i].grad() : torch::zeros_like(ps[i]);
+      if (r == 0)
+        mean.push_back(g / ws);
+      else
+        mean[i] += g / ws;
+    }
+  }
+  return mean;
+}
+
+// c is used on no rank: it keeps no gradient; every other parameter's gradient is `expected`.
+void check_unused_case(Branchy& net, const std::vector<torch::Tensor>& expected,
+                       const std::string& what) {
+  auto named = net->named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& name = named[i].key();
+    const auto& grad = named[i].value().grad();
+    if (name.rfind("c.", 0) == 0) {
+      check(!grad.defined(), name + ": unused on every rank keeps no gradient");
+      continue;
+    }
+    const double diff = grad.defined() ? (grad - expected[i]).abs().max().item<double>() : HUGE_VAL;
+    check(diff < 1e-6, name + ": " + what + ": max |diff| " + std::to_string(diff));
+  }
+}
+
 void unused(const std::shared_ptr<ddp::ProcessGroup>& pg) {
   const int ws = pg->size(), me = pg->rank();
   torch::manual_seed(11);
@@ -425,34 +462,13 @@ void unused(const std::shared_ptr<ddp::ProcessGroup>& pg) {
     o.find_unused_parameters = true;
     ddp::DistributedDataParallel model(net.ptr(), pg, o);
     net->forward(xs[me], me == 0).sum().backward();
-
-    // Definition: the mean over ranks of each rank's local gradient (zero where unused).
-    std::vector<torch::Tensor> expected;
-    for (int r = 0; r < ws; ++r) {
-      Branchy local = make_branchy();
-      local->forward(xs[r], r == 0).sum().backward();
-      auto ps = local->parameters();
-      for (size_t i = 0; i < ps.size(); ++i) {
-        auto g = ps[i].grad().defined() ? ps[i].grad() : torch::zeros_like(ps[i]);
-        if (r == 0)
-          expected.push_back(g / ws);
-        else
-          expected[i] += g / ws;
-      }
-    }
-    auto named = net->named_parameters();
-    for (size_t i = 0; i < named.size(); ++i) {
-      const auto& name = named[i].key();
-      const auto& grad = named[i].value().grad();
-      if (name.rfind("c.", 0) == 0) {
-        check(!grad.defined(), name + ": unused on every rank keeps no gradient");
-      } else {
-        check(grad.defined() && (grad - expected[i]).abs().max().item<double>() < 1e-6,
-              name + ": averaged with zeros where unused");
-      }
-    }
-    std::cout << "unused-find rank " << me << " checked " << named.size() << " parameters"
-              << std::endl;
+    check_unused_case(
+        net,
+        mean_of_local_grads(
+            ws, [&](Branchy& local, int r) { local->forward(xs[r], r == 0).sum().backward(); }),
+        "averaged with zeros where unused");
+    std::cout << "unused-find rank " << me << " checked " << net->parameters().size()
+              << " parameters" << std::endl;
   }
   {  // Two backwards without zero_grad: every rank uses b in the first, none in the second. After
      // the first, b's gradient lives in its bucket; it must keep the first average, while a's
@@ -463,35 +479,16 @@ void unused(const std::shared_ptr<ddp::ProcessGroup>& pg) {
     ddp::DistributedDataParallel model(net.ptr(), pg, o);
     net->forward(xs[me], true).sum().backward();
     net->forward(xs[(me + 1) % ws], false).sum().backward();
-    std::vector<torch::Tensor> expected;
-    for (int r = 0; r < ws; ++r) {
-      Branchy first = make_branchy(), second = make_branchy();
-      first->forward(xs[r], true).sum().backward();
-      second->forward(xs[(r + 1) % ws], false).sum().backward();
-      auto p1 = first->parameters(), p2 = second->parameters();
-      for (size_t i = 0; i < p1.size(); ++i) {
-        auto g = (p1[i].grad().defined() ? p1[i].grad() : torch::zeros_like(p1[i])) +
-                 (p2[i].grad().defined() ? p2[i].grad() : torch::zeros_like(p2[i]));
-        if (r == 0)
-          expected.push_back(g / ws);
-        else
-          expected[i] += g / ws;
-      }
-    }
-    auto named = net->named_parameters();
-    for (size_t i = 0; i < named.size(); ++i) {
-      const auto& name = named[i].key();
-      const auto& grad = named[i].value().grad();
-      if (name.rfind("c.", 0) == 0)
-        check(!grad.defined(), name + ": never used keeps no gradient");
-      else
-        check(grad.defined() && (grad - expected[i]).abs().max().item<double>() < 1e-6,
-              name + ": two backwards, b unused in the second: " +
-                  (grad.defined() ? std::to_string((grad - expected[i]).abs().max().item<double>())
-                                  : std::string("no gradient")));
-    }
-    std::cout << "unused-kept rank " << me << " checked " << named.size() << " parameters"
-              << std::endl;
+    check_unused_case(
+        net,
+        mean_of_local_grads(ws,
+                            [&](Branchy& local, int r) {
+                              local->forward(xs[r], true).sum().backward();
+                              local->forward(xs[(r + 1) % ws], false).sum().backward();
+                            }),
+        "two backwards, b unused in the second");
+    std::cout << "unused-kept rank " << me << " checked " << net->parameters().size()
+              << " parameters" << std::endl;
   }
 }
 
