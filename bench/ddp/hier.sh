@@ -19,6 +19,8 @@
 #   STEP_LAYOUTS="3x4"     layouts for the DDP step table (empty: none): the step of a 25 M-parameter
 #                          MLP (bench/ddp/mlp_step.cpp, torch_mlp_step.py), the same three sides plus
 #                          "compute", ours with every step under no_sync() (no all_reduce)
+#   LINK_GAPS=0            1: sample node 1's link every 2 ms during each run and print its idle
+#                          gaps (bench/ddp/link_gaps.py): where an all_reduce leaves the link unused
 #   STEPS=5                measured steps (after 2 unmeasured) per run
 #   STEP_SIDES="hier ring torch compute"   add hier-first: ours, hierarchical, with PyTorch's
 #                          1 MiB first bucket (mlp_step --first-bucket); hier-copy: ours without
@@ -40,6 +42,7 @@ SIDES=${SIDES:-hier ring torch}
 STEP_LAYOUTS=${STEP_LAYOUTS-3x4}
 STEPS=${STEPS:-5}
 STEP_SIDES=${STEP_SIDES:-hier ring torch compute}
+LINK_GAPS=${LINK_GAPS:-0}
 for f in "$dtl" "$exe" "$step_exe"; do
   [[ -x $f ]] || { echo "hier.sh: $f not found: build targets dtlaunch, allreduce_latency and mlp_step" >&2; exit 2; }
 done
@@ -79,9 +82,18 @@ reps_for() { if (($1 <= 262144)); then echo "100 20"; elif (($1 <= 8388608)); th
 run_side() {
   local side=$1 nodes=$2 ppn=$3 what=$4 prefix=$5 field=$6 line
   shift 7
+  local gaps_pid='' gaps_out=$SLURM_NETNS_DIR/link_gaps.out
+  if [[ $LINK_GAPS == 1 ]]; then
+    ip netns exec bnode1 "$py" "$here/link_gaps.py" >"$gaps_out" &
+    gaps_pid=$!
+  fi
   line=$(DTLAUNCH_DDP_HIER=$([[ $side == ring ]] && echo 0 || echo 1) OMP_NUM_THREADS=1 \
     timeout 900 srun -N"$nodes" --ntasks-per-node="$ppn" "$dtl" -- "$@" 2>&1 |
     grep "^$prefix" || true)
+  if [[ -n $gaps_pid ]]; then
+    kill -TERM "$gaps_pid" && wait "$gaps_pid" || true
+    echo "# $what $side ${nodes}x$ppn: node 1 $(cat "$gaps_out")" >&2
+  fi
   [[ -n $line ]] || { echo "hier.sh: $what $side ${nodes}x$ppn: no result" >&2; exit 1; }
   echo "# $what $side ${nodes}x$ppn: $line" >&2
   awk -v f="$field" '{for (i = 1; i < NF; i++) if ($i == f) print $(i + 1)}' <<<"$line"
