@@ -43,6 +43,7 @@ STEP_LAYOUTS=${STEP_LAYOUTS-3x4}
 STEPS=${STEPS:-5}
 STEP_SIDES=${STEP_SIDES:-hier ring torch compute}
 LINK_GAPS=${LINK_GAPS:-0}
+[[ $LINK_GAPS == [01] ]] || { echo "hier.sh: LINK_GAPS='$LINK_GAPS': use 0 or 1" >&2; exit 2; }
 for f in "$dtl" "$exe" "$step_exe"; do
   [[ -x $f ]] || { echo "hier.sh: $f not found: build targets dtlaunch, allreduce_latency and mlp_step" >&2; exit 2; }
 done
