@@ -83,8 +83,9 @@ reps_for() { if (($1 <= 262144)); then echo "100 20"; elif (($1 <= 8388608)); th
 run_side() {
   local side=$1 nodes=$2 ppn=$3 what=$4 prefix=$5 field=$6 line
   shift 7
-  local gaps_pid='' gaps_out=$SLURM_NETNS_DIR/link_gaps.out
+  local gaps_pid='' gaps_out
   if [[ $LINK_GAPS == 1 ]]; then
+    gaps_out=$(mktemp)  # not a fixed name in a directory under /tmp that another user may have made
     ip netns exec bnode1 "$py" "$here/link_gaps.py" >"$gaps_out" &
     gaps_pid=$!
   fi
@@ -94,6 +95,7 @@ run_side() {
   if [[ -n $gaps_pid ]]; then
     kill -TERM "$gaps_pid" && wait "$gaps_pid" || true
     echo "# $what $side ${nodes}x$ppn: node 1 $(cat "$gaps_out")" >&2
+    rm -f -- "$gaps_out"
   fi
   [[ -n $line ]] || { echo "hier.sh: $what $side ${nodes}x$ppn: no result" >&2; exit 1; }
   echo "# $what $side ${nodes}x$ppn: $line" >&2
