@@ -53,6 +53,7 @@
 #include "internal.hpp"
 #include "monitor.hpp"
 #include "reduce_kernel.hpp"
+#include "shm_segment.hpp"
 #include "store_keys.hpp"
 
 namespace dtlaunch::ddp::detail {
@@ -71,10 +72,6 @@ constexpr auto kLivenessEvery = milliseconds(100);
 // Across nodes: how many chunks' slices go to the other nodes in one Gloo all_reduce. Fewer
 // calls cost less latency; more keep the link busy while the node reduces the next chunks.
 constexpr int64_t kChunksPerSend = 4;
-
-std::string errno_text(int err) {
-  return std::strerror(err);
-}
 
 struct alignas(kLineBytes) Header {
   uint64_t magic;
@@ -119,88 +116,6 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield" ::: "memory");
 #endif
-}
-
-// What a rank publishes at group creation:
-// "enabled\nhost\nboot_id\npid\nstart_ticks\nnode_rank\nacross_nodes".
-struct Identity {
-  bool enabled = false;
-  std::string host, boot_id;
-  int pid = 0;
-  uint64_t start_ticks = 0;
-  int node_rank = 0;
-  bool across_nodes = false;
-
-  std::string record() const {
-    return std::string(enabled ? "1" : "0") + "\n" + host + "\n" + boot_id + "\n" +
-           std::to_string(pid) + "\n" + std::to_string(start_ticks) + "\n" +
-           std::to_string(node_rank) + "\n" + (across_nodes ? "1" : "0");
-  }
-  static Identity parse(const std::string& rec) {
-    std::istringstream in(rec);
-    Identity id;
-    std::string enabled, pid, ticks, node_rank, across;
-    std::getline(in, enabled);
-    std::getline(in, id.host);
-    std::getline(in, id.boot_id);
-    std::getline(in, pid);
-    std::getline(in, ticks);
-    std::getline(in, node_rank);
-    std::getline(in, across);
-    id.enabled = enabled == "1";
-    id.pid = std::atoi(pid.c_str());
-    id.start_ticks = std::strtoull(ticks.c_str(), nullptr, 10);
-    id.node_rank = std::atoi(node_rank.c_str());
-    id.across_nodes = across == "1";
-    return id;
-  }
-  // Ranks with equal keys share a node. NODE_RANK is part of it: two launches that a user
-  // declared as two nodes stay two nodes, even on one machine.
-  std::string node_key() const { return host + "\n" + boot_id + "\n" + std::to_string(node_rank); }
-};
-
-// A mapped segment; unmaps (and closes) on destruction.
-struct Mapping {
-  void* base = MAP_FAILED;
-  size_t size = 0;
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (base != MAP_FAILED) ::munmap(base, size);
-  }
-};
-
-// Creates (rank 0) or opens the segment and maps it; "" on success, else why not.
-std::string map_segment(const std::string& name, bool create, size_t size, Mapping& out) {
-  const int fd = create ? ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600)
-                        : ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return "shm_open " + name + ": " + errno_text(errno);
-  std::string why;
-  if (create) {
-    if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-      why = "ftruncate " + name + " to " + std::to_string(size) + " bytes: " + errno_text(errno);
-    } else if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size)); err != 0) {
-      // tmpfs allocates on first touch: without this a full /dev/shm is a SIGBUS mid-job.
-      why = "reserving " + std::to_string(size >> 20) + " MiB in /dev/shm for " + name + ": " +
-            errno_text(err);
-    }
-  } else {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != size)
-      why =
-          name + " has " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(size);
-  }
-  if (why.empty()) {
-    out.base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    if (out.base == MAP_FAILED)
-      why = "mmap " + name + ": " + errno_text(errno);
-    else
-      out.size = size;
-  }
-  ::close(fd);
-  if (!why.empty() && create) ::shm_unlink(name.c_str());
-  return why;
 }
 
 struct WorkState {
@@ -547,10 +462,6 @@ std::string get_from_peer(c10d::Store& store, const std::string& key, int owner,
   }
   return text(store.get(key));
 }
-
-}  // namespace
-
-namespace {
 
 // Every rank publishes its identity and reads the others': the same records everywhere, so
 // that every rank takes the same decision.
