@@ -915,7 +915,7 @@ TEST_CASE("shm all_reduce: bit-identical to Gloo's for every size, dtype and op"
       auto run = run_ranks(DDP_WORKER, {"shm-vs-gloo"}, world, all_ranks(world),
                            {{"DDP_TEST_PORT2", std::to_string(port2)}});
       require_all_ok(run);
-      for (const auto& r : run.ranks) CHECK(has(r.output, ": 24 checks, 0 failed"));
+      for (const auto& r : run.ranks) CHECK(has(r.output, ": 32 checks, 0 failed"));
       check_shm_segments(run, true);
     }
   }
@@ -1119,7 +1119,7 @@ TEST_CASE("hierarchical all_reduce: bit-identical to Gloo's on even, uneven and 
       auto run = run_ranks(DDP_WORKER, {"shm-vs-gloo"}, world, all_ranks(world),
                            hier_env(node_of, {{"DDP_TEST_PORT2", std::to_string(port2)}}));
       require_all_ok(run);
-      for (const auto& r : run.ranks) CHECK(has(r.output, ": 24 checks, 0 failed"));
+      for (const auto& r : run.ranks) CHECK(has(r.output, ": 32 checks, 0 failed"));
       check_node_segments(run, node_of);
     }
   }
@@ -1171,7 +1171,7 @@ TEST_CASE(
         continue;
       }
       require_all_ok(run);
-      for (const auto& r : run.ranks) CHECK(has(r.output, ": 24 checks, 0 failed"));
+      for (const auto& r : run.ranks) CHECK(has(r.output, ": 32 checks, 0 failed"));
       check_shm_segments(run, false);
       if (env.count("DDP_TEST_SMALL_SHM_RANK"))
         CHECK(has(run.ranks.at(3).output,
