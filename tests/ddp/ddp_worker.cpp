@@ -623,8 +623,8 @@ torch::Tensor exact_random(int64_t n, torch::ScalarType type, uint64_t seed) {
 
 void shm_vs_gloo(ddp::ProcessGroup& pg, ddp::ProcessGroup& gloo) {
   int checks = 0;
-  // 2621441: 10 MiB and one element of float32, 11 slots (21 of float64), the last holding one
-  // element: across nodes, more chunks than the copying out lags behind the reduction.
+  // 2621441: 10 MiB and one element of float32, 11 chunks (21 of float64), the last of one
+  // element; across nodes, 3 parts a slice (6 of float64).
   for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000003}, int64_t{2621441}}) {
     for (auto type : {torch::kFloat, torch::kDouble}) {
       for (auto op :

@@ -10,11 +10,11 @@
 // every rank published 2k+2, i.e. finished reading the input slots of chunk k; it writes result
 // slot k%2 again (chunk k+2) only after every rank arrived at chunk k+2, i.e. finished copying
 // chunk k's result out. Phases are 32-bit counters compared modulo 2^32.
-// Across nodes (one segment per node), each of the node's first K ranks reduces its 1/K share of
-// each chunk into a private buffer (steps 1-2, then a phase that frees the input slots), and
-// all-reduces it, a few chunks at a time, with the ranks that own the same share on the other
-// nodes, over Gloo; a few chunks later, once that is back, each writes its share of the chunk into
-// the result slot, publishes, and all copy the chunk out (step 3).
+// Across nodes (one segment per node) a collective takes three passes over its chunks: each of
+// the node's first K ranks reduces its 1/K share of every chunk into a private buffer (steps 1-2,
+// then a phase that frees the input slots); each all-reduces that buffer with the ranks that own
+// the same share on the other nodes, in one Gloo all_reduce; then each writes its share of every
+// chunk into the result slot, publishes, and all copy the chunk out (step 3).
 //
 // Waiting: a short spin, then FUTEX_WAIT (shared, not FUTEX_PRIVATE: the word is in another
 // process's mapping too) in slices of at most 100 ms, after each of which the peer's process is
@@ -72,14 +72,6 @@ constexpr auto kLivenessEvery = milliseconds(100);
 // Across nodes: how many chunks' slices go to the other nodes in one Gloo all_reduce. Fewer
 // calls cost less latency; more keep the link busy while the node reduces the next chunks.
 constexpr int64_t kChunksPerSend = 4;
-// Across nodes: how many chunks the node's reduction runs ahead of the copying out, which waits
-// for each part to come back. Enough to keep kLagChunks / kChunksPerSend parts of every slice on
-// the link while the next ones are reduced; few enough that a node does not reduce the whole
-// tensor ahead of the link, taking the CPU from ranks still arriving (nodes that share a machine,
-// or the backward pass beside a bucket) while the link waits for them (docs/ddp.md, "Across
-// nodes": 2-3 % on a 32 MiB all_reduce of 3 nodes x 4 ranks on one 2-core machine).
-constexpr int64_t kLagChunks = 2 * kChunksPerSend;
-static_assert(kLagChunks >= kChunksPerSend - 1, "a chunk's part is sent before it is waited for");
 
 struct alignas(kLineBytes) Header {
   uint64_t magic;
@@ -312,67 +304,59 @@ struct ShmAllReduce::Impl {
       });
       return;
     }
-    run_across_nodes(data, numel, op, dtype, kind, deadline, leave);
-  }
-
-  // Across nodes, one pass over the chunks. Chunk k: this rank's slice of it, reduced over the
-  // node; every kChunksPerSend chunks, the part of the slice they filled goes to the other nodes in
-  // a Gloo all_reduce of its own, which runs on the link while the next chunks are reduced here.
-  // Then chunk k - kLagChunks, whose part is back by now or soon: into the result slot, and out.
-  // The other nodes cut the same chunks and parts, so every slice's owners send the same lengths in
-  // the same order. Why the slots stay safe: between two uses of a result slot lies another
-  // chunk's meeting, which no rank reaches before it has copied the first use out.
-  template <class T, class Leave>
-  void run_across_nodes(T* data, int64_t numel, ReduceOp op, at::ScalarType dtype, int32_t kind,
-                        Clock::time_point deadline, Leave& leave) {
-    const int64_t per_chunk = static_cast<int64_t>(kSlotBytes / sizeof(T));
-    const int64_t count = std::max<int64_t>(1, (numel + per_chunk - 1) / per_chunk);
-    auto length = [&](int64_t k) { return std::min(per_chunk, numel - k * per_chunk); };
+    // Across nodes, in three passes. 1: this rank's slice of every chunk, reduced over the node;
+    // every kChunksPerSend chunks, the part of the slice they filled goes to the other nodes in a
+    // Gloo all_reduce of its own (2), which runs on the link while the next chunks are reduced
+    // here. 3: each part, once back, into the chunks' result slots, and out. The other nodes cut
+    // the same chunks and parts, so every slice's owners send the same lengths in the same order.
     const bool owner = rank < slices;
     const ReduceOp across = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
     int64_t owned = 0;
-    for (int64_t k = 0; owner && k < count; ++k) {
-      const auto [lo, hi] = share_of<T>(length(k), slices, rank);
-      owned += hi - lo;
-    }
+    if (owner)
+      for_each_chunk(numel, per_chunk, [&](int64_t, int64_t n) {
+        const auto [lo, hi] = share_of<T>(n, slices, rank);
+        owned += hi - lo;
+      });
     // A tensor, not a plain buffer: a part's all_reduce keeps it alive if this rank gives up.
     const at::Tensor slice = at::empty({owned}, at::TensorOptions().dtype(dtype));
     T* const mine = slice.data_ptr<T>();
     std::vector<std::pair<int64_t, std::function<void()>>> parts;  // each one's end, its wait
-    size_t next = 0;                                               // the first part not yet back
-    int64_t reduced = 0, sent = 0, received = 0, written = 0;      // elements of `mine`
-    auto finish = [&](int64_t k) {
+    int64_t at = 0, sent = 0, chunk = 0;
+    auto send = [&] {
+      if (at > sent) parts.emplace_back(at, inter_node(slice.narrow(0, sent, at - sent), across));
+      sent = at;
+    };
+    for_each_chunk(numel, per_chunk, [&](int64_t offset, int64_t n) {
+      arrive(data + offset, n, offset == 0, numel, kind, deadline);
       if (owner) {
-        const auto [lo, hi] = share_of<T>(length(k), slices, rank);
-        for (; received < written + (hi - lo); ++next) {  // a chunk's share lies in one part
+        const auto [lo, hi] = share_of<T>(n, slices, rank);
+        reduce_share(mine + at, slots, lo, hi, across, world);
+        at += hi - lo;
+      }
+      publish(++phase);  // the input slots may be written again
+      await_all(phase, deadline);
+      if (owner && ++chunk % kChunksPerSend == 0) send();
+    });
+    if (owner) send();
+    size_t next = 0;
+    int64_t received = 0;
+    at = 0;
+    for_each_chunk(numel, per_chunk, [&](int64_t offset, int64_t n) {
+      if (owner) {
+        const auto [lo, hi] = share_of<T>(n, slices, rank);
+        for (; received < at + (hi - lo); ++next) {  // a chunk's share lies in one part
           parts[next].second();
           if (op == ReduceOp::kAvg)  // a sum divided by the whole group's size
             for (int64_t i = received; i < parts[next].first; ++i)
               mine[i] /= static_cast<T>(global_world);
           received = parts[next].first;
         }
-        std::memcpy(reinterpret_cast<T*>(results[chunks % 2]) + lo, mine + written,
+        std::memcpy(reinterpret_cast<T*>(results[chunks % 2]) + lo, mine + at,
                     static_cast<size_t>(hi - lo) * sizeof(T));
-        written += hi - lo;
+        at += hi - lo;
       }
-      leave(k * per_chunk, length(k));
-    };
-    for (int64_t k = 0; k < count; ++k) {
-      arrive(data + k * per_chunk, length(k), k == 0, numel, kind, deadline);
-      if (owner) {
-        const auto [lo, hi] = share_of<T>(length(k), slices, rank);
-        reduce_share(mine + reduced, slots, lo, hi, across, world);
-        reduced += hi - lo;
-      }
-      publish(++phase);  // the input slots may be written again
-      await_all(phase, deadline);
-      if (owner && ((k + 1) % kChunksPerSend == 0 || k + 1 == count) && reduced > sent) {
-        parts.emplace_back(reduced, inter_node(slice.narrow(0, sent, reduced - sent), across));
-        sent = reduced;
-      }
-      if (k >= kLagChunks) finish(k - kLagChunks);
-    }
-    for (int64_t k = std::max<int64_t>(0, count - kLagChunks); k < count; ++k) finish(k);
+      leave(offset, n);
+    });
   }
 
   void execute(Task& task) {
