@@ -35,9 +35,10 @@ std::pair<int64_t, int64_t> share_of(int64_t n, int parts, int part) {
   return {lo, std::min(n, lo + block)};
 }
 
-// Reduces elements [lo, hi) of every rank's input slot into out[0, hi - lo).
+// Reduces elements [lo, hi) of every rank's input (its slot; the caller's own chunk for the
+// caller) into out[0, hi - lo), in rank order.
 template <class T>
-void reduce_share(T* __restrict out, const std::vector<char*>& slots, int64_t lo, int64_t hi,
+void reduce_share(T* __restrict out, const std::vector<const char*>& slots, int64_t lo, int64_t hi,
                   ReduceOp op, int world) {
   // Blocks that stay in L1 while every rank's slot is folded into them.
   constexpr int64_t kBlock = 2048;

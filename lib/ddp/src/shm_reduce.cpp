@@ -2,9 +2,10 @@
 //
 // Segment: a header, one control line per rank, one input slot per rank and two result slots.
 // A collective runs in chunks of at most one slot. Per chunk, each rank
-//   1. copies its chunk into its own input slot and publishes phase 2k+1 (arrival);
-//   2. once every rank has arrived, reduces its 1/world share of the chunk over all input slots
-//      into result slot k%2 and publishes phase 2k+2;
+//   1. copies its chunk into its own input slot, all but its own share, which no other rank
+//      reads, and publishes phase 2k+1 (arrival);
+//   2. once every rank has arrived, reduces its 1/world share of the chunk over the other ranks'
+//      input slots and its own chunk into result slot k%2 and publishes phase 2k+2;
 //   3. once every rank has reduced, copies the whole reduced chunk back.
 // Why nothing is overwritten early: a rank writes its input slot again (chunk k+1) only after
 // every rank published 2k+2, i.e. finished reading the input slots of chunk k; it writes result
@@ -171,6 +172,8 @@ struct ShmAllReduce::Impl {
   Mapping mapping;
   RankLine* lines = nullptr;
   std::vector<char*> slots;
+  // What reduce_share reads: the peers' slots, and this rank's own chunk in the tensor (arrive()).
+  std::vector<const char*> inputs;
   char* results[2] = {nullptr, nullptr};
 
   // Touched by the communication thread only.
@@ -261,11 +264,18 @@ struct ShmAllReduce::Impl {
   }
 
   // A chunk's first step (the file's head): copy it in, meet every rank of the node, and on the
-  // first chunk check that they all run the same collective.
+  // first chunk check that they all run the same collective. The share `own` that this rank
+  // reduces itself (empty if none) stays out of its slot: no other rank reads that part, and
+  // this rank reads it from the tensor, which spares a copy of 1/K of the chunk.
   template <class T>
-  void arrive(const T* chunk, int64_t n, bool first, int64_t numel, int32_t kind,
-              Clock::time_point deadline) {
-    if (n > 0) std::memcpy(slots[rank], chunk, static_cast<size_t>(n) * sizeof(T));
+  void arrive(const T* chunk, int64_t n, std::pair<int64_t, int64_t> own, bool first, int64_t numel,
+              int32_t kind, Clock::time_point deadline) {
+    const auto [lo, hi] = own;
+    if (lo > 0) std::memcpy(slots[rank], chunk, static_cast<size_t>(lo) * sizeof(T));
+    if (n > hi)
+      std::memcpy(slots[rank] + static_cast<size_t>(hi) * sizeof(T), chunk + hi,
+                  static_cast<size_t>(n - hi) * sizeof(T));
+    inputs[rank] = reinterpret_cast<const char*>(chunk);
     publish(++phase);
     await_all(phase, deadline);
     if (!first) return;
@@ -297,9 +307,9 @@ struct ShmAllReduce::Impl {
     };
     if (nodes == 1) {
       for_each_chunk(numel, per_chunk, [&](int64_t offset, int64_t n) {
-        arrive(data + offset, n, offset == 0, numel, kind, deadline);
         const auto [lo, hi] = share_of<T>(n, slices, rank);
-        reduce_share(reinterpret_cast<T*>(results[chunks % 2]) + lo, slots, lo, hi, op, world);
+        arrive(data + offset, n, {lo, hi}, offset == 0, numel, kind, deadline);
+        reduce_share(reinterpret_cast<T*>(results[chunks % 2]) + lo, inputs, lo, hi, op, world);
         leave(offset, n);
       });
       return;
@@ -327,10 +337,11 @@ struct ShmAllReduce::Impl {
       sent = at;
     };
     for_each_chunk(numel, per_chunk, [&](int64_t offset, int64_t n) {
-      arrive(data + offset, n, offset == 0, numel, kind, deadline);
+      const auto own = owner ? share_of<T>(n, slices, rank) : std::pair<int64_t, int64_t>{0, 0};
+      arrive(data + offset, n, own, offset == 0, numel, kind, deadline);
       if (owner) {
-        const auto [lo, hi] = share_of<T>(n, slices, rank);
-        reduce_share(mine + at, slots, lo, hi, across, world);
+        const auto [lo, hi] = own;
+        reduce_share(mine + at, inputs, lo, hi, across, world);
         at += hi - lo;
       }
       publish(++phase);  // the input slots may be written again
@@ -685,6 +696,7 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::create(const WorkerEnv& env, bool en
   impl->lines = reinterpret_cast<RankLine*>(base + layout.lines_offset);
   for (int q = 0; q < impl->world; ++q)
     impl->slots.push_back(base + layout.slots_offset + ShmAllReduce::kSlotBytes * q);
+  impl->inputs.assign(impl->slots.begin(), impl->slots.end());
   impl->results[0] = base + layout.results_offset;
   impl->results[1] = impl->results[0] + ShmAllReduce::kSlotBytes;
   return std::unique_ptr<ShmAllReduce>(new ShmAllReduce(std::move(impl)));
