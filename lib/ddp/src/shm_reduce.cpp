@@ -23,11 +23,8 @@
 // sleeps on its word (the sleepers count, ordered against the phase by seq_cst on both sides).
 #include "shm_reduce.hpp"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,7 +38,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
