@@ -40,9 +40,12 @@ def signal_when_training(job):
 
 print("template preemptible.sbatch with dtlaunch-train")
 ckpt = os.path.join(ctx.outdir("preempt-train"), "train.ckpt")
-steps = 500  # one epoch: 4000 samples per rank in batches of 8
+# One epoch: 32000 samples per rank in batches of 64, about 10 s on an idle 2-CPU VM. Batches of
+# 8 took about 3 s on a fast VM, and a loaded CI run finished the epoch before scancel's signal
+# reached the job (on an idle machine the signal lands about 3 steps after the first log line).
+steps = 500
 env = {"DTLAUNCH": ctx.dtlaunch, "TRAIN": train,
-       "TRAIN_ARGS": f"--synthetic 4000 --batch-size 8 --epochs 1 --log-every 10 "
+       "TRAIN_ARGS": f"--synthetic 32000 --batch-size 64 --epochs 1 --log-every 10 "
                      f"--checkpoint {ckpt} --resume"}
 job, info, text, err = slurmtest.submit(ctx, "preemptible.sbatch", ["--nodes=1"] + one_cpu, env,
                                         150, before_wait=signal_when_training)
