@@ -43,9 +43,10 @@ ckpt = os.path.join(ctx.outdir("preempt-train"), "train.ckpt")
 # One epoch: 32000 samples per rank in batches of 64, about 10 s on an idle 2-CPU VM. Batches of
 # 8 took about 3 s on a fast VM, and a loaded CI run finished the epoch before scancel's signal
 # reached the job (on an idle machine the signal lands about 3 steps after the first log line).
-steps = 500
+samples, batch = 32000, 64
+steps = samples // batch
 env = {"DTLAUNCH": ctx.dtlaunch, "TRAIN": train,
-       "TRAIN_ARGS": f"--synthetic 32000 --batch-size 64 --epochs 1 --log-every 10 "
+       "TRAIN_ARGS": f"--synthetic {samples} --batch-size {batch} --epochs 1 --log-every 10 "
                      f"--checkpoint {ckpt} --resume"}
 job, info, text, err = slurmtest.submit(ctx, "preemptible.sbatch", ["--nodes=1"] + one_cpu, env,
                                         150, before_wait=signal_when_training)
