@@ -120,6 +120,8 @@ step() {
     status=1
     echo "--- $name failed (exit $rc); the end of $work/$name.log:"
     tail -n 60 "$work/$name.log"
+    # ctest's summary ends the log; the failed tests' own lines are further up.
+    if [[ $name == tests ]]; then bash "$root/scripts/lib/ctest-failures.sh" "$work/$name.log"; fi
   fi
   rows+=("$(printf '%-16s %-5s %5ss  %s' "$name" "$result" $((SECONDS - t0)) "$3")")
   return $rc

@@ -88,6 +88,11 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build build -j"$jobs"
 
 status=0
+# Every ctest run's output, kept for the closing summary of failures.
+suite_log=build/ctest-suite.log
+: >"$suite_log"
+failure_logs=("$suite_log")
+run_ctest() { ctest "$@" 2>&1 | tee -a "$suite_log"; }
 # The unit and blackbox labels (pure functions, dtlaunch run once per case, the comparisons with
 # scontrol, the golden files) have no timing in them and run on every core. The proc label
 # (supervised processes, signals, grace periods) runs alone, one test at a time. Then the two
@@ -101,11 +106,11 @@ status=0
 # load (docs/slurm-cluster.md, "The suite's time").
 parallel_labels='unit|blackbox'
 step "tests: build/, labels $parallel_labels in parallel"
-ctest --test-dir build --output-on-failure --timeout 600 -L "$parallel_labels" -j"$jobs" || status=1
+run_ctest --test-dir build --output-on-failure --timeout 600 -L "$parallel_labels" -j"$jobs" || status=1
 step "tests: build/, label proc, one at a time"
-ctest --test-dir build --output-on-failure --timeout 600 -L proc -LE "$parallel_labels" || status=1
+run_ctest --test-dir build --output-on-failure --timeout 600 -L proc -LE "$parallel_labels" || status=1
 step "tests: build/, labels torch and slurm: the two chains side by side"
-ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels|proc|packaged" -j2 ||
+run_ctest --test-dir build --output-on-failure --timeout 600 -LE "$parallel_labels|proc|packaged" -j2 ||
   status=1
 
 if ((!fast)); then
@@ -122,9 +127,9 @@ if ((!fast)); then
   # build/ compares 2000 random expressions with scontrol; here 500 are enough for the
   # sanitizers (the fuzz targets add their own), and the rest was a minute of scontrol runs.
   export DTLAUNCH_HOSTLIST_CASES=500
-  ctest --test-dir build-asan --output-on-failure --timeout 600 -L "$parallel_labels|fuzz" \
+  run_ctest --test-dir build-asan --output-on-failure --timeout 600 -L "$parallel_labels|fuzz" \
     -j"$jobs" || status=1
-  ctest --test-dir build-asan --output-on-failure --timeout 600 -L 'proc|hostlist' \
+  run_ctest --test-dir build-asan --output-on-failure --timeout 600 -L 'proc|hostlist' \
     -LE "$parallel_labels|fuzz" || status=1
 fi
 
@@ -150,18 +155,21 @@ if ((!fast)); then
     status=1
   else
     scripts/libtorch2-check.sh --test trixie || status=1
+    failure_logs+=(build-libtorch2-trixie/tests.log)
   fi
   if ((!package_failed)); then
     step "release files: installed and run as a user (tests/package/check.sh)"
     wait "$package_check" || status=1
     cat build-package/check.log
     step "release files: the Slurm layout scenario with the packaged dtlaunch"
-    ctest --test-dir build --output-on-failure --timeout 600 -L packaged || status=1
+    run_ctest --test-dir build --output-on-failure --timeout 600 -L packaged || status=1
   fi
 fi
 
 step "done"
 if ((status)); then
+  # CI keeps only the end of this output: the failed tests' own lines come again here.
+  bash scripts/lib/ctest-failures.sh "${failure_logs[@]}"
   echo "FAILED: see the ctest output above"
 else
   echo "all tests passed"
