@@ -6,7 +6,8 @@
 #   ring  = ours, DTLAUNCH_DDP_HIER=0: Gloo's ring over all ranks (the algorithm PyTorch runs)
 #   torch = PyTorch's ProcessGroupGloo (bench/ddp/torch_allreduce.py, Debian's python3-torch)
 # each under `srun dtlaunch`. Prints every run's rank-0 line, then a table of medians with the
-# node-count bound 2(N-1)/N x S / B (docs/benchmarks.md, "All_reduce across nodes").
+# node-count bound 2(N-1)/N x S / B (docs/benchmarks.md, "All_reduce across nodes"), and for the
+# all_reduce and the step alike the median of the pairs: torch / hier within each alternation.
 #
 # usage (root, the Slurm packages installed, nothing else on the bench cluster's names):
 #   bench/ddp/hier.sh [BUILD_DIR]            (default: build; targets dtlaunch, allreduce_latency)
@@ -127,6 +128,14 @@ one_step() {  # side nodes ppn -> rank 0's milliseconds per step
 }
 
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# pair_median "A1 A2 ..." "B1 B2 ...": the median of A_i / B_i, each pair from one alternation
+# (the two sides ran next to each other): the machine's drift over a run cancels in each pair.
+pair_median() {
+  local a=($1) b=($2) i
+  ((${#a[@]} && ${#a[@]} == ${#b[@]})) || { echo -; return; }
+  for i in "${!a[@]}"; do awk -v x="${a[i]}" -v y="${b[i]}" 'BEGIN{print x / y}'; done | median |
+    awk '{printf "%.2f", $1}'
+}
 
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) $(nproc) CPUs; $(uptime)"
 declare -A results v
@@ -147,8 +156,8 @@ for rate in $RATES; do
 done
 
 echo
-echo "| link | nodes x ranks | size | $(for s in $SIDES; do printf '%s ms | ' "$s"; done)bound ms | torch / hier | hier / bound |"
-echo "|---|---|---|$(for s in $SIDES; do printf -- '---|'; done)---|---|---|"
+echo "| link | nodes x ranks | size | $(for s in $SIDES; do printf '%s ms | ' "$s"; done)bound ms | torch / hier | torch / hier, median of pairs | hier / bound |"
+echo "|---|---|---|$(for s in $SIDES; do printf -- '---|'; done)---|---|---|---|"
 for rate in $RATES; do
   bits=$(rate_bits "$rate")
   for layout in $LAYOUTS; do
@@ -164,7 +173,8 @@ for rate in $RATES; do
       bound=$(awk -v n="$nodes" -v s=$((numel * 4)) -v b="$bits" 'BEGIN{printf "%.2f", 2*(n-1)/n*s*8/b*1000}')
       ratio() { [[ -n ${ms[$1]:-} && -n ${ms[$2]:-} ]] && awk -v a="${ms[$1]}" -v b="${ms[$2]}" 'BEGIN{printf "%.2f", a/b}' || echo -; }
       hb=$( [[ -n ${ms[hier]:-} ]] && awk -v a="${ms[hier]}" -v b="$bound" 'BEGIN{printf "%.2f", a/b}' || echo -)
-      echo "$row $bound | $(ratio torch hier) | $hb |"
+      pairs=$(pair_median "${results[$rate/$layout/$numel/torch]:-}" "${results[$rate/$layout/$numel/hier]:-}")
+      echo "$row $bound | $(ratio torch hier) | $pairs | $hb |"
       unset ms
     done
   done
@@ -188,8 +198,8 @@ done
 echo
 echo "DDP step, 25.2 M-parameter MLP, batch 16 a rank, medians in ms:"
 echo
-echo "| link | nodes x ranks | $(printf '%s | ' "${step_sides[@]}")torch / hier |"
-echo "|---|---|$(printf -- '---|%.0s' "${step_sides[@]}")---|"
+echo "| link | nodes x ranks | $(printf '%s | ' "${step_sides[@]}")torch / hier | torch / hier, median of pairs |"
+echo "|---|---|$(printf -- '---|%.0s' "${step_sides[@]}")---|---|"
 for rate in $RATES; do
   for layout in $STEP_LAYOUTS; do
     row="| $rate | $layout |"
@@ -197,7 +207,8 @@ for rate in $RATES; do
       v[$side]=$(tr ' ' '\n' <<<"${steps[$rate/$layout/$side]}" | grep . | median)
       row+=" ${v[$side]} |"
     done
-    echo "$row $(awk -v a="${v[torch]:-}" -v b="${v[hier]:-}" 'BEGIN{if (a == "" || b == "") print "-"; else printf "%.2f", a/b}') |"
+    pairs=$(pair_median "${steps[$rate/$layout/torch]:-}" "${steps[$rate/$layout/hier]:-}")
+    echo "$row $(awk -v a="${v[torch]:-}" -v b="${v[hier]:-}" 'BEGIN{if (a == "" || b == "") print "-"; else printf "%.2f", a/b}') | $pairs |"
   done
 done
 echo "# $(date -u +%FT%TZ) $(uptime)"
