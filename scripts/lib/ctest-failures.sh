@@ -3,13 +3,18 @@
 # --output-on-failure), its name and the last LINES lines of its output. scripts/test.sh ends
 # with this when a test failed: CI keeps only the end of the suite's output, and a failure's
 # own lines are printed minutes earlier, between hundreds of others.
-# Usage: scripts/lib/ctest-failures.sh [-n LINES] LOG...   (LINES: 30 unless given)
+# Usage: scripts/lib/ctest-failures.sh [-n LINES] [--] LOG...   (LINES: 30 unless given)
+# It only prints: the suite's exit status comes from ctest. A test whose output holds a line
+# shaped like ctest's own can cut its block short or add a row here, and change nothing else.
 set -euo pipefail
 lines=30
 if [[ ${1:-} == -n ]]; then
+  [[ ${2:-} =~ ^[1-9][0-9]{0,5}$ ]] ||
+    { echo "ctest-failures.sh: -n '${2:-}': give a line count from 1 to 999999" >&2; exit 2; }
   lines=$2
   shift 2
 fi
+[[ ${1:-} == -- ]] && shift
 for log in "$@"; do
   [[ -f $log ]] || continue
   # A test's output follows its result line ("12/66 Test #76: name ....***Failed 19.58 sec")
